@@ -155,7 +155,10 @@ class VLLMSampler:
         if self.on_gpu:
             kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
         else:
-            kw.update(kv_cache_memory_bytes=int(kv_cache_gb * (1 << 30)))
+            # No chunked prefill on CPU: a prompt split across engine steps makes vLLM 0.32 rewind the
+            # request's seeded generator, which CPU generators cannot do ("CPU Generator does not use
+            # offset"): any step with more prompt tokens than max_num_batched_tokens (4096) crashed.
+            kw.update(kv_cache_memory_bytes=int(kv_cache_gb * (1 << 30)), enable_chunked_prefill=False)
         if torch.distributed.is_available() and torch.distributed.is_initialized() and "RANK" in os.environ:
             # torchrun: reuse the trainer's process group, one TP=1 engine per rank.
             kw.update(distributed_executor_backend="external_launcher")

@@ -286,6 +286,23 @@ def test_seeds(engine):
     assert len({tuple(t) for t in ids(a)}) == 4  # every sample of every prompt has its own seed
 
 
+def test_seeded_batch_larger_than_the_engine_token_budget(engine):
+    """More prompt tokens than one engine step takes: with chunked prefill vLLM 0.32 split a prompt
+    and crashed rewinding its seeded CPU generator. Per-request seeds make the samples independent
+    of how the batch is cut, so the whole batch equals the same prompts sent in two halves."""
+    sampler, _ = engine
+    budget = sampler.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+    length = 200
+    prompts = [[5 + (i * 7 + j) % 50 for j in range(length)] for i in range(budget // length + 3)]
+    params = SamplingParams(max_new_tokens=4, temperature=1.0, seed=5)
+    whole = sampler.generate(prompts, 2, params)
+    half = len(prompts) // 2
+    first = sampler.generate(prompts[:half], 2, params)
+    second = sampler.generate(prompts[half:], 2, SamplingParams(max_new_tokens=4, temperature=1.0, seed=5 + half * 2))
+    ids = lambda res: [x.token_ids for row in res for x in row]  # noqa: E731
+    assert ids(whole) == ids(first) + ids(second)
+
+
 def test_top_p_warns_and_sleep_is_a_noop_on_cpu(engine):
     sampler, _ = engine
     sampler._warned_top_p = False
