@@ -46,7 +46,7 @@ def load_task(cfg: C.Config) -> tuple[list[dict], list[dict]]:
     if cfg.eval_task:
         held = data.load_rows(cfg.eval_task, kind, split="test", seed=cfg.seed)
     else:
-        held = data.load_rows(cfg.task, kind, split="test", seed=cfg.seed) if cfg.task == "arithmetic" else []
+        held = data.load_rows(cfg.task, kind, split="test", seed=cfg.seed) if cfg.task in data.BUILTIN_TASKS else []
     return train, held
 
 
@@ -85,6 +85,29 @@ def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg: C.Config, prefil
     return (counts[0] / counts[1].clamp(min=1)).item()
 
 
+def load_benchmarks(cfg: C.Config) -> list:
+    """eval.py tasks for `eval_benchmarks`, loaded now so a bad name or path stops the run before compute."""
+    from nanogrpo import benchmarks
+
+    tasks = []
+    for spec in filter(None, (s.strip() for s in cfg.eval_benchmarks.split(","))):
+        try:
+            tasks.append(benchmarks.load_task(spec, limit=cfg.eval_size))
+        except (ValueError, FileNotFoundError) as e:
+            raise C.ConfigError(f"config key 'eval_benchmarks': {e}") from None
+    return tasks
+
+
+def run_benchmarks(tasks: list, sampler, model_dir: str, cfg: C.Config, step: int) -> dict:
+    """eval.py's evaluate() with the trainer's sampler (weights already synced) -> {"eval/TASK/METRIC": value}.
+    Sampling as eval.py's defaults, with the run's max_new_tokens; every sample in OUT_DIR/evals/."""
+    from eval import evaluate
+
+    res = evaluate(model_dir, tasks, n=cfg.eval_benchmarks_n, sampler=sampler, max_new_tokens=cfg.max_new_tokens,
+                   out=str(Path(cfg.out_dir) / "evals" / f"step_{step:06d}.json"), seed=cfg.seed)
+    return {f"eval/{name}/{k}": v for name, t in res["tasks"].items() for k, v in t["metrics"].items()}
+
+
 def main(argv: list[str]) -> dict:
     cfg = C.load(argv)  # bad keys / types stop here, before anything is loaded
     device = dist.init(cfg.device)
@@ -100,6 +123,7 @@ def main(argv: list[str]) -> dict:
 
     # --- data, model, optimizer, sampler: every input is checked before the first step ---
     train_rows, eval_rows = load_task(cfg)
+    bench_tasks = load_benchmarks(cfg) if cfg.eval_every else []
     tokenizer = M.load_tokenizer(cfg.model)
     # chat templates that end the prompt with "<think>" (R1-Distill): the format reward must know
     prefilled_think = data.format_prompt(train_rows[0], tokenizer, cfg.template).rstrip().endswith("<think>")
@@ -134,10 +158,16 @@ def main(argv: list[str]) -> dict:
                 + (f" | resumed from {resume_from}" if resume_from else ""))
     logger = Logger(cfg.out_dir, cfg.steps, start, cfg.wandb_project, cfg.wandb_run_name, vars(cfg))
     eval_rows = eval_rows[: cfg.eval_size]
+
+    def evaluations(step: int) -> dict:  # held-out accuracy on the task's split, then eval.py's benchmarks
+        got = {"heldout_accuracy": heldout_accuracy(sampler, tokenizer, eval_rows, cfg, prefilled_think)} if eval_rows else {}
+        return {**got, **(run_benchmarks(bench_tasks, sampler, weights, cfg, step) if bench_tasks else {})}
+
     results = {}
-    if cfg.eval_every and eval_rows and start == 0:
-        results["heldout_accuracy_start"] = heldout_accuracy(sampler, tokenizer, eval_rows, cfg, prefilled_think)
-        logger.log(-1, {"heldout_accuracy": results["heldout_accuracy_start"]})
+    if cfg.eval_every and (eval_rows or bench_tasks) and start == 0:
+        start_evals = evaluations(0)
+        results.update({f"{k}_start": v for k, v in start_evals.items()})
+        logger.log(-1, start_evals)
 
     pad_id = tokenizer.pad_token_id
     params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
@@ -199,15 +229,17 @@ def main(argv: list[str]) -> dict:
             "tokens_per_s": sum(lens) / (time.time() - t_step),
         }
         last = step + 1 == cfg.steps
-        if cfg.eval_every and eval_rows and ((step + 1) % cfg.eval_every == 0 or last):
-            metrics["heldout_accuracy"] = results["heldout_accuracy_end"] = heldout_accuracy(sampler, tokenizer, eval_rows, cfg, prefilled_think)
+        if cfg.eval_every and (eval_rows or bench_tasks) and ((step + 1) % cfg.eval_every == 0 or last):
+            step_evals = evaluations(step + 1)
+            metrics.update(step_evals)
+            results.update({f"{k}_end": v for k, v in step_evals.items()})
         logger.log(step, metrics, cfg.log_every)
         if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final):
             path = checkpoint.save(cfg.out_dir, step + 1, policy, optimizer, scheduler, tokenizer,
                                    {"data": stream.state_dict()}, cfg.keep_checkpoints)
             logger.event(f"saved {path}")
     logger.close()
-    if "heldout_accuracy_start" in results or "heldout_accuracy_end" in results:
+    if results:
         dist.print0(" | ".join(f"{k} {v:.3f}" for k, v in results.items()))
     return results
 

@@ -34,7 +34,7 @@ class Config:
     # --- data and rewards ---
     task: str = "arithmetic"  # built-in "arithmetic", or a .jsonl / .parquet path of math or code rows
     eval_task: str = ""  # held-out rows for eval_every ("" = the task's held-out split; arithmetic has one)
-    template: str = "raw"  # raw (problem text as is) | chat (tokenizer chat template)
+    template: str = "raw"  # raw (problem text as is) | chat (tokenizer chat template) | math_eval (chat + eval.py's math prompt)
     system_prompt: str = ""  # chat template only; "" = the data module's default instruction
     reward: str = "exact"  # exact (answer string) | math (math-verify) | code (sandbox tests)
     format_weight: float = 0.0  # weight of the <think>...</think> format reward added to the main reward
@@ -77,9 +77,11 @@ class Config:
 
     # --- logging, eval, checkpoints ---
     log_every: int = 1  # print a line every N steps (metrics.jsonl gets every step)
-    eval_every: int = 100  # held-out accuracy every N steps (and at the start and end); 0 = never
+    eval_every: int = 100  # held-out accuracy (and eval_benchmarks) every N steps, at the start and the end; 0 = never
     eval_size: int = 500  # held-out problems per eval
     eval_temperature: float = 1.0  # sampling temperature for held-out accuracy (0 = greedy)
+    eval_benchmarks: str = ""  # eval.py tasks run with the trainer's sampler at each eval, e.g. "gsm8k,math500" or "name=PATH.jsonl"; eval_size problems each, results in OUT_DIR/evals/
+    eval_benchmarks_n: int = 1  # samples per problem for eval_benchmarks (eval.py's sampling: T=0.6, top-p 0.95, max_new_tokens)
     save_every: int = 0  # checkpoint every N steps (and at the end); 0 = only at the end
     keep_checkpoints: int = 2  # older complete checkpoints are deleted
     save_final: bool = True  # write a checkpoint after the last step
@@ -95,7 +97,7 @@ FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 CHOICES = {
     "device": ("auto", "cpu", "cuda"),
     "dtype": ("auto", "float32", "bfloat16"),
-    "template": ("raw", "chat"),
+    "template": ("raw", "chat", "math_eval"),
     "reward": ("exact", "math", "code"),
     "sandbox": ("local", "e2b"),
     "sampler": ("torch", "vllm"),
@@ -142,7 +144,8 @@ def _coerce(key: str, value, from_string: bool):
 
 def validate(cfg: Config) -> Config:
     """Cross-field checks that need no model or data."""
-    positive = ("steps", "prompts_per_step", "group_size", "max_new_tokens", "mu", "micro_batch_size", "logprob_chunk")
+    positive = ("steps", "prompts_per_step", "group_size", "max_new_tokens", "mu", "micro_batch_size", "logprob_chunk",
+                "eval_benchmarks_n")
     for key in positive:
         if getattr(cfg, key) < 1:
             raise ConfigError(f"config key '{key}' must be >= 1; got {getattr(cfg, key)}")

@@ -5,6 +5,7 @@ A row that cannot be normalised stops the run before any compute, naming the fil
 
 The built-in task "arithmetic" (3-digit addition, "347+589=" -> "936") needs no files: it is what the
 tiny CPU model is warm-started on (nanogrpo/tiny.py) and what the default GRPO run trains on.
+"word_problems" (nanogrpo/word_problems.py) is GSM8K-style, for small pretrained chat models.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from nanogrpo.word_problems import word_problem_rows
 
 # ----------------------------------------------------------------------------------------------
 # The built-in task: 3-digit addition with a held-out split.
@@ -63,6 +66,10 @@ def arithmetic_rows(split: str, n: int, seed: int = 0) -> list[dict]:
         if not _is_heldout(a, b):
             rows.append(arithmetic_row(a, b))
     return rows
+
+
+# Built-in tasks (no files): name -> rows(split, n, seed). Each has a held-out split.
+BUILTIN_TASKS = {"arithmetic": arithmetic_rows, "word_problems": word_problem_rows}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -180,11 +187,11 @@ def load_rows(source: str, kind: str = "math", split: str = "train", n: int | No
     """Rows from "arithmetic" (built-in task; split/n/seed used) or a .jsonl / .parquet file.
 
     Every row is normalised before anything else runs, so a bad row stops the run at once."""
-    if source == "arithmetic":
-        return arithmetic_rows(split, n if n is not None else (20_000 if split == "train" else 500), seed)
+    if source in BUILTIN_TASKS:
+        return BUILTIN_TASKS[source](split, n if n is not None else (20_000 if split == "train" else 500), seed)
     path = Path(source)
     if not path.is_file():
-        raise DataError(f"dataset {source!r}: no such file (and not a built-in task; built-in: 'arithmetic')")
+        raise DataError(f"dataset {source!r}: no such file (and not a built-in task: {', '.join(BUILTIN_TASKS)})")
     if path.suffix == ".jsonl":
         records = _read_jsonl(path)
     elif path.suffix == ".parquet":
@@ -207,14 +214,20 @@ def format_prompt(row: dict, tokenizer, template: str = "raw", system_prompt: st
 
     "raw": the problem text as it is (the tiny model continues "347+589=" with the digits).
     "chat": the tokenizer's chat template with an optional system message, the problem followed by
-    `instruction` as the user turn, and the assistant header appended (add_generation_prompt)."""
+    `instruction` as the user turn, and the assistant header appended (add_generation_prompt).
+    "math_eval": as "chat", with eval.py's math prompt (lighteval's MATH template, nanogrpo/benchmarks.py)
+    as the user turn, so a run trains on the prompt that eval.py scores it with."""
     if template == "raw":
         return row["problem"]
-    if template != "chat":
-        raise ValueError(f"unknown prompt template {template!r} (expected 'raw' or 'chat')")
+    if template not in ("chat", "math_eval"):
+        raise ValueError(f"unknown prompt template {template!r} (expected 'raw', 'chat' or 'math_eval')")
     if getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError("prompt template 'chat' needs a tokenizer with a chat template; use template='raw'")
+        raise ValueError(f"prompt template {template!r} needs a tokenizer with a chat template; use template='raw'")
     user = row["problem"]
+    if template == "math_eval":
+        from nanogrpo.benchmarks import MATH_TEMPLATE  # imported here: benchmarks reads rows through this module
+
+        user, instruction = MATH_TEMPLATE.replace("{problem}", user), None
     if row.get("starter_code"):
         user += f"\n\nStart from this code:\n```\n{row['starter_code']}\n```"
     if instruction:

@@ -300,8 +300,14 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     `even_out` gives every rank the same number of micro-batches (FSDP collectives run in each)."""
     device = next(policy.parameters()).device
     budget = cfg.micro_batch_tokens
-    batches = even_out(make_batches(rollouts, cfg.micro_batch_size, pad_id, cfg, budget), pad_id, cfg, budget)
-    z = normaliser(batches, cfg.loss_norm)
+    z = normaliser(make_batches(rollouts, cfg.micro_batch_size, pad_id, cfg, budget), cfg.loss_norm)
+    # A completion with advantage 0 adds exactly 0 to the gradient when there is no KL term (both arms
+    # of the clipped surrogate are 0 * ratio), so only the others are run forward and backward. The
+    # normaliser z above still counts every completion: the update is the same, at the cost of the
+    # completions that carry signal (zero-variance groups are most of a step early in a hard task).
+    trained = [r for r in rollouts if cfg.beta > 0 or (r.advantage is not None and r.advantage != 0)]
+    batches = make_batches(trained, cfg.micro_batch_size, pad_id, cfg, budget) if trained else []
+    batches = even_out(batches, pad_id, cfg, budget)
     to = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
 
     def logprobs(model, b, entropy=False):
@@ -338,6 +344,9 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
                 sums["loss"] += loss.detach().double().cpu()
                 sums["entropy"] += (ent * mask).sum().double().cpu()
                 sums["gap"] += ((logp.detach() - sampler_logp).abs() * mask).sum().double().cpu()
+        for q in policy.parameters():  # nothing trained on any rank: a zero gradient, so AdamW's moments
+            if q.grad is None and q.requires_grad:  # and step count move as when every completion was run
+                q.grad = torch.zeros_like(q)
         if cfg.grad_clip > 0:
             norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
         else:
@@ -350,9 +359,10 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     keys = list(sums)
     totals = dist.all_reduce(torch.stack([sums[k] for k in keys]))  # sums over ranks
     t = dict(zip(keys, totals.tolist()))
-    tokens = max(t["tokens"], 1.0)
+    tokens = t["tokens"] or math.nan  # no trained token anywhere: the per-token metrics are undefined
     return {
         "loss": t["loss"],  # already a global mean: summed partial means
+        # per-token means over the trained completions (advantage != 0, or all when beta > 0)
         "entropy": t["entropy"] / tokens,
         "kl": t["kl"] / tokens,
         "clip_low_frac": t["clip_low"] / tokens,

@@ -234,3 +234,20 @@ def test_stream_resume_reproduces_batches():
 def test_stream_rejects_indivisible_batch():
     with pytest.raises(ValueError, match="divisible by world size 4"):
         PromptStream(rows_n(10), 6, rank=0, world_size=4)
+
+
+def test_math_eval_template_is_the_prompt_eval_py_scores():
+    """template="math_eval" trains on exactly the token ids eval.py gives the same row (gsm8k task)."""
+    import eval as eval_cli
+    from nanogrpo import benchmarks
+    from nanogrpo.tiny import build_tokenizer
+
+    tok = build_tokenizer()
+    tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    row = {"problem": "Ava has 3 apples and gets 4 more. How many apples does she have?", "answer": "7"}
+    task = benchmarks.Task("gsm8k", "math", [row], 1, benchmarks._math_prompt)
+    ids, _ = eval_cli.prompt_ids(task, row, tok)
+    assert encode_prompt(row, tok, "math_eval") == ids
+    assert "Think step by step" in format_prompt(row, tok, "math_eval")
+    assert encode_prompt(row, tok, "chat") != ids  # the default chat prompt is a different one

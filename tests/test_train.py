@@ -131,3 +131,36 @@ def test_vllm_sampler_resumes_with_the_checkpoint_weights(warm_model_dir, tmp_pa
     train.main([*args, "steps=3", "resume=true"])
     gaps = {m["step"]: m["logprob_gap"] for m in metrics(tmp_path)}
     assert gaps[1] < 1e-4 and gaps[3] < 1e-4, gaps
+
+
+def test_benchmarks_every_n_steps_equal_eval_py_on_the_checkpoint(warm_model_dir, tmp_path):
+    """eval_benchmarks runs eval.py's evaluate() with the trainer's synced sampler: the eval after the
+    last step must equal eval.py run on the final checkpoint (same sampling, same seed), sample by sample."""
+    import eval as eval_cli
+
+    bench = tmp_path / "sums.jsonl"
+    bench.write_text("".join(json.dumps({"problem": f"{a}+{a + 7}=", "answer": str(2 * a + 7)}) + "\n"
+                             for a in range(101, 106)))
+    out = tmp_path / "run"
+    res = train.main(small(warm_model_dir, out, "steps=2", "eval_every=2", f"eval_benchmarks=sums={bench}",
+                           "eval_benchmarks_n=3", "eval_size=4", "max_new_tokens=6", "lr=1e-3"))
+    key = "eval/sums/pass@1:n=3"
+    assert key + "_start" in res and key + "_end" in res and "heldout_accuracy_end" in res
+    logged = metrics(out)
+    assert [m["step"] for m in logged if key in m] == [0, 2]  # at the start (logged as step 0) and the end
+    evals = sorted((out / "evals").glob("step_*.json"))
+    assert [p.name for p in evals] == ["step_000000.json", "step_000002.json"]
+
+    ref = eval_cli.evaluate(str(checkpoint.latest(str(out))), [f"sums={bench}"], n=3, limit=4, sampler_kind="torch",
+                            device="cpu", max_new_tokens=6, out=str(tmp_path / "ref.json"), seed=0)
+    assert ref["tasks"]["sums"]["metrics"][key.split("/")[-1]] == res[key + "_end"]
+    samples = lambda p: [(r["id"], r["sample"], r["completion"]) for r in  # noqa: E731
+                         map(json.loads, eval_cli.samples_path(p).read_text().splitlines())]
+    assert samples(evals[-1]) == samples(tmp_path / "ref.json")
+    assert samples(evals[0]) != samples(evals[-1])  # the weights moved between the two evals
+
+
+def test_bad_benchmark_fails_before_compute(tiny_model_dir, tmp_path):
+    with pytest.raises(ConfigError, match="eval_benchmarks.*nosuch"):
+        train.main(small(tiny_model_dir, tmp_path / "r", "eval_every=5", "eval_benchmarks=nosuch"))
+    assert not (tmp_path / "r").exists()

@@ -53,3 +53,81 @@ def test_two_ranks_equal_one_process(tiny_model_dir, tmp_path, loss_norm):
     one = run(tiny_model_dir, tmp_path / "one.pt", 4, loss_norm)
     two = run(tiny_model_dir, tmp_path / "two.pt", 4, loss_norm, nproc=2)
     assert_same(one, two)
+
+
+def _policy_and_cfg(model_dir, opt_cls, **over):
+    from types import SimpleNamespace
+
+    from nanogrpo import dist
+    from nanogrpo import model as M
+
+    dist.init("cpu")
+    cfg = SimpleNamespace(clip_low=0.2, clip_high=0.28, beta=0.0, tis_cap=0.0, loss_norm="token", mask_truncated=True,
+                          max_new_tokens=9, micro_batch_size=4, micro_batch_tokens=0, temperature=0.9, mu=1,
+                          grad_clip=0.0)
+    cfg.__dict__.update(over)
+    policy = M.make_policy(model_dir, torch.device("cpu"), torch.float32, 3, False)
+    opt = opt_cls(policy.parameters(), lr=1.0) if opt_cls is torch.optim.SGD else opt_cls(policy.parameters(), lr=1e-3)
+    return policy, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0), cfg
+
+
+def test_zero_advantage_completions_are_skipped_without_changing_the_update(tiny_model_dir):
+    """grpo.step runs only completions with advantage != 0 (beta = 0). Reference: a naive loop over
+    every counted completion, zero-advantage ones included, with the plain HF model: SGD with lr 1
+    makes the weight change equal to minus the gradient."""
+    from transformers import AutoModelForCausalLM
+
+    from nanogrpo import grpo
+    from nanogrpo import model as M
+
+    rollouts = update_check.fixed_rollouts()
+    assert any(r.advantage == 0 and grpo.counts(r, True) for r in rollouts)  # the case under test occurs
+    policy, opt, sched, cfg = _policy_and_cfg(tiny_model_dir, torch.optim.SGD)
+    before = M.full_state_dict_cpu(policy)
+    stats = grpo.step(policy, None, opt, sched, rollouts, cfg, pad_id=1)
+    after = M.full_state_dict_cpu(policy)
+    trained = [r for r in rollouts if r.advantage != 0 and grpo.counts(r, True)]
+    assert stats["train_tokens"] == sum(len(r.completion_ids) for r in trained)
+
+    ref = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    counted = [r for r in rollouts if grpo.counts(r, True)]
+    z = sum(len(r.completion_ids) for r in counted)  # token normaliser over every counted completion
+    for r in counted:
+        ids = torch.tensor([r.prompt_ids + r.completion_ids])
+        logits = ref(ids).logits[0, len(r.prompt_ids) - 1 : -1] / cfg.temperature
+        logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(r.completion_ids)[:, None])[:, 0]
+        mask = torch.ones(1, len(logp))
+        loss, _ = grpo.policy_loss(logp[None], logp[None].detach(), None, torch.tensor([r.advantage]), mask, cfg, z=z)
+        loss.backward()
+    grads = dict(ref.named_parameters())
+    for name, w in before.items():
+        g = grads[name].grad if grads[name].grad is not None else torch.zeros_like(w)
+        torch.testing.assert_close(before[name] - after[name], g, rtol=0, atol=2e-6, msg=name)
+
+
+def test_a_step_with_nothing_to_train_still_moves_adams_moments(tiny_model_dir):
+    """All advantages 0: no forward runs, but AdamW must see a zero gradient (its momentum keeps moving
+    the weights), exactly as if every completion had been run."""
+    from nanogrpo import grpo
+    from nanogrpo import model as M
+
+    rollouts = update_check.fixed_rollouts()
+    flat = [grpo.Rollout(r.prompt_ids, r.completion_ids, r.sampler_logprobs, 0.0, False, 0.0) for r in rollouts]
+    runs = []
+    for manual in (False, True):
+        policy, opt, sched, cfg = _policy_and_cfg(tiny_model_dir, torch.optim.AdamW)
+        grpo.step(policy, None, opt, sched, rollouts, cfg, pad_id=1)  # a real update first: momentum != 0
+        mid = M.full_state_dict_cpu(policy)
+        if manual:  # the reference: AdamW stepped with zero gradients
+            for q in policy.parameters():
+                q.grad = torch.zeros_like(q)
+            opt.step()
+            sched.step()
+        else:
+            stats = grpo.step(policy, None, opt, sched, flat, cfg, pad_id=1)
+            assert stats["train_tokens"] == 0 and stats["grad_norm"] == 0
+        runs.append((mid, M.full_state_dict_cpu(policy)))
+    (mid, skipped), (_, manual) = runs
+    assert any(not torch.equal(mid[k], skipped[k]) for k in mid)  # momentum moved the weights
+    for k in skipped:
+        torch.testing.assert_close(skipped[k], manual[k], rtol=0, atol=0, msg=k)
