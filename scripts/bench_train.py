@@ -318,6 +318,9 @@ def main() -> None:
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="bf16 peak for MFU (default: from the GPU name)")
     ap.add_argument("--json", default="", help="also write the raw results here")
     a = ap.parse_args()
+    memory_tokens = [t.strip() for t in a.memory_tokens.split(",") if t.strip()]
+    if not all(t.isdigit() and int(t) > 0 for t in memory_tokens):  # before any model is built
+        ap.error(f"--memory-tokens takes positive token counts separated by commas ('' skips); got {a.memory_tokens!r}")
     device = a.device
     if a.models is None:
         a.models = "tiny,smollm2-135m" if device == "cpu" else "qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-7b"
@@ -382,14 +385,14 @@ def main() -> None:
         print(f"| {name} | {system} | {n} | {tok} | {mbs} | {t:.2f} | {med:.2f} | {tps:.0f} | {'%.1f%%' % (100 * mfu) if mfu else '-'} | "
               f"{'%.1f' % mem if mem else '-'} | {'%.2fx' % ratio if ratio else '-'} |")
 
-    if a.memory_tokens:
+    if memory_tokens:
         vocab, source = qwen_vocab()
         hidden = 896  # Qwen2.5-0.5B
         print(f"\nlog-probs + entropy, forward + backward, hidden {hidden}, vocab {vocab} ({source}); "
               f"peak memory above the inputs, the lm_head and its gradient (GiB):")
         print(f"| tokens | naive: full (T, V) fp32 logits + log_softmax | nanogrpo: chunks of {a.chunk}, recomputed in backward |")
         print("| ---: | ---: | ---: |")
-        for tokens in map(int, a.memory_tokens.split(",")):
+        for tokens in map(int, memory_tokens):
             m = raw.setdefault("memory", {})[tokens] = measure_memory(tokens, hidden, vocab, a.chunk, device)
             print(f"| {tokens} | {m['naive']['peak_gib']:.2f} | {m['chunked']['peak_gib']:.2f} |", flush=True)
     if a.json:
