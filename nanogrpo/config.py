@@ -61,6 +61,7 @@ class Config:
     mu: int = 1  # optimisation passes over one batch of rollouts (old log-probs taken once)
     loss_norm: str = "token"  # token (all valid tokens of the step) | sequence | constant (Dr.GRPO)
     mask_truncated: bool = False  # drop completions that hit max_new_tokens from the loss
+    skip_zero_advantage: bool = True  # beta = 0: only completions with advantage != 0 run forward/backward (the same gradient; entropy/clip/gap metrics then cover those only)
     tis_cap: float = 0.0  # truncated importance-sampling weight cap for sampler/trainer mismatch; 0 = off
 
     # --- optimisation ---

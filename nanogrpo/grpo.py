@@ -305,7 +305,8 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     # of the clipped surrogate are 0 * ratio), so only the others are run forward and backward. The
     # normaliser z above still counts every completion: the update is the same, at the cost of the
     # completions that carry signal (zero-variance groups are most of a step early in a hard task).
-    trained = [r for r in rollouts if cfg.beta > 0 or (r.advantage is not None and r.advantage != 0)]
+    skip = cfg.beta == 0 and cfg.skip_zero_advantage
+    trained = [r for r in rollouts if not skip or (r.advantage is not None and r.advantage != 0)]
     batches = make_batches(trained, cfg.micro_batch_size, pad_id, cfg, budget) if trained else []
     batches = even_out(batches, pad_id, cfg, budget)
     to = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731

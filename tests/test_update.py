@@ -62,7 +62,7 @@ def _policy_and_cfg(model_dir, opt_cls, **over):
     from nanogrpo import model as M
 
     dist.init("cpu")
-    cfg = SimpleNamespace(clip_low=0.2, clip_high=0.28, beta=0.0, tis_cap=0.0, loss_norm="token", mask_truncated=True,
+    cfg = SimpleNamespace(clip_low=0.2, clip_high=0.28, beta=0.0, tis_cap=0.0, loss_norm="token", mask_truncated=True, skip_zero_advantage=True,
                           max_new_tokens=9, micro_batch_size=4, micro_batch_tokens=0, temperature=0.9, mu=1,
                           grad_clip=0.0)
     cfg.__dict__.update(over)
