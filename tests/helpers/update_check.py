@@ -28,11 +28,19 @@ def fixed_rollouts(n_prompts=4, group=4, vocab=200, seed=0, max_prompt=6, max_co
     return out
 
 
+def config(**over) -> SimpleNamespace:
+    """The update's config for fixed_rollouts (max_new_tokens = their longest completion)."""
+    cfg = SimpleNamespace(clip_low=0.2, clip_high=0.28, beta=0.0, tis_cap=0.0, loss_norm="token", mask_truncated=True,
+                          skip_zero_advantage=True, max_new_tokens=9, micro_batch_size=4, micro_batch_tokens=0,
+                          temperature=0.9, mu=1, grad_clip=0.0)
+    cfg.__dict__.update(over)
+    return cfg
+
+
 def main(model_dir, out, micro_batch, loss_norm="token", mu=1, beta=0.0):
     device = dist.init("cpu")
     torch.manual_seed(0)
-    cfg = SimpleNamespace(clip_low=0.2, clip_high=0.28, beta=beta, tis_cap=0.0, loss_norm=loss_norm, mask_truncated=True, skip_zero_advantage=True,
-                          max_new_tokens=9, micro_batch_size=micro_batch, micro_batch_tokens=0, temperature=0.9, mu=mu, grad_clip=0.0)
+    cfg = config(beta=beta, loss_norm=loss_norm, micro_batch_size=micro_batch, mu=mu)
     policy = M.make_policy(model_dir, device, torch.float32, chunk_size=3, activation_checkpointing=False)
     ref = M.make_policy(model_dir, device, torch.float32, 3, False, trainable=False) if beta > 0 else None
     with torch.no_grad():  # move the reference away from the policy so the KL term is not trivially 0
