@@ -18,7 +18,8 @@ from nanogrpo import checkpoint, data, dist, grpo, rewards
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.log import Logger
-from nanogrpo.sampler import SamplingParams, make_sampler
+from nanogrpo.evaluate import evaluate, make_sampler
+from nanogrpo.sampler import SamplingParams
 
 
 def lr_lambda(cfg: C.Config, total_updates: int):
@@ -99,10 +100,9 @@ def load_benchmarks(cfg: C.Config) -> list:
 
 
 def run_benchmarks(tasks: list, sampler, model_dir: str, cfg: C.Config, step: int) -> dict:
-    """eval.py's evaluate() with the trainer's sampler (weights already synced) -> {"eval/TASK/METRIC": value}.
-    Sampling as eval.py's defaults, with the run's max_new_tokens; every sample in OUT_DIR/evals/."""
-    from eval import evaluate
-
+    """eval.py's evaluate() (nanogrpo/evaluate.py) with the trainer's sampler (weights already synced)
+    -> {"eval/TASK/METRIC": value}. Sampling as eval.py's defaults, with the run's max_new_tokens; every
+    sample in OUT_DIR/evals/."""
     res = evaluate(model_dir, tasks, n=cfg.eval_benchmarks_n, sampler=sampler, max_new_tokens=cfg.max_new_tokens,
                    out=str(Path(cfg.out_dir) / "evals" / f"step_{step:06d}.json"), seed=cfg.seed)
     return {f"eval/{name}/{k}": v for name, t in res["tasks"].items() for k, v in t["metrics"].items()}

@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from nanogrpo.data import MATH_TEMPLATE, load_rows
 from nanogrpo.sandbox import convert
 
 # ../shared/data next to the repository: the eval files are not copied into the repo.
@@ -25,16 +26,8 @@ DEFAULT_DATA_DIR = Path(os.environ.get("NANOGRPO_DATA", Path(__file__).resolve()
 
 # ---------------------------------------------------------------- prompt templates
 
-# Math (aime24, math500, amc23, gsm8k). Source: lighteval's MATH query template, which open-r1 uses for
-# its AIME 2024 / MATH-500 evaluations of DeepSeek-R1-style models (lighteval `math_500`/`aime24` tasks,
-# originally the template of OpenAI's simple-evals). We use it for GSM8K and AMC 2023 too (our choice:
-# lighteval's own gsm8k task is a few-shot base-model prompt, which chat models answer poorly).
-MATH_TEMPLATE = (
-    "Solve the following math problem efficiently and clearly.  The last line of your response should be "
-    "of the following format: 'Therefore, the final answer is: $\\boxed{ANSWER}$. I hope it is correct' "
-    "(without quotes) where ANSWER is just the final number or expression that solves the problem. "
-    "Think step by step before answering.\n\n{problem}"
-)
+# Math (aime24, math500, amc23, gsm8k): MATH_TEMPLATE, lighteval's MATH query template. It lives in
+# nanogrpo/data.py (training prompts use it too, template = "math_eval"); its source is cited there.
 
 # LiveCodeBench code generation. Source: LiveCodeBench `lcb_runner/prompts/code_generation.py`
 # (commit 0b6e5ff), the OpenAI-chat style: the generic system message, and the user message of
@@ -106,8 +99,6 @@ def load_math_rows(path: Path) -> list[dict]:
     """Math rows with a stable id (the data loader maps question/solution/'#### N' spellings)."""
     if not path.is_file():
         raise FileNotFoundError(f"eval data {str(path)!r} not found (set --data DIR or name=PATH in --tasks)")
-    from nanogrpo.data import load_rows
-
     rows = load_rows(str(path), "math", verbose=False)
     raw = [json.loads(line) for line in path.open(encoding="utf-8") if line.strip()] if path.suffix == ".jsonl" else []
     raw += [{}] * (len(rows) - len(raw))  # parquet: ids are row numbers

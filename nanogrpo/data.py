@@ -207,6 +207,18 @@ def load_rows(source: str, kind: str = "math", split: str = "train", n: int | No
 
 DEFAULT_MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
+# eval.py's math prompt (aime24, math500, amc23, gsm8k; nanogrpo/benchmarks.py takes it from here).
+# Source: lighteval's MATH query template, which open-r1 uses for its AIME 2024 / MATH-500 evaluations
+# of DeepSeek-R1-style models (lighteval `math_500`/`aime24` tasks, originally the template of OpenAI's
+# simple-evals). We use it for GSM8K and AMC 2023 too (our choice:
+# lighteval's own gsm8k task is a few-shot base-model prompt, which chat models answer poorly).
+MATH_TEMPLATE = (
+    "Solve the following math problem efficiently and clearly.  The last line of your response should be "
+    "of the following format: 'Therefore, the final answer is: $\\boxed{ANSWER}$. I hope it is correct' "
+    "(without quotes) where ANSWER is just the final number or expression that solves the problem. "
+    "Think step by step before answering.\n\n{problem}"
+)
+
 
 def format_prompt(row: dict, tokenizer, template: str = "raw", system_prompt: str | None = None,
                   instruction: str | None = DEFAULT_MATH_INSTRUCTION) -> str:
@@ -225,8 +237,6 @@ def format_prompt(row: dict, tokenizer, template: str = "raw", system_prompt: st
         raise ValueError(f"prompt template {template!r} needs a tokenizer with a chat template; use template='raw'")
     user = row["problem"]
     if template == "math_eval":
-        from nanogrpo.benchmarks import MATH_TEMPLATE  # imported here: benchmarks reads rows through this module
-
         user, instruction = MATH_TEMPLATE.replace("{problem}", user), None
     if row.get("starter_code"):
         user += f"\n\nStart from this code:\n```\n{row['starter_code']}\n```"

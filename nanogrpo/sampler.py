@@ -310,13 +310,3 @@ class TorchSampler:
         if self.device.type != "cpu":
             self.model.to(self.device)
 
-
-def make_sampler(kind: str, model_dir: str, device: str, dtype: torch.dtype, **kwargs) -> Sampler:
-    """Build the sampler named by `kind`: "torch" (this file) or "vllm" (imported only when asked for)."""
-    if kind == "torch":
-        return TorchSampler(model_dir, device=device, dtype=dtype, **kwargs)
-    if kind == "vllm":
-        from nanogrpo.vllm_sampler import VLLMSampler
-
-        return VLLMSampler(model_dir, device=device, dtype=dtype, **kwargs)
-    raise ValueError(f"unknown sampler kind {kind!r}: expected 'torch' or 'vllm'")

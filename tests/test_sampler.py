@@ -9,7 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from nanogrpo.sampler import Completion, SamplingParams, TorchSampler, make_sampler
+from nanogrpo.evaluate import make_sampler
+from nanogrpo.sampler import Completion, SamplingParams, TorchSampler
 
 PROMPTS = ["12+34=", "What is 1234 plus 5678? The answer is", "7", "99+1="]
 
@@ -314,12 +315,14 @@ def test_make_sampler(tiny_model_dir):
     assert isinstance(c, Completion) and len(c.token_ids) == 2
     with pytest.raises(ValueError, match="unknown sampler kind 'tgi'"):
         make_sampler("tgi", tiny_model_dir, "cpu", torch.float32)
-    # vllm is imported inside make_sampler only: no module-level import of it here.
+    # vllm is imported inside make_sampler only: no module-level import of it in sampler.py (nor evaluate.py).
     import ast
 
-    import nanogrpo.sampler as mod
+    import nanogrpo.evaluate
+    import nanogrpo.sampler
 
-    tree = ast.parse(Path(mod.__file__).read_text())
-    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    names = [a.name for n in top for a in n.names] + [n.module or "" for n in top if isinstance(n, ast.ImportFrom)]
-    assert names and not [x for x in names if "vllm" in x]
+    for mod in (nanogrpo.sampler, nanogrpo.evaluate):
+        tree = ast.parse(Path(mod.__file__).read_text())
+        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        names = [a.name for n in top for a in n.names] + [n.module or "" for n in top if isinstance(n, ast.ImportFrom)]
+        assert names and not [x for x in names if "vllm" in x], mod.__name__

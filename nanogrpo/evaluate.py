@@ -1,0 +1,219 @@
+"""Generation and scoring, one path: build a sampler, prompt a benchmark row, generate, score, pass@k.
+
+eval.py (the CLI), train.py's in-run evals (`eval_benchmarks`) and scripts/generate.py all run through
+this module, so a number from one of them means the same as from the others. Tasks, prompts and
+defaults live in nanogrpo/benchmarks.py; the metrics (pass@k) there too.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from nanogrpo import benchmarks, rewards
+from nanogrpo.benchmarks import Task
+from nanogrpo.sampler import Sampler, SamplingParams, TorchSampler
+
+MAX_NEW_TOKENS_CAP = 32768  # the reference evaluations' generation budget for reasoning models
+
+
+def _dist():
+    """(rank, world size, all_gather_object) from torch.distributed if a group is up, else single process."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        def gather(obj):
+            out = [None] * dist.get_world_size()
+            dist.all_gather_object(out, obj)
+            return out
+
+        return dist.get_rank(), dist.get_world_size(), gather
+    return 0, 1, lambda obj: [obj]
+
+
+def _log(msg: str, rank: int) -> None:
+    if rank == 0:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def make_sampler(kind: str, model_dir: str, device: str, dtype: torch.dtype, **kwargs) -> Sampler:
+    """The sampler named by `kind`: "torch" (nanogrpo/sampler.py), "vllm" (imported only when asked for),
+    or "auto": vLLM where it is installed and the device is a GPU, the PyTorch sampler otherwise.
+
+    It lives here, not in sampler.py, because vllm_sampler.py imports sampler.py's types: a factory in
+    sampler.py that imports vllm_sampler.py would make the two import each other."""
+    if kind == "auto":
+        try:
+            import vllm  # noqa: F401
+
+            kind = "vllm" if str(device).startswith("cuda") else "torch"
+        except ImportError:
+            kind = "torch"
+    if kind == "torch":
+        return TorchSampler(model_dir, device=device, dtype=dtype, **kwargs)
+    if kind == "vllm":
+        from nanogrpo.vllm_sampler import VLLMSampler
+
+        return VLLMSampler(model_dir, device=device, dtype=dtype, **kwargs)
+    raise ValueError(f"unknown sampler kind {kind!r}: expected 'torch', 'vllm' or 'auto'")
+
+
+
+def prompt_ids(task: Task, row: dict, tokenizer) -> tuple[list[int], bool]:
+    """Token ids of the prompt, and whether the chat template ended it with `<think>` (R1-Distill)."""
+    messages = benchmarks.user_messages(task, row)
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    else:  # a base model: system and user text, one after the other
+        text = "\n\n".join(m["content"] for m in messages)
+        ids = tokenizer(text)["input_ids"]
+    return ids, text.rstrip().endswith("<think>")
+
+
+def context_length(model_dir: str) -> int:
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    cfg = cfg.get("text_config", cfg)
+    return int(cfg.get("max_position_embeddings") or cfg.get("max_sequence_length") or 4096)
+
+
+def score(task: Task, completions: list[str], rows: list[dict]) -> list[float | None]:
+    if task.kind == "math":
+        return rewards.math_rewards(completions, [r["answer"] for r in rows])
+    return rewards.code_rewards(completions, rows)
+
+
+def run_task(task, sampler, tokenizer, n, sampling, context, seed, rank, world, gather):
+    """Generate and score this rank's share of the task -> (per-problem results, sample records, token budget)."""
+    mine = list(range(rank, len(task.rows), world))  # strided: ranks get similar mixes of problems
+    encoded = {i: prompt_ids(task, task.rows[i], tokenizer) for i in mine}
+    longest = max((len(ids) for ids, _ in encoded.values()), default=0)
+    longest = max(gather(longest))
+    # The budget: what was asked for (or the reference cap), never past the model's context.
+    budget = min(sampling["max_new_tokens"] or MAX_NEW_TOKENS_CAP, context - longest)
+    if budget < 1:
+        raise ValueError(f"eval {task.name}: the longest prompt ({longest} tokens) fills the context ({context})")
+    per_call = max(1, 64 // n)  # problems per generate call: about 64 rows, and a progress line per call
+    done, t0 = 0, time.monotonic()
+    problems, records = [], []
+    for start in range(0, len(mine), per_call):
+        idx = mine[start : start + per_call]
+        params = SamplingParams(max_new_tokens=budget, temperature=sampling["temperature"],
+                                top_p=sampling["top_p"], seed=seed + 7919 * rank + start)  # reproducible per call
+        outs = sampler.generate([encoded[i][0] for i in idx], n, params)
+        flat_rows = [task.rows[i] for i in idx for _ in range(n)]
+        flat = [c for group in outs for c in group]
+        verdicts = score(task, [c.text for c in flat], flat_rows)
+        for k, i in enumerate(idx):
+            row, prefilled = task.rows[i], encoded[i][1]
+            group = flat[k * n : (k + 1) * n]
+            vs = verdicts[k * n : (k + 1) * n]
+            problems.append({"index": i, "correct": [v == 1.0 for v in vs], "unscored": sum(v is None for v in vs),
+                             "tokens": [len(c.token_ids) for c in group],
+                             "truncated": sum(c.finish_reason == "length" for c in group),
+                             "format": sum(rewards.format_reward(c.text, prefilled) for c in group)})
+            for j, (c, v) in enumerate(zip(group, vs)):
+                records.append({"task": task.name, "index": i, "id": row.get("id", str(i)), "sample": j,
+                                "answer": row.get("answer"), "reward": v, "correct": v == 1.0,
+                                "finish_reason": c.finish_reason, "num_tokens": len(c.token_ids),
+                                "completion": c.text})
+        done += len(idx)
+        acc = sum(sum(p["correct"]) for p in problems) / max(1, n * len(problems))
+        _log(f"eval {task.name}: {done}/{len(mine)} problems on rank {rank}, pass@1 so far {acc:.3f}, "
+             f"{time.monotonic() - t0:.0f}s", rank)
+    return problems, records, budget
+
+
+def evaluate(
+    model_dir: str,
+    tasks: list[str | Task],
+    n: int | None = None,
+    limit: int | None = None,
+    sampler=None,
+    sampler_kind: str = "auto",
+    device: str | None = None,
+    dtype: torch.dtype | None = None,
+    temperature: float = 0.6,
+    top_p: float = 0.95,
+    max_new_tokens: int | None = None,
+    data_dir: str | None = None,
+    out: str | None = None,
+    seed: int = 0,
+) -> dict:
+    """Run the tasks and return the results dict (on every rank); rank 0 writes `out` and its samples.
+
+    `tasks`: names / `name=PATH` specs (see benchmarks.load_task) or ready `Task`s (a held-out split).
+    `sampler`: pass the trainer's sampler (weights already synced) to skip loading the model again.
+    """
+    rank, world, gather = _dist()
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and world > 1:
+        device = f"cuda:{torch.cuda.current_device()}"
+    dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
+    loaded = [t if isinstance(t, Task) else benchmarks.load_task(t, data_dir, limit) for t in tasks]
+    if any(t.kind == "code" for t in loaded):
+        # Check the sandbox now (SandboxUnavailable says how to fix it), not after hours of generation,
+        # when every code reward would come back None (unscored) and pass@1 would read as 0.
+        from nanogrpo.sandbox import get_pool
+
+        get_pool().start()
+    if sampler is None:
+        sampler = make_sampler(sampler_kind, model_dir, device, dtype)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    context = context_length(model_dir)
+    sampling = {"temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens}
+    results = {"model": str(model_dir), "world_size": world, "seed": seed, "sampling": sampling, "tasks": {}}
+    all_records = []
+    t_start = time.monotonic()
+    for task in loaded:
+        task_n = n or task.default_n
+        t0 = time.monotonic()
+        problems, records, budget = run_task(task, sampler, tokenizer, task_n, sampling, context, seed, rank, world, gather)
+        problems = sorted((p for part in gather(problems) for p in part), key=lambda p: p["index"])
+        records = sorted((r for part in gather(records) for r in part), key=lambda r: (r["index"], r["sample"]))
+        samples = task_n * len(problems)
+        tokens = [t for p in problems for t in p["tokens"]]
+        results["tasks"][task.name] = {
+            "metrics": benchmarks.task_metrics([p["correct"] for p in problems]),
+            "problems": len(problems),
+            "n": task_n,
+            "max_new_tokens": budget,
+            "unscored": sum(p["unscored"] for p in problems),  # reward None: gold unparseable / sandbox failed
+            "truncated": sum(p["truncated"] for p in problems) / max(1, samples),
+            "format": sum(p["format"] for p in problems) / max(1, samples),
+            "mean_tokens": sum(tokens) / max(1, len(tokens)),
+            "seconds": round(time.monotonic() - t0, 1),
+            **task.meta,
+        }
+        all_records += records
+        unscored = results["tasks"][task.name]["unscored"]
+        if unscored:
+            _log(f"WARNING eval {task.name}: {unscored} of {samples} samples could not be scored (reward None: "
+                 "unparseable gold or a sandbox failure); pass@1 counts them as wrong", rank)
+    results["seconds"] = round(time.monotonic() - t_start, 1)
+    if rank == 0 and out:
+        out_path = Path(out)
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(results, indent=2) + "\n")
+        with samples_path(out_path).open("w") as f:
+            for r in all_records:
+                f.write(json.dumps(r) + "\n")
+    return results
+
+
+def samples_path(out: Path) -> Path:
+    return out.with_name(out.stem + ".samples.jsonl")
+
+
+def markdown_table(results: dict) -> str:
+    lines = ["| task | problems | metric | value |", "| --- | --- | --- | --- |"]
+    for name, t in results["tasks"].items():
+        for metric, value in t["metrics"].items():
+            lines.append(f"| {name} | {t['problems']} | {metric} | {100 * value:.1f} |")
+    return "\n".join(lines)
