@@ -46,8 +46,9 @@ class E2BWorker:
         try:
             self.sbx = await cls.create(template=self.template, timeout=self.lifetime_s, api_key=self.api_key,
                                         allow_internet_access=False)
-            with open(RUNNER) as f:
-                await self.sbx.files.write(f"{REMOTE}/runner.py", f.read())
+            for name in ("runner.py", "confine.py"):  # the runner imports confine.py from its directory
+                with open(os.path.join(os.path.dirname(RUNNER), name)) as f:
+                    await self.sbx.files.write(f"{REMOTE}/{name}", f.read())
         except Exception as e:  # noqa: BLE001  any SDK or network error is infrastructure
             raise InfraError(f"could not create E2B sandbox: {e!r}") from e
 

@@ -59,9 +59,11 @@ def validate_problem(p: dict) -> None:
 # -- comparison ------------------------------------------------------------------------------
 def _decimals(line: str):
     try:
-        return [Decimal(tok) for tok in line.split()]
+        ds = [Decimal(tok) for tok in line.split()]
     except (InvalidOperation, ValueError):
         return None
+    # NaN never equals anything, and comparing a signalling NaN raises: such a line compares as text only.
+    return None if any(d.is_nan() for d in ds) else ds
 
 
 def stdio_match(output: str, expected: str) -> bool:
@@ -104,7 +106,7 @@ def harness_payload(res: ExecResult):
         return None
     try:
         payload = json.loads(res.stdout.rsplit(MARK, 1)[1])
-    except ValueError:
+    except (ValueError, RecursionError):  # the program controls this line: deep or broken JSON is its loss
         return None
     return payload if isinstance(payload, dict) else None
 
@@ -113,9 +115,9 @@ def _value_matches(payload, expected: str) -> bool:
     """The harness's value equals the expected JSON; a malformed (forged) payload is simply wrong."""
     try:
         got = decode(payload["value"])
-    except (KeyError, ValueError, TypeError):
+        return values_equal(_plain(got), _plain(json.loads(expected)))
+    except (KeyError, ValueError, TypeError, RecursionError):  # e.g. a value nested thousands deep
         return False
-    return values_equal(_plain(got), _plain(json.loads(expected)))
 
 
 # -- running ---------------------------------------------------------------------------------

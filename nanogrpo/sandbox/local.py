@@ -16,6 +16,7 @@ import tempfile
 from .types import ExecResult, ExecSpec, InfraError
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
+CONFINE = os.path.join(os.path.dirname(RUNNER), "confine.py")  # imported by the runner, next to it
 # Untrusted code never runs as root (RLIMIT_NPROC ignores root). Each slot of each process gets its own
 # uid, so slots and pools (e.g. one per training rank) never share a process budget or kill each other.
 BASE_UID = 100000
@@ -43,15 +44,17 @@ def bwrap_argv(tmp_mb: int) -> list[str]:
             argv += ["--symlink", os.readlink(d), d]
         elif os.path.exists(d):
             argv += ["--ro-bind", d, d]
-    argv += ["--ro-bind", RUNNER, "/sandbox/runner.py",
+    argv += ["--ro-bind", RUNNER, "/sandbox/runner.py", "--ro-bind", CONFINE, "/sandbox/confine.py",
              "--dev", "/dev", "--proc", "/proc", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
              "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
              "--die-with-parent", "--new-session", "--clearenv", "--setenv", "NANOGRPO_PIDNS", "1",
              "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "LC_ALL", "C.UTF-8"]
     if os.geteuid() == 0:
         # Run as real root with only what the runner needs; the untrusted child drops all of it.
+        # SYS_ADMIN: each execution's own IPC + mount namespaces and private /dev/shm (confine.py).
         argv += ["--cap-drop", "ALL"]
-        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_FOWNER"):
+        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_FOWNER",
+                    "CAP_SYS_ADMIN"):
             argv += ["--cap-add", cap]
     else:
         argv += ["--unshare-user"]

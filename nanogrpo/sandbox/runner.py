@@ -19,15 +19,25 @@ import resource
 import select
 import shutil
 import signal
+import socket
 import struct
 import sys
 import time
 import traceback  # imported here, once: the forked children run programs with it already loaded
 import types
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)  # confine.py sits next to this file (in the sandbox too); programs never see the entry
+import confine  # noqa: E402
+sys.path.remove(_HERE)
+
 JOBS_ROOT = os.environ.get("NANOGRPO_JOBS_ROOT", "/tmp/jobs")
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "out of memory", "Cannot allocate memory")
+# The wall-clock backstop catches programs that sleep or block. One that wanted the CPU for at least
+# STARVED of the elapsed time (CPU + run-queue wait) was starved by load: its deadline is stretched, up
+# to MAX_STRETCH times; still starved then is an infrastructure error (None, retried), never a timeout.
+STARVED, MAX_STRETCH = 0.5, 4
 
 
 def read_exact(fd, n):
@@ -64,15 +74,7 @@ def job_dir(job):
 
 def kill_untrusted(uid):
     """Kill every process of the untrusted uid, including ones that left the process group."""
-    # pid 2 under bwrap's pid-1 reaper: proof that we are in our own pid namespace (never kill(-1) the host).
-    if os.environ.get("NANOGRPO_PIDNS") == "1" and os.getpid() == 2:
-        # Inside our own pid namespace, kill(-1) reaches everything except pid 1 and ourselves.
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return
-    if uid != os.getuid():  # outside a pid namespace: a helper with the untrusted uid kills its own processes
+    if uid != os.getuid():  # a helper with the untrusted uid kills every process of that uid (not root's)
         pid = os.fork()
         if pid == 0:
             try:
@@ -83,6 +85,13 @@ def kill_untrusted(uid):
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
+    # pid 2 under bwrap's pid-1 reaper: proof that we are in our own pid namespace (never kill(-1) the host).
+    elif os.environ.get("NANOGRPO_PIDNS") == "1" and os.getpid() == 2:
+        # Same uid (non-root mode, no zygote): kill(-1) reaches everything but pid 1 and ourselves.
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def write_file(cwd, name, text, uid):
@@ -118,7 +127,7 @@ def set_limits(lim):
     rl(resource.RLIMIT_CORE, 0)
 
 
-def run_exec(req, uid):
+def run_exec(req, uid, launcher=None):
     lim = req["limits"]
     cwd = job_dir(req["job"])
     if req.get("clean"):  # a fresh directory: nothing the program left behind is reused
@@ -131,42 +140,19 @@ def run_exec(req, uid):
         write_file(cwd, name, text, uid)
     # stdin is a real file: every way of reading it works, even seeking.
     stdin_path = write_file(cwd, ".stdin", req["stdin"], uid) if req.get("stdin") else os.devnull
+    # Only trusted fields go to the child's launcher (the zygote never holds a program's data).
+    spec = {"argv": req["argv"], "cwd": cwd, "stdin": stdin_path, "limits": lim,
+            "fresh_interpreter": bool(req.get("fresh_interpreter")), "env": dict(ENV, HOME=cwd, TMPDIR=cwd)}
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     exc_r, exc_w = os.pipe2(os.O_CLOEXEC)  # tells the parent that exec itself failed (an infra error)
-    env = dict(ENV, HOME=cwd, TMPDIR=cwd)
+    launcher = launcher or Direct(uid)
     t0 = time.monotonic()
-    pid = os.fork()
-    if pid == 0:  # child: never returns
-        try:
-            os.setsid()
-            stdin_fd = os.open(stdin_path, os.O_RDONLY)
-            os.dup2(stdin_fd, 0)
-            os.dup2(out_w, 1)
-            os.dup2(err_w, 2)
-            os.chdir(cwd)
-            if os.getuid() == 0 and uid != 0:
-                os.setgroups([])
-                os.setresgid(uid, uid, uid)
-                os.setresuid(uid, uid, uid)  # drops every capability
-            set_limits(lim)
-            os.closerange(3, exc_w)
-            os.closerange(exc_w + 1, 65536)
-            inproc = None if req.get("fresh_interpreter") else python_inprocess(req["argv"])
-            if inproc is not None:
-                os.close(exc_w)  # "exec" succeeded: the parent stops waiting and starts the clock
-                run_inprocess(*inproc, env)  # never returns
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-            exe = req["argv"][0]
-            exe = exe if "/" in exe else (shutil.which(exe, path=ENV["PATH"]) or exe)
-            os.execve(exe, req["argv"], env)
-        except BaseException as e:  # noqa: BLE001
-            try:
-                os.write(exc_w, repr(e).encode()[:1000])
-            finally:
-                os._exit(127)
-    for fd in (out_w, err_w, exc_w):
-        os.close(fd)
+    try:
+        pid = launcher.launch(spec, (out_w, err_w, exc_w))
+    finally:
+        for fd in (out_w, err_w, exc_w):
+            os.close(fd)
     exec_error = b""
     while True:
         chunk = os.read(exc_r, 1000)
@@ -177,18 +163,23 @@ def run_exec(req, uid):
     cap = int(lim["out_bytes"])
     bufs = {out_r: bytearray(), err_r: bytearray()}
     open_fds = [out_r, err_r]
-    pidfd = os.pidfd_open(pid)
-    deadline = t0 + float(lim["wall_s"])
-    wall_timeout = over_cap = False
-    status = rusage = None
+    wall_s = float(lim["wall_s"])
+    deadline, hard_deadline = t0 + wall_s, t0 + MAX_STRETCH * wall_s
+    wall_timeout = over_cap = overloaded = exited = False
     while True:
         now = time.monotonic()
         if now >= deadline:
+            cpu, waited = confine.cpu_and_runqueue_s(uid, exclude=(os.getpid(), launcher.pid))
+            if cpu + waited >= STARVED * (now - t0) and cpu < float(lim["cpu_s"]):  # starved, not idle
+                if now < hard_deadline:
+                    deadline = min(now + wall_s, hard_deadline)
+                    continue
+                overloaded = True
             wall_timeout = True
             break
-        rd, _, _ = select.select(open_fds + [pidfd], [], [], deadline - now)
+        rd, _, _ = select.select(open_fds + [launcher.exit_fd], [], [], deadline - now)
         for fd in rd:
-            if fd == pidfd:
+            if fd == launcher.exit_fd:
                 continue
             data = os.read(fd, 65536)
             if not data:
@@ -199,16 +190,15 @@ def run_exec(req, uid):
                     over_cap = True
         if over_cap:
             break
-        if pidfd in rd:
-            _, status, rusage = os.wait4(pid, 0)
+        if launcher.exit_fd in rd:
+            exited = True
             break
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     kill_untrusted(uid)
-    if status is None:
-        _, status, rusage = os.wait4(pid, 0)
+    status, cpu = launcher.wait()
     # Drain what the program wrote before it ended (everything holding the pipes is dead now).
     end = time.monotonic() + 1.0
     while open_fds and time.monotonic() < end:
@@ -220,10 +210,9 @@ def run_exec(req, uid):
             elif len(bufs[fd]) <= cap:
                 bufs[fd] += data
                 over_cap = over_cap or len(bufs[fd]) > cap
-    for fd in (out_r, err_r, pidfd):
+    for fd in (out_r, err_r):
         os.close(fd)
     wall = time.monotonic() - t0
-    cpu = rusage.ru_utime + rusage.ru_stime
     code = os.waitstatus_to_exitcode(status)
     stdout = bytes(bufs[out_r][:cap]).decode("utf-8", "replace")
     stderr = bytes(bufs[err_r][:cap]).decode("utf-8", "replace")
@@ -233,6 +222,9 @@ def run_exec(req, uid):
             return {"status": "runtime_error", "exit_code": 127, "stdout": "", "stderr": msg,
                     "time_s": wall, "cpu_s": cpu}
         return {"infra_error": msg}  # the interpreter or compiler itself is missing: the sandbox's fault
+    if overloaded and not exited:
+        return {"infra_error": f"machine overloaded: the program was starved of CPU for {wall:.1f} s "
+                               f"(used {cpu:.2f} s of {lim['cpu_s']} s); not scored as a timeout"}
     if over_cap:
         kind = "output_limit"
     elif wall_timeout or cpu > float(lim["cpu_s"]) or code in (-signal.SIGXCPU,):
@@ -247,6 +239,107 @@ def run_exec(req, uid):
         kind = "ok"
     return {"status": kind, "exit_code": code, "stdout": stdout, "stderr": stderr,
             "time_s": wall, "cpu_s": cpu}
+
+
+def start_child(spec, out_w, err_w, exc_w, uid):
+    """In the forked child: confine, drop to the untrusted uid, then exec (or run in-process). Never returns."""
+    try:
+        os.setsid()
+        if os.getuid() == 0 and uid != 0:  # root (the normal case): this execution's own namespaces
+            confine.new_namespaces(int(spec["limits"].get("shm_mb", 64)))
+        stdin_fd = os.open(spec["stdin"], os.O_RDONLY)
+        os.dup2(stdin_fd, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.chdir(spec["cwd"])
+        if os.getuid() == 0 and uid != 0:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)  # drops every capability
+        set_limits(spec["limits"])
+        confine.install_seccomp()
+        os.closerange(3, exc_w)
+        os.closerange(exc_w + 1, 65536)
+        argv = spec["argv"]
+        inproc = None if spec["fresh_interpreter"] else python_inprocess(argv)
+        if inproc is not None:
+            os.close(exc_w)  # "exec" succeeded: the parent stops waiting and starts the clock
+            run_inprocess(*inproc, spec["env"])  # never returns
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        exe = argv[0]
+        exe = exe if "/" in exe else (shutil.which(exe, path=ENV["PATH"]) or exe)
+        os.execve(exe, argv, spec["env"])
+    except BaseException as e:  # noqa: BLE001
+        try:
+            os.write(exc_w, repr(e).encode()[:1000])
+        finally:
+            os._exit(127)
+
+
+class Direct:
+    """Fork the execution from this process (one-shot runs: `once`, and the non-root mode)."""
+
+    def __init__(self, uid):
+        self.uid, self.pid, self.child, self.exit_fd = uid, None, None, None
+
+    def launch(self, spec, fds):
+        self.child = os.fork()
+        if self.child == 0:
+            start_child(spec, *fds, self.uid)
+        self.exit_fd = os.pidfd_open(self.child)
+        return self.child
+
+    def wait(self):
+        _, status, ru = os.wait4(self.child, 0)
+        os.close(self.exit_fd)
+        return status, ru.ru_utime + ru.ru_stime
+
+
+class Zygote:
+    """A fork of the runner made before any request, so its heap never held a program's source, input or
+    output; every execution forks from it, and finds nothing of an earlier one in its inherited memory.
+    It gets only trusted fields (argv, paths, limits) and the pipe fds (SCM_RIGHTS); it reports the pid,
+    then the exit status and CPU time."""
+
+    def __init__(self, uid, close=()):
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.pid = os.fork()
+        if self.pid == 0:
+            for fd in close:  # the runner's protocol pipes: only the runner may hold them
+                os.close(fd)
+            self.sock.close()
+            try:
+                zygote_loop(theirs, uid)
+            finally:
+                os._exit(0)
+        theirs.close()
+        self.exit_fd = self.sock.fileno()  # readable when the execution's exit status arrives
+
+    def launch(self, spec, fds):
+        socket.send_fds(self.sock, [json.dumps(spec).encode()], list(fds))
+        return json.loads(self.sock.recv(4096))["pid"]
+
+    def wait(self):
+        rep = json.loads(self.sock.recv(4096))
+        return rep["status"], rep["cpu"]
+
+
+def zygote_loop(sock, uid):
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+        except OSError:
+            return
+        if not msg:  # the runner is gone
+            return
+        pid = os.fork()
+        if pid == 0:
+            start_child(json.loads(msg), *fds, uid)
+        for fd in fds:
+            os.close(fd)
+        sock.send(json.dumps({"pid": pid}).encode())
+        _, status, ru = os.wait4(pid, 0)
+        sock.send(json.dumps({"status": status, "cpu": ru.ru_utime + ru.ru_stime}).encode())
 
 
 def python_inprocess(argv):
@@ -317,7 +410,7 @@ def exit_code(e):
     return 1
 
 
-def probe(uid):
+def probe(uid, launcher=None):
     """Facts about the isolation as the untrusted uid sees it (checked by the pool before use)."""
     code = (
         "import os, resource, socket\n"
@@ -326,15 +419,18 @@ def probe(uid):
         "except OSError: r['root_writable'] = False\n"
         "try:\n socket.create_connection(('1.1.1.1', 53), timeout=1); r['network'] = True\n"
         "except OSError: r['network'] = False\n"
+        "r['ipc_ns'] = os.readlink('/proc/self/ns/ipc')\n"
         "print(__import__('json').dumps(r))\n"
     )
     lim = {"cpu_s": 5, "wall_s": 10, "mem_mb": 512, "fsize_mb": 1, "nofile": 64, "nproc": 64,
            "out_bytes": 10000}
-    res = run_exec({"job": "probe", "argv": [sys.executable, "-I", "-c", code], "limits": lim}, uid)
+    res = run_exec({"job": "probe", "argv": [sys.executable, "-I", "-c", code], "limits": lim}, uid, launcher)
     end_job("probe", uid)
     if res.get("status") != "ok":
         return {"error": f"probe failed: {res}"}
-    return json.loads(res["stdout"])
+    facts = json.loads(res["stdout"])
+    facts["ipc_per_execution"] = facts.pop("ipc_ns") != os.readlink("/proc/self/ns/ipc")
+    return facts
 
 
 def end_job(job, uid):
@@ -343,14 +439,14 @@ def end_job(job, uid):
     return {"ok": True}
 
 
-def handle(req, uid):
+def handle(req, uid, launcher=None):
     op = req.get("op")
     if op == "exec":
-        return run_exec(req, uid)
+        return run_exec(req, uid, launcher)
     if op == "end":
         return end_job(req["job"], uid)
     if op == "probe":
-        return probe(uid)
+        return probe(uid, launcher)
     return {"infra_error": f"unknown op {op!r}"}
 
 
@@ -363,12 +459,15 @@ def serve(uid):
     os.dup2(null, 1)
     os.close(null)
     gc.freeze()  # start-up objects stay out of the collector: forked children copy fewer pages
+    # Root mode: executions fork from a zygote made now, before any untrusted byte is read. (As the same
+    # uid, a program could read the runner's memory directly anyway: see docs/sandbox.md.)
+    launcher = Zygote(uid, close=(inp, out)) if uid != os.getuid() else None
     while True:
         req = read_msg(inp)
         if req is None:
             return
         try:
-            rep = handle(req, uid)
+            rep = handle(req, uid, launcher)
         except Exception as e:  # noqa: BLE001  a runner bug is an infra error, never a verdict
             rep = {"infra_error": f"runner: {e!r}"}
         write_msg(out, rep)

@@ -24,6 +24,7 @@ class Limits:
     nofile: int = 256         # open files
     nproc: int = 64           # processes + threads of the slot's uid
     out_bytes: int = 8 << 20  # stdout / stderr cap each
+    shm_mb: int = 64          # private /dev/shm size, and separately the SysV shm cap, per execution
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)

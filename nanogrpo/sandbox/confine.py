@@ -1,0 +1,122 @@
+"""Per-execution confinement, applied by runner.py in the forked child before it drops to the untrusted uid
+(stdlib only: it runs inside the sandbox next to runner.py).
+
+The slot's bwrap namespaces live as long as the slot; these live as long as one execution:
+
+- a fresh IPC namespace: SysV shm / message queues / semaphores and POSIX message queues start empty and
+  are destroyed with the execution's last process, so nothing passes from one execution to the next;
+- a fresh mount namespace with a private, size-capped tmpfs on /dev/shm (multiprocessing's semaphores and
+  shared memory live there), gone with the execution;
+- SysV limits in that IPC namespace, so memory pinned there (which RLIMIT_AS does not see once unmapped)
+  is capped too;
+- a seccomp filter: no keyring syscalls (the user keyring outlives executions of one uid) and no memfd
+  (memory that no rlimit or tmpfs size caps).
+"""
+import ctypes
+import os
+import platform
+import struct
+
+CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _sysctl(name, value):
+    with open(f"/proc/sys/kernel/{name}", "w") as f:
+        f.write(f"{value}\n")
+
+
+def new_namespaces(shm_mb: int) -> None:
+    """Own IPC + mount namespaces, a private /dev/shm of shm_mb, SysV capped at shm_mb (needs CAP_SYS_ADMIN)."""
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare(ipc, mount)")
+    _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
+    os.makedirs("/dev/shm", exist_ok=True)
+    opts = f"size={shm_mb}m,nr_inodes=4096,mode=1777".encode()
+    _check(_libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mount /dev/shm")
+    # IPC sysctls are per IPC namespace: these apply to this execution only.
+    _sysctl("shmmax", shm_mb << 20)
+    _sysctl("shmall", (shm_mb << 20) // os.sysconf("SC_PAGE_SIZE"))
+    _sysctl("shmmni", 64)
+    _sysctl("msgmni", 16)   # 16 queues x msgmnb (16 KB default) of message memory
+    _sysctl("sem", "250 4096 32 32")  # per set, total, ops per call, sets
+
+
+# -- seccomp -----------------------------------------------------------------------------------
+# (audit arch, {name: number}) per machine; an unknown machine gets no filter (docs/sandbox.md).
+_ARCH = {
+    "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "memfd_create": 319,
+                            "memfd_secret": 447}),
+    "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "memfd_create": 279,
+                             "memfd_secret": 447}),
+}
+_X32 = 0x40000000  # x86_64's x32 ABI: the same calls under other numbers; refused wholesale
+
+
+def _bpf(code, jt, jf, k):
+    return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
+
+
+def seccomp_program(machine: str | None = None) -> bytes | None:
+    """A classic-BPF filter: the listed syscalls (and any foreign ABI) fail with EPERM, the rest run."""
+    arch = _ARCH.get(machine or platform.machine())
+    if arch is None:
+        return None
+    audit_arch, nrs = arch
+    LD, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06
+    ALLOW, EPERM = 0x7FFF0000, 0x00050000 | 1
+    nums = sorted(nrs.values())
+    prog = [_bpf(LD, 0, 0, 4),                         # A = seccomp_data.arch
+            _bpf(JEQ, 1, 0, audit_arch),               # native ABI: go on; else deny
+            _bpf(RET, 0, 0, EPERM),
+            _bpf(LD, 0, 0, 0),                         # A = seccomp_data.nr
+            _bpf(JGE, len(nums) + 1, 0, _X32)]         # x32 numbers: deny
+    for i, nr in enumerate(nums):                      # a listed number: jump to the deny at the end
+        prog.append(_bpf(JEQ, len(nums) - i, 0, nr))
+    prog += [_bpf(RET, 0, 0, ALLOW), _bpf(RET, 0, 0, EPERM)]
+    return b"".join(prog)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
+def install_seccomp() -> bool:
+    """Install the filter on this process (inherited by its children and across exec). False: no filter
+    for this machine."""
+    prog = seccomp_program()
+    if prog is None:
+        return False
+    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    fprog = _SockFprog(len(prog) // 8, prog)
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+    return True
+
+
+# -- the wall-clock backstop under load ---------------------------------------------------------
+def cpu_and_runqueue_s(uid: int, exclude=()) -> tuple[float, float]:
+    """CPU time and time spent waiting for a CPU (runnable, not running), summed over every thread of
+    the uid's processes (/proc/PID/task/TID/schedstat). A program that sleeps has little of both; one
+    that a loaded machine starves has much of the second."""
+    cpu = wait = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) in exclude:
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as f:  # the real uid (the /proc/PID owner is root when not dumpable)
+                if not any(line.startswith("Uid:") and int(line.split()[1]) == uid for line in f):
+                    continue
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    run_ns, wait_ns, _ = f.read().split()
+                cpu, wait = cpu + int(run_ns), wait + int(wait_ns)
+        except (OSError, ValueError):  # the process ended while we looked
+            continue
+    return cpu / 1e9, wait / 1e9

@@ -1,0 +1,240 @@
+"""Every attack program the tests run against the sandbox, in one place (tests/test_sandbox*.py,
+tests/test_judge*.py and scripts/redteam.py all read it).
+
+An `Attack` is one or more programs run in turn on ONE slot (a fresh job each, as the trainer does);
+`escaped(verdicts)` says whether the attack got what it wanted (host memory pinned, data carried from
+one execution to the next, a reward it should not have, a None where the answer was simply wrong).
+"""
+import json
+from dataclasses import dataclass, field
+from typing import Callable
+
+from nanogrpo.sandbox.harness import MARK
+
+
+def stdio(expected="ok\n", stdin="", tl=2, **kw):
+    return {"id": "t", "language": "python", "mode": "stdio", "time_limit_s": tl,
+            "tests": [{"input": stdin, "output": expected}], **kw}
+
+
+def call(fn_name, args, expected, tl=2, **kw):
+    return {"id": "c", "language": "python", "mode": "call", "fn_name": fn_name, "time_limit_s": tl,
+            "tests": [{"input": json.dumps(args), "output": json.dumps(expected)}], **kw}
+
+
+def out(v, i=0) -> str:
+    return v.results[i].stdout if v is not None and v.results else ""
+
+
+# -- memory the program pins without mapping it (survives munmap, and maybe the program) ----------
+LIBC = "import ctypes, ctypes.util, os, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+# Each prints how many MB it managed to pin; the limit caps that, and nothing outlives the execution.
+PIN_SYSV_SHM = LIBC + """
+libc.shmat.restype = ctypes.c_void_p
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+pinned = 0
+for _ in range(12):
+    sid = libc.shmget(0, 100 << 20, 0o1000 | 0o600)   # IPC_PRIVATE, IPC_CREAT; never IPC_RMID
+    if sid < 0:
+        break
+    addr = libc.shmat(sid, None, 0)
+    if addr is None or addr == ctypes.c_void_p(-1).value:
+        break
+    ctypes.memset(addr, 1, 100 << 20)
+    libc.shmdt(ctypes.c_void_p(addr))
+    pinned += 100
+print(pinned)
+"""
+PIN_MEMFD = """
+import os
+fds, pinned = [], 0
+for i in range(16):
+    try:
+        fd = os.memfd_create(f"pin{i}")
+        for _ in range(60):
+            os.write(fd, b"x" * (1 << 20))
+    except OSError:
+        break
+    fds.append(fd)
+    pinned += 60
+print(pinned)
+"""
+PIN_DEV_SHM = """
+pinned = 0
+try:
+    with open('/dev/shm/pin', 'wb') as f:
+        for _ in range(1000):
+            f.write(b"x" * (1 << 20)); f.flush(); pinned += 1
+except OSError:
+    pass
+print(pinned)
+"""
+
+# -- channels from one execution to the next (same slot): writer prints the secret, reader what it found --
+SECRET = "import os\nsecret = 'SECRET-' + os.urandom(16).hex()\n"
+SYSV_SHM_WRITE = LIBC + SECRET + """
+libc.shmat.restype = ctypes.c_void_p
+sid = libc.shmget(0x4E47, 4096, 0o1000 | 0o666)
+addr = libc.shmat(sid, None, 0)
+ctypes.memmove(addr, secret.encode(), len(secret))
+print(secret)
+"""
+SYSV_SHM_READ = LIBC + """
+libc.shmat.restype = ctypes.c_void_p
+sid = libc.shmget(0x4E47, 0, 0)
+if sid >= 0:
+    addr = libc.shmat(sid, None, 0)
+    print(ctypes.string_at(addr, 39).decode(errors='replace'))
+print('done')
+"""
+SYSV_MSG_WRITE = LIBC + SECRET + """
+q = libc.msgget(0x4E47, 0o1000 | 0o666)
+msg = ctypes.create_string_buffer(8 + 64)
+ctypes.memmove(ctypes.addressof(msg), (1).to_bytes(8, 'little') + secret.encode(), 8 + len(secret))
+libc.msgsnd(q, msg, 64, 0o4000)  # IPC_NOWAIT
+print(secret)
+"""
+SYSV_MSG_READ = LIBC + """
+q = libc.msgget(0x4E47, 0)
+if q >= 0:
+    buf = ctypes.create_string_buffer(8 + 64)
+    if libc.msgrcv(q, buf, 64, 0, 0o4000) > 0:
+        print(buf.raw[8:47].decode(errors='replace'))
+print('done')
+"""
+POSIX_MQ = LIBC + """
+rt = ctypes.CDLL('librt.so.1', use_errno=True)
+"""
+POSIX_MQ_WRITE = POSIX_MQ + SECRET + """
+q = rt.mq_open(b'/nanogrpo', os.O_CREAT | os.O_WRONLY, 0o666, None)
+rt.mq_send(q, secret.encode(), len(secret), 0)
+print(secret)
+"""
+POSIX_MQ_READ = POSIX_MQ + """
+q = rt.mq_open(b'/nanogrpo', os.O_RDONLY | os.O_NONBLOCK)
+if q >= 0:
+    buf = ctypes.create_string_buffer(1 << 16)
+    n = rt.mq_receive(q, buf, 1 << 16, None)
+    if n > 0:
+        print(buf.raw[:n].decode(errors='replace'))
+print('done')
+"""
+KEYS = LIBC + """
+ADD_KEY, KEYCTL = {'x86_64': (248, 250), 'aarch64': (217, 219)}[platform.machine()]
+USER_KEYRING = -4
+"""
+KEYRING_WRITE = KEYS + SECRET + """
+libc.syscall(ADD_KEY, b'user', b'nanogrpo', secret.encode(), len(secret), USER_KEYRING)
+print(secret)
+"""
+KEYRING_READ = KEYS + """
+kid = libc.syscall(KEYCTL, 10, USER_KEYRING, b'user', b'nanogrpo', 0)  # KEYCTL_SEARCH
+if kid > 0:
+    buf = ctypes.create_string_buffer(256)
+    n = libc.syscall(KEYCTL, 11, kid, buf, 256)  # KEYCTL_READ
+    print(buf.raw[:max(n, 0)].decode(errors='replace'))
+print('done')
+"""
+# The runner reads every program's stdout: a forked execution must not find it in inherited memory.
+HEAP_WRITE = SECRET + "print((secret + ' ') * {n})\n"  # outputs of several sizes: several allocators
+HEAP_READ = """
+import ctypes, re
+found = set()
+for line in open('/proc/self/maps'):
+    parts = line.split()
+    lo, hi = (int(x, 16) for x in parts[0].split('-'))
+    if not parts[1].startswith('rw') or (len(parts) > 5 and parts[5] not in ('[heap]',)):
+        continue
+    for a in range(lo, hi, 1 << 20):
+        found.update(re.findall(rb'SECRET-[0-9a-f]{32}', ctypes.string_at(a, min(1 << 20, hi - a))))
+print(sorted(x.decode() for x in found))
+"""
+
+# -- correct programs that must score 1 --------------------------------------------------------
+MP_POOL = ("from multiprocessing import Pool\nif __name__ == '__main__':\n"
+           "    with Pool(2) as p:\n        print(sum(p.map(abs, range(-5, 5))))\n")
+MP_EXECUTOR = ("from concurrent.futures import ProcessPoolExecutor\nif __name__ == '__main__':\n"
+               "    with ProcessPoolExecutor(2) as ex:\n        print(sum(ex.map(abs, range(-5, 5))))\n")
+MP_QUEUE = ("import multiprocessing as mp\ndef f(q):\n    q.put(25)\nif __name__ == '__main__':\n"
+            "    q = mp.Queue()\n    p = mp.Process(target=f, args=(q,))\n    p.start()\n    print(q.get())\n    p.join()\n")
+
+# -- untrusted output that the judge must score 0 (not None) -------------------------------------
+SNAN = "print('sNaN')"
+DEEP_RETURN = ("import sys\nsys.setrecursionlimit(100000)\ndef f():\n    x = []\n"
+               "    for _ in range(2000):\n        x = [x]\n    return x\n")
+FORGED_DEEP = (f"import os\nos.write(1, ({MARK!r} + '{{\"value\": ' + '[' * 100000 + ']' * 100000 + '}}\\n')"
+               ".encode())\nos._exit(0)\ndef f(): return 0\n")
+
+
+@dataclass
+class Attack:
+    name: str
+    programs: list                   # run in turn on one slot, a fresh job each
+    problem: dict = field(default_factory=stdio)
+    escaped: Callable = None         # (verdicts) -> True when the attack got what it wanted
+    kind: str = "isolation"          # isolation | memory | leak | judge | correct
+
+
+def _pinned_over(cap_mb):
+    return lambda vs: vs[0] is None or int(out(vs[0]).strip() or 0) > cap_mb
+
+
+def _leaked(vs):
+    secret = out(vs[0]).strip().splitlines()[-1] if out(vs[0]).strip() else ""
+    return bool(secret) and any(secret in out(v) for v in vs[1:])
+
+
+def _leaked_any(vs):
+    """Writers and readers alternate: any writer's secret in any later reader's output."""
+    secrets = [out(w).split()[0] for w in vs[0::2] if out(w).split()]
+    return any(s in out(r) for s in secrets for r in vs[1::2])
+
+
+def _not_zero(vs):
+    return vs[0] is None or vs[0].reward != 0.0
+
+
+def _not_one(vs):
+    return vs[0] is None or vs[0].reward != 1.0
+
+
+# The most a program may pin outside RLIMIT_AS (/dev/shm tmpfs plus SysV shm), in MB.
+PIN_CAP_MB = 128
+ATTACKS = [
+    Attack("pin SysV shm 12 x 100 MB", [PIN_SYSV_SHM], stdio("0", tl=5, memory_limit_mb=256),
+           _pinned_over(PIN_CAP_MB), "memory"),
+    Attack("pin memfd 16 x 60 MB", [PIN_MEMFD], stdio("0", tl=5, memory_limit_mb=256), _pinned_over(PIN_CAP_MB), "memory"),
+    Attack("fill /dev/shm with 1 GB", [PIN_DEV_SHM], stdio("0", tl=5, memory_limit_mb=256),
+           _pinned_over(PIN_CAP_MB), "memory"),
+    Attack("SysV shm to the next execution", [SYSV_SHM_WRITE, SYSV_SHM_READ], escaped=_leaked, kind="leak"),
+    Attack("SysV msg queue to the next execution", [SYSV_MSG_WRITE, SYSV_MSG_READ], escaped=_leaked, kind="leak"),
+    Attack("POSIX mqueue to the next execution", [POSIX_MQ_WRITE, POSIX_MQ_READ], escaped=_leaked, kind="leak"),
+    Attack("user keyring to the next execution", [KEYRING_WRITE, KEYRING_READ], escaped=_leaked, kind="leak"),
+    Attack("runner heap to the next execution",
+           [p for n in (1, 3, 10, 30, 100) for p in (HEAP_WRITE.format(n=n), HEAP_READ)], escaped=_leaked_any, kind="leak"),
+    Attack("stdio sNaN", [SNAN], stdio("1"), _not_zero, "judge"),
+    Attack("call-mode return nested 2,000 deep", [DEEP_RETURN], call("f", [], []), _not_zero, "judge"),
+    Attack("forged harness line, 100k-deep JSON", [FORGED_DEEP], call("f", [], 0), _not_zero, "judge"),
+    Attack("multiprocessing.Pool", [MP_POOL], stdio("25"), _not_one, "correct"),
+    Attack("ProcessPoolExecutor", [MP_EXECUTOR], stdio("25"), _not_one, "correct"),
+    Attack("multiprocessing.Queue", [MP_QUEUE], stdio("25"), _not_one, "correct"),
+]
+BY_NAME = {a.name: a for a in ATTACKS}
+
+
+def run_attack(pool, attack):
+    """Verdicts of the attack's programs, in turn, on one slot (the pool must have concurrency 1)."""
+    from nanogrpo.sandbox import judge_many
+
+    return [judge_many([p], [attack.problem], pool=pool)[0] for p in attack.programs]
+
+
+def meminfo() -> dict:
+    """Host Shmem and MemAvailable in MB."""
+    got = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, val = line.split(":")
+            if key in ("Shmem", "MemAvailable"):
+                got[key] = int(val.split()[0]) // 1024
+    return got

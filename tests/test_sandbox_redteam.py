@@ -1,0 +1,89 @@
+"""The red-team's findings (issue 15), one property each; the programs live in tests/helpers/attacks.py."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers.attacks import ATTACKS, PIN_CAP_MB, meminfo, out, run_attack, stdio
+from nanogrpo.sandbox import SandboxPool, judge_many
+from nanogrpo.sandbox.local import bwrap_available
+
+pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap (apt-get install bubblewrap) missing")
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = SandboxPool(concurrency=1, isolation="bwrap").start()  # one slot: every program runs where the last ran
+    yield p
+    p.close()
+
+
+def by_kind(kind):
+    return [pytest.param(a, id=a.name) for a in ATTACKS if a.kind == kind]
+
+
+def shmem_settles(before_mb, slack_mb=64, wait_s=5.0):
+    """Host Shmem back within slack of `before` (namespaces are torn down asynchronously)."""
+    end = time.monotonic() + wait_s
+    while True:
+        now = meminfo()["Shmem"]
+        if now <= before_mb + slack_mb or time.monotonic() > end:
+            return now
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("attack", by_kind("memory"))
+def test_memory_pinned_outside_rlimit_as_is_capped_and_freed(pool, attack):
+    before = meminfo()["Shmem"]
+    vs = run_attack(pool, attack)
+    assert vs[0] is not None, "the sandbox failed"
+    assert int(out(vs[0]).strip() or 0) <= PIN_CAP_MB, f"pinned {out(vs[0]).strip()} MB"
+    after = shmem_settles(before)
+    assert after <= before + 64, f"host Shmem {before} -> {after} MB after the execution ended"
+
+
+@pytest.mark.parametrize("attack", by_kind("leak"))
+def test_nothing_passes_from_one_execution_to_the_next(pool, attack):
+    vs = run_attack(pool, attack)
+    assert all(v is not None for v in vs), "the sandbox failed"
+    assert not attack.escaped(vs), [out(v)[-200:] for v in vs]
+
+
+@pytest.mark.parametrize("attack", by_kind("correct"))
+def test_multiprocessing_programs_score_one(pool, attack):
+    v = run_attack(pool, attack)[0]
+    assert v is not None and v.reward == 1.0, (v.status, v.results[0].stderr[-500:]) if v else None
+
+
+@pytest.mark.parametrize("attack", by_kind("judge"))
+def test_untrusted_output_that_fails_to_parse_is_zero_not_none(pool, attack):
+    v = run_attack(pool, attack)[0]
+    assert v is not None and v.reward == 0.0
+
+
+HOG = "while True: pass"
+
+
+def test_load_does_not_fake_a_timeout(pool):
+    """A program using ~0.6 s of a 1 s CPU limit, starved by CPU hogs (each in its own session, so
+    the scheduler's autogroups give each hog as much CPU as the program), is not a timeout."""
+    spin = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\nprint('ok')")
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG], start_new_session=True) for _ in range(10)]
+    try:
+        time.sleep(0.3)
+        t = time.monotonic()
+        v = judge_many([spin], [stdio(tl=1)], pool=pool, wall_factor=1.0)[0]  # backstop 2 s
+        wall = time.monotonic() - t
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert v is not None, "overload may be an infrastructure error (retried), but not here"
+    assert v.status == "passed", (v.status, v.results[0].time_s, v.results[0].cpu_s, wall)
+
+
+def test_sleeping_program_still_times_out(pool):
+    v = judge_many(["import time; time.sleep(30)"], [stdio(tl=0.5)], pool=pool, wall_factor=2.0)[0]
+    assert v.status == "timeout" and v.results[0].time_s < 5
