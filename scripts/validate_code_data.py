@@ -28,10 +28,17 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=256, help="rows judged per pool call")
     ap.add_argument("--allow-unsandboxed", action="store_true")
     args = ap.parse_args(argv)
+    if not os.path.isfile(args.input):
+        ap.error(f"input {args.input!r} is not a file")
+    # Opening --out for writing would empty the input before a single row is read.
+    if os.path.realpath(args.out) == os.path.realpath(args.input) or (
+            os.path.exists(args.out) and os.path.samefile(args.out, args.input)):
+        ap.error(f"--out {args.out!r} is the input file; choose another path (nothing was written)")
 
     pool = SandboxPool(concurrency=args.concurrency, allow_unsandboxed=args.allow_unsandboxed).start()
     counts = collections.Counter()
-    with open(args.input) as f, open(args.out, "w") as out:
+    tmp = os.path.join(os.path.dirname(os.path.abspath(args.out)), f".{os.path.basename(args.out)}.tmp{os.getpid()}")
+    with open(args.input, "rb") as f, open(tmp, "w") as out:  # bytes: a non-UTF-8 line is reported, not altered
         batch = []
         for lineno, line in enumerate(f, 1):
             if line.strip():
@@ -42,6 +49,7 @@ def main(argv=None) -> int:
         if batch:
             _judge_batch(batch, pool, args.convert, out, counts)
     pool.close()
+    os.replace(tmp, args.out)  # the kept rows appear whole, once every row is judged
     total = sum(counts.values())
     print(f"validated {total} rows: kept {counts['passed']}, " +
           ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if k != "passed"), file=sys.stderr)
@@ -52,9 +60,9 @@ def _judge_batch(batch, pool, convert, out, counts):
     rows, todo = {}, []
     for lineno, line in batch:
         try:
-            row = json.loads(line)
-            row = to_schema(row)  # converts other forms when asked; always validates the schema
-            if not convert and "tests" not in json.loads(line):
+            raw = json.loads(line.decode("utf-8"))  # UnicodeDecodeError is a ValueError: reported as invalid
+            row = to_schema(raw)  # converts other forms when asked; always validates the schema
+            if not convert and "tests" not in raw:
                 raise ValueError("not in the code schema (pass --convert for dataset forms)")
             if not row.get("solution"):
                 raise ValueError("row has no reference 'solution'")

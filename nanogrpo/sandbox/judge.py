@@ -32,28 +32,55 @@ class JudgeOptions:
     node_extra_address_space_mb: int = 4096  # V8 reserves address space it never touches
 
 
-def validate_problem(p: dict) -> None:
-    """Raise ValueError naming what is wrong with a code problem row."""
-    if not isinstance(p, dict):
-        raise ValueError(f"code problem must be a dict, got {type(p).__name__}")
-    pid = p.get("id", "?")
+# Ranges a row's limits must lie in (a negative memory limit used to switch the limit off).
+TIME_LIMIT_S = (0.0, 600.0)
+MEMORY_LIMIT_MB = (16, 1 << 20)
+
+
+def _number_in(v, lo, hi) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and lo < v <= hi)
+
+
+def _problem_defects(p: dict) -> list[str]:
+    defects = []
     lang, mode = p.get("language", "python"), p.get("mode", "stdio")
     if lang not in LANGUAGES:
-        raise ValueError(f"problem {pid}: language {lang!r} not in {LANGUAGES}")
+        defects.append(f"language {lang!r} not in {LANGUAGES}")
     if mode not in MODES:
-        raise ValueError(f"problem {pid}: mode {mode!r} not in {MODES}")
-    if mode != "stdio" and lang != "python":
-        raise ValueError(f"problem {pid}: mode {mode!r} is Python-only, language is {lang!r}")
+        defects.append(f"mode {mode!r} not in {MODES}")
+    elif mode != "stdio" and lang != "python":
+        defects.append(f"mode {mode!r} is Python-only, language is {lang!r}")
+    if mode in ("call", "assert") and not (isinstance(p.get("fn_name"), str) and p.get("fn_name")):
+        defects.append(f"mode {mode!r} needs 'fn_name'" + (" (the entry point)" if mode == "assert" else ""))
+    for key, (lo, hi) in (("time_limit_s", TIME_LIMIT_S), ("memory_limit_mb", MEMORY_LIMIT_MB)):
+        if p.get(key) is not None and not _number_in(p[key], lo, hi):
+            defects.append(f"'{key}' must be a number in ({lo:g}, {hi:g}], got {p[key]!r}")
     tests = p.get("tests")
     if not isinstance(tests, list) or not tests:
-        raise ValueError(f"problem {pid}: 'tests' must be a non-empty list")
-    if mode == "call" and not p.get("fn_name"):
-        raise ValueError(f"problem {pid}: mode 'call' needs 'fn_name'")
-    if mode == "assert" and not p.get("fn_name"):
-        raise ValueError(f"problem {pid}: mode 'assert' needs 'fn_name' (the entry point)")
+        return defects + ["'tests' must be a non-empty list"]
     for i, t in enumerate(tests):
         if not isinstance(t, dict) or not isinstance(t.get("input"), str) or not isinstance(t.get("output"), str):
-            raise ValueError(f"problem {pid}: test {i} must be {{'input': str, 'output': str}}")
+            defects.append(f"test {i} must be {{'input': str, 'output': str}}")
+        elif mode == "call":  # the argument list and the expected value are JSON
+            try:
+                if not isinstance(json.loads(t["input"]), list):
+                    raise ValueError
+            except ValueError:
+                defects.append(f"test {i} 'input' must be a JSON array of arguments, got {t['input'][:40]!r}")
+            try:
+                json.loads(t["output"])
+            except ValueError:
+                defects.append(f"test {i} 'output' must be JSON (the expected value), got {t['output'][:40]!r}")
+    return defects
+
+
+def validate_problem(p: dict) -> None:
+    """Raise ValueError naming every invalid field of a code problem row (the one schema check)."""
+    if not isinstance(p, dict):
+        raise ValueError(f"code problem must be a dict, got {type(p).__name__}")
+    defects = _problem_defects(p)
+    if defects:
+        raise ValueError(f"problem {p.get('id', '?')}: " + "; ".join(defects))
 
 
 # -- comparison ------------------------------------------------------------------------------
