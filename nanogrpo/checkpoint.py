@@ -2,6 +2,8 @@
 
     out_dir/checkpoints/step_000050/
         config.json, model.safetensors, tokenizer files   <- from_pretrained / vLLM / eval.py load this
+        lora/adapters.safetensors                         <- LoRA runs only: the adapters (the HF files hold
+                                                             the merged weights base + B·A·alpha/r)
         optim/                                            <- optimizer state, sharded (torch.distributed.checkpoint)
         trainer_state.pt                                  <- step, scheduler, data position, config
         rng_rank{r}.pt                                    <- each rank's RNG states
@@ -24,7 +26,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
-from nanogrpo import dist
+from nanogrpo import dist, lora
 from nanogrpo.model import full_state_dict_cpu
 
 
@@ -58,6 +60,10 @@ def save(out_dir: str, step: int, policy, optimizer, scheduler, tokenizer, train
         policy.hf.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
     del weights
+    adapters = lora.adapter_state(policy.hf)  # collective; {} without LoRA
+    if dist.is_main() and adapters:  # the HF files above hold the merged weights; resume needs base + adapters
+        lora.save_adapters(tmp, adapters)
+    del adapters
     dcp.save({"optim": get_optimizer_state_dict(policy, optimizer)}, checkpoint_id=str(tmp / "optim"))
     torch.save(_rng_state(), tmp / f"rng_rank{dist.rank()}.pt")
     if dist.is_main():

@@ -63,6 +63,15 @@ class Config:
     mask_truncated: bool = False  # drop completions that hit max_new_tokens from the loss
     skip_zero_advantage: bool = True  # beta = 0: only completions with advantage != 0 run forward/backward (the same gradient; entropy/clip/gap metrics then cover those only)
     tis_cap: float = 0.0  # truncated importance-sampling weight cap for sampler/trainer mismatch; 0 = off
+    kl_estimator: str = "k3"  # k3 (gradient: reverse KL's) | k3_ratio (k3 x pi/pi_old: KL(pi||ref)'s gradient) | k2 (1/2 log^2 r)
+    ratio_level: str = "token"  # token (PPO/GRPO ratio per token) | sequence (GSPO: length-normalised sequence ratio)
+    policy_loss: str = "clip"  # clip (PPO clipped surrogate) | cispo (capped, detached IS weight x logp x A: no token dropped)
+    cispo_high: float = 4.0  # cispo: the importance weight is capped at 1 + cispo_high (no lower bound)
+
+    # --- LoRA (lora_rank = 0: full fine-tuning) ---
+    lora_rank: int = 0  # rank r of the adapters; > 0 trains only them (base frozen), see nanogrpo/lora.py
+    lora_alpha: float = 16.0  # the adapter update is B·A·alpha/r
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])  # linear layers (by name) that get adapters
 
     # --- optimisation ---
     lr: float = 1e-4  # peak learning rate (AdamW); the tiny model collapses at >= 2e-4
@@ -104,6 +113,9 @@ CHOICES = {
     "sampler": ("torch", "vllm"),
     "scale": ("group", "batch", "none"),
     "loss_norm": ("token", "sequence", "constant"),
+    "kl_estimator": ("k3", "k3_ratio", "k2"),
+    "ratio_level": ("token", "sequence"),
+    "policy_loss": ("clip", "cispo"),
     "lr_schedule": ("constant", "cosine", "linear"),
     "attention": ("auto", "sdpa", "flex_attention", "flash_attention_2"),
 }

@@ -1,4 +1,4 @@
-"""GRPO, all of it: group-relative advantages, the clipped surrogate, the k3 KL, the normaliser, the update.
+"""GRPO, all of it: group-relative advantages, the clipped surrogate (or GSPO / CISPO), the KL, the normaliser, the update.
 
 For each prompt q the sampler draws a group of G completions o_1..o_G with rewards r_1..r_G. We maximise
 
@@ -6,8 +6,8 @@ For each prompt q the sampler draws a group of G completions o_1..o_G with rewar
 
     ρ_it  = exp(logp_θ(o_it) - logp_old(o_it))          ratio to the policy that sampled (old log-probs)
     A_i   = (r_i - mean(r_group)) / (std + adv_eps)     group-relative advantage, one per completion
-    KL_it = exp(ref - logp) - (ref - logp) - 1          k3 estimator of KL(π_θ || π_ref): unbiased, >= 0,
-                                                        low variance (Schulman, "Approximating KL")
+    KL_it = exp(ref - logp) - (ref - logp) - 1          k3 estimator of KL(π_θ || π_ref) (Schulman,
+                                                        "Approximating KL"); see `kl_estimator` for its gradient
     c_it  = min(exp(logp_old - logp_sampler), tis_cap)  truncated importance sampling (only if tis_cap > 0)
     Z, w  = the normaliser (below)
 
@@ -15,7 +15,8 @@ The choices, as config knobs (defaults in brackets):
 - `scale` [group]: divide A by the group's reward std (GRPO); `batch`: by the std of all rewards of the
   step (more robust with small groups); `none`: no division (Dr.GRPO: the std term biases towards
   too-easy and too-hard prompts). std is the unbiased sample std; `adv_eps` [1e-4] guards the division.
-- Zero-variance groups (every reward equal, e.g. all wrong) get A = 0 exactly: they add no gradient
+- Zero-variance groups (every valid reward exactly equal, e.g. all wrong; decided on the values, so
+  fractional rewards such as 0.1, 0.1, 0.1 count too) get A = 0 exactly: they add no gradient
   (only KL), and their fraction is logged as `zero_std_frac`: when it nears 1, the task is too hard or
   too easy for the model and the run has stopped learning.
 - A reward of None (the reward could not be computed, e.g. the sandbox failed) is left out of its
@@ -26,8 +27,31 @@ The choices, as config knobs (defaults in brackets):
 - `mu` [1]: optimisation passes (each one optimizer step) over one batch of rollouts. The old log-probs
   are computed once, before the first pass; with mu = 1 they equal the current log-probs, so we
   reuse them detached (ρ = 1 with the right gradient) and skip a forward.
-- `beta` [0]: weight of the k3 KL to a frozen reference model (the initial policy). With beta = 0 no
-  reference model is loaded at all (DAPO, Dr.GRPO and most recent recipes drop it).
+- `beta` [0]: weight of the KL to a frozen reference model (the initial policy). With beta = 0 no
+  reference model is loaded at all (DAPO, Dr.GRPO and most recent recipes drop it). With LoRA the
+  reference is the policy with its adapters switched off (no second copy; nanogrpo/lora.py).
+- `kl_estimator` [k3]: which per-token estimate of KL(π_θ || π_ref) the loss differentiates. Write
+  r = π_ref/π_θ and ρ = π_θ/π_old for the sampled token (tokens are drawn from π_old; ρ = 1 when mu = 1),
+  and recall ∇KL(π_θ||π_ref) = E_θ[(logπ_θ - logπ_ref)·∇logπ_θ] (the E_θ[∇logπ_θ] term is 0).
+  - `k3` = r - log r - 1. Its value is unbiased for KL(π_θ||π_ref), its gradient is not:
+        ∇k3 = (1 - r)·∇logπ_θ,  E_θ[(1 - π_ref/π_θ)∇logπ_θ] = -Σ π_ref ∇logπ_θ = ∇KL(π_ref||π_θ),
+    the reverse KL's gradient, with a coefficient that grows like exp(log r) far from the reference.
+  - `k3_ratio` = ρ·k3, ρ not detached (the bias-corrected KL of the DeepSeek-V3.2 report):
+        ∇(ρ·k3) = ρ·(k3 + 1 - r)·∇logπ_θ = ρ·(-log r)·∇logπ_θ,  E_old[ρ·f] = E_θ[f]  ->  ∇KL(π_θ||π_ref),
+    and its value E_old[ρ·k3] is KL(π_θ||π_ref) also off-policy (mu > 1).
+  - `k2` = ½(log r)²:  ∇k2 = -log r·∇logπ_θ = (logπ_θ - logπ_ref)·∇logπ_θ -> ∇KL(π_θ||π_ref) on-policy
+    (samples from π_θ: mu = 1 or the first pass); its value is biased (a second-order approximation).
+- `ratio_level` [token]: `sequence` is GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"):
+  one ratio per completion, s_i = exp(1/|o_i| Σ_t (logp_θ - logp_old)), clipped per sequence (the paper
+  uses clip ranges of about 3e-4 / 4e-4, far below the token-level 0.2). We use the paper's GSPO-token
+  form s_it = sg(s_i)·π_θ(o_it)/sg(π_θ(o_it)): every token's value is s_i and its gradient s_i·∇logπ_θ,
+  so with loss_norm = sequence the loss is the paper's 1/G Σ_i 1/|o_i| Σ_t min(s_i A_i, clip(s_i) A_i).
+- `policy_loss` [clip]: `cispo` is CISPO (MiniMax-M1, 2025): J = 1/Z Σ_i Σ_t w_i·sg(min(ρ_it, 1 + cispo_high))
+  ·A_i·logπ_θ(o_it). The importance weight is capped and detached instead of the update being clipped, so
+  no token leaves the gradient (PPO's clip zeroes the gradient of rare tokens whose ratio ran away).
+  No lower bound on the weight, as in the paper; `cispo_high` [4.0] is our default, not the paper's.
+  With `ratio_level = sequence` the weight is GSPO's s_i. `clip_*_frac` count tokens at the cap.
+  The loss value is -Σ w·A·logπ/Z, not the surrogate's ≈ 0 (see the FAQ).
 - `loss_norm` [token]: Z = the number of valid completion tokens in the whole step, across
   micro-batches and ranks (token-mean: DAPO and TRL's default; every token weighs the same).
   `sequence`: each completion's tokens are averaged first (w = 1/len), then Z = number of completions
@@ -118,26 +142,39 @@ def advantages(
     adv = torch.where(valid, r - mean, 0.0)
     if scale == "group":
         std = ((adv**2).sum(1, keepdim=True) / (n - 1).clamp(min=1)).sqrt()  # unbiased; 0 for one member
-        adv = torch.where(std > 0, adv / (std + eps), 0.0)  # zero-variance groups: exactly 0, even at eps=0
+        adv = adv / (std + eps)
     elif scale == "batch":
         flat = r[valid]
         std = flat.std() if flat.numel() > 1 else torch.tensor(0.0, dtype=torch.float64)
-        adv = adv / (std + eps) if std > 0 else torch.zeros_like(adv)
+        adv = adv / (std + eps)
+    # Decided on the values, not on std > 0: the float mean of equal fractional rewards (0.1, 0.1, 0.1)
+    # is off by an ulp, so r - mean and std are ~1e-17 and would make a tiny non-zero advantage.
+    adv = torch.where(zero_variance(r).unsqueeze(1), 0.0, adv)
     return adv.view(-1).float()
+
+
+def zero_variance(r: torch.Tensor) -> torch.Tensor:
+    """(groups,) bool for (groups, G) rewards with NaN for None: the group's valid rewards are all
+    exactly equal (also true for 0 or 1 valid rewards). The one definition of a zero-variance group."""
+    valid = ~torch.isnan(r)
+    hi = torch.where(valid, r, -math.inf).amax(1)
+    lo = torch.where(valid, r, math.inf).amin(1)
+    return (hi == lo) | (valid.sum(1) <= 1)
 
 
 def group_stats(rewards: list[float | None], group_size: int) -> dict[str, float]:
     """Reward statistics of a step: mean/std over valid rewards, None fraction, zero-variance groups."""
     valid = [x for x in rewards if x is not None]
-    groups = [rewards[i : i + group_size] for i in range(0, len(rewards), group_size)]
-    zero_std = sum(1 for g in groups if len({x for x in g if x is not None}) <= 1)
+    groups = len(rewards) // group_size
+    r = torch.tensor([math.nan if x is None else float(x) for x in rewards], dtype=torch.float64)
+    zero_std = int(zero_variance(r.view(groups, group_size)).sum()) if groups else 0
     mean = sum(valid) / len(valid) if valid else math.nan
     var = sum((x - mean) ** 2 for x in valid) / max(len(valid) - 1, 1) if valid else math.nan
     return {
         "reward_mean": mean,
         "reward_std": math.sqrt(var) if valid else math.nan,
         "none_frac": 1 - len(valid) / max(len(rewards), 1),
-        "zero_std_frac": zero_std / max(len(groups), 1),
+        "zero_std_frac": zero_std / max(groups, 1),
     }
 
 
@@ -173,7 +210,7 @@ def normaliser(rollouts: list[Rollout], loss_norm: str, mask_truncated: bool) ->
 
 
 def policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, sampler_logp=None, seq_w=None, z=None):
-    """The clipped-surrogate GRPO loss of one micro-batch.
+    """The GRPO loss of one micro-batch: clipped surrogate (or CISPO), token or sequence (GSPO) ratios.
 
     logp, old_logp, ref_logp, sampler_logp, mask: (B, T) aligned per completion token (ref_logp may be
     None when beta = 0, sampler_logp None when tis_cap = 0); advantages: (B,); seq_w: (B,) per-token
@@ -186,23 +223,44 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, sampler_logp=No
     if z is None:
         z = mask.sum().clamp(min=1)
     adv = advantages.unsqueeze(1)  # (B, 1)
-    ratio = torch.exp(logp - old_logp)  # (B, T)
-    clipped = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
-    pg = -torch.minimum(ratio * adv, clipped * adv)  # (B, T)
+    log_ratio = logp - old_logp  # (B, T)
+    if cfg.ratio_level == "sequence":
+        # GSPO: s_i = exp(mean_t log_ratio), one per completion (mean over its counted tokens), in the
+        # stop-gradient form s_i·π_θ/sg(π_θ): the value is s_i at every token, each token's gradient s_i·∇logp
+        seq = (log_ratio * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)  # (B, 1)
+        ratio = torch.exp(seq.detach() + logp - logp.detach())  # (B, T)
+    else:
+        ratio = torch.exp(log_ratio)  # (B, T)
+    if cfg.policy_loss == "cispo":
+        # CISPO: the weight is capped and detached, so every token keeps its gradient A·weight·∇logp
+        weight = ratio.clamp(max=1 + cfg.cispo_high).detach()
+        pg = -weight * adv * logp
+        clip_low = torch.zeros_like(mask, dtype=torch.bool)
+        clip_high = ratio > 1 + cfg.cispo_high
+    else:
+        clipped = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
+        pg = -torch.minimum(ratio * adv, clipped * adv)  # (B, T)
+        clip_low, clip_high = (ratio < 1 - cfg.clip_low) & (adv < 0), (ratio > 1 + cfg.clip_high) & (adv > 0)
     if cfg.tis_cap > 0 and sampler_logp is not None:
         pg = pg * torch.exp(old_logp - sampler_logp).clamp(max=cfg.tis_cap).detach()
     per_token = pg
     kl = None
     if cfg.beta > 0:
-        log_r = ref_logp - logp
-        kl = torch.exp(log_r) - log_r - 1  # (B, T) k3, >= 0
+        log_r = ref_logp - logp  # log π_ref/π_θ
+        estimator = cfg.kl_estimator
+        if estimator == "k2":
+            kl = 0.5 * log_r**2
+        else:
+            kl = torch.exp(log_r) - log_r - 1  # (B, T) k3, >= 0
+            if estimator == "k3_ratio":
+                kl = torch.exp(log_ratio) * kl  # π_θ/π_old, not detached: see the module docstring
         per_token = per_token + cfg.beta * kl
     loss = (per_token * mask * seq_w.unsqueeze(1)).sum() / z
     with torch.no_grad():
         stats = {
             "tokens": mask.sum(),
-            "clip_low": ((ratio < 1 - cfg.clip_low) & (adv < 0)).to(mask.dtype).mul(mask).sum(),
-            "clip_high": ((ratio > 1 + cfg.clip_high) & (adv > 0)).to(mask.dtype).mul(mask).sum(),
+            "clip_low": clip_low.to(mask.dtype).mul(mask).sum(),
+            "clip_high": clip_high.to(mask.dtype).mul(mask).sum(),
             "kl": (kl * mask).sum() if kl is not None else torch.zeros((), dtype=mask.dtype),
         }
     return loss, stats

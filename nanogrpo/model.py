@@ -24,6 +24,8 @@ from torch.utils.checkpoint import checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
+from nanogrpo import lora
+
 hf_logging.disable_progress_bar()  # a bar per weight load drowns the training log
 
 
@@ -143,9 +145,17 @@ def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk_size
 
 def make_policy(path: str, device: torch.device, dtype: torch.dtype, chunk_size: int, activation_checkpointing: bool,
                 trainable: bool = True, compile: bool = False, attention: str = "auto",
-                reshard_after_forward: bool = True) -> Policy:
-    """Load (fp32), wrap and shard: FSDP2 on each decoder layer and on the root, always (also at world size 1)."""
+                reshard_after_forward: bool = True, lora_rank: int = 0, lora_alpha: float = 16.0,
+                lora_targets: list[str] | tuple[str, ...] = (), adapters_from: str | None = None) -> Policy:
+    """Load (fp32), wrap and shard: FSDP2 on each decoder layer and on the root, always (also at world size 1).
+
+    lora_rank > 0: `path` is the frozen base; adapters go on `lora_targets` (nanogrpo/lora.py), loaded
+    from the checkpoint directory `adapters_from` when resuming, before sharding."""
     hf = load_model(path, torch.float32, device, pick_attention(attention, device))
+    if lora_rank > 0:
+        lora.add_adapters(hf, lora_rank, lora_alpha, list(lora_targets))
+        if adapters_from is not None:
+            lora.load_adapters(hf, adapters_from)
     return wrap_policy(hf, dtype, chunk_size, activation_checkpointing, trainable, compile, reshard_after_forward)
 
 
@@ -184,9 +194,18 @@ def iter_full_params(policy: Policy, dtype: torch.dtype | None = None) -> Iterat
     Every rank must consume the whole iterator: each `full_tensor()` is an all-gather. At most one
     full tensor is alive here at a time; samplers bucket on their side. Tied weights appear once
     (under the embedding's name), as `named_parameters` de-duplicates them.
+    With LoRA, an adapted layer's weight is sent merged (W + alpha/r·B A) and the adapters themselves
+    are not sent: the receiver sees the plain HF model.
     """
+    full = lambda q: q.full_tensor() if hasattr(q, "full_tensor") else q.data  # noqa: E731
+    adapted = {f"{name}.weight": m for name, m in lora.lora_modules(policy.hf).items()}
     for name, p in policy.hf.named_parameters():
-        t = p.full_tensor() if hasattr(p, "full_tensor") else p.data
+        if lora.is_adapter(name):
+            continue  # folded into its layer's weight
+        t = full(p)
+        if name in adapted:
+            m = adapted[name]
+            t = m.merge(t, full(m.lora_A), full(m.lora_B))
         yield name, (t.detach().to(dtype) if dtype is not None else t.detach())
 
 

@@ -1,5 +1,6 @@
 """The update does not depend on how a step is split: micro-batches, or 2 ranks instead of 1 process."""
 
+import json
 import os
 import subprocess
 import sys
@@ -14,11 +15,22 @@ HELPER = Path(__file__).parent / "helpers" / "update_check.py"
 ROOT = Path(__file__).parent.parent
 
 
-def run(model_dir, out, micro_batch, loss_norm="token", mu=1, beta=0.0, nproc=1):
+# loss variants (grpo.py docstring); with mu = 2 the second pass runs off-policy, ratios far from 1
+VARIANTS = {
+    "clip": {},
+    "gspo": {"ratio_level": "sequence", "clip_low": 3e-3, "clip_high": 4e-3},
+    "cispo": {"policy_loss": "cispo", "cispo_high": 0.5},
+    "gspo-cispo-k2": {"ratio_level": "sequence", "policy_loss": "cispo", "cispo_high": 0.2, "kl_estimator": "k2"},
+    "k3_ratio": {"kl_estimator": "k3_ratio"},
+    "lora": {"lora_rank": 4},  # adapters sharded with their layers; the reference is the base (adapters off)
+}
+
+
+def run(model_dir, out, micro_batch, loss_norm="token", mu=1, beta=0.0, nproc=1, **over):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    args = [str(HELPER), model_dir, str(out), str(micro_batch), loss_norm, str(mu), str(beta)]
+    args = [str(HELPER), model_dir, str(out), str(micro_batch), loss_norm, str(mu), str(beta), json.dumps(over)]
     if nproc == 1:  # in-process: the same code path (a one-rank process group), without a fresh interpreter
-        update_check.main(model_dir, str(out), micro_batch, loss_norm, mu, beta)
+        update_check.main(model_dir, str(out), micro_batch, loss_norm, mu, beta, **over)
         return torch.load(out)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *args]
     subprocess.run(cmd, check=True, env=env, cwd=ROOT, capture_output=True, timeout=300)
@@ -32,27 +44,31 @@ def assert_same(a, b, tol=2e-6):
         torch.testing.assert_close(w, b["weights"][name], rtol=0, atol=tol, msg=name)
 
 
-@pytest.mark.parametrize("loss_norm", ["token", "sequence", "constant"])
-def test_micro_batch_split_does_not_change_the_update(tiny_model_dir, tmp_path, loss_norm):
-    whole = run(tiny_model_dir, tmp_path / "whole.pt", 16, loss_norm)
-    split = run(tiny_model_dir, tmp_path / "split.pt", 3, loss_norm)
+@pytest.mark.parametrize("loss_norm,variant", [("token", "clip"), ("sequence", "clip"), ("constant", "clip"),
+                                               ("token", "gspo"), ("sequence", "cispo")])
+def test_micro_batch_split_does_not_change_the_update(tiny_model_dir, tmp_path, loss_norm, variant):
+    whole = run(tiny_model_dir, tmp_path / "whole.pt", 16, loss_norm, **VARIANTS[variant])
+    split = run(tiny_model_dir, tmp_path / "split.pt", 3, loss_norm, **VARIANTS[variant])
     assert_same(whole, split)
     # and the update is not trivially zero
     assert whole["stats"]["grad_norm"] > 0
 
 
-def test_mu_and_kl_split_invariant(tiny_model_dir, tmp_path):
-    whole = run(tiny_model_dir, tmp_path / "whole.pt", 16, "token", mu=2, beta=0.1)
-    split = run(tiny_model_dir, tmp_path / "split.pt", 5, "token", mu=2, beta=0.1)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_mu_and_kl_split_invariant(tiny_model_dir, tmp_path, variant):
+    whole = run(tiny_model_dir, tmp_path / "whole.pt", 16, "token", mu=2, beta=0.1, **VARIANTS[variant])
+    split = run(tiny_model_dir, tmp_path / "split.pt", 5, "token", mu=2, beta=0.1, **VARIANTS[variant])
     assert whole["stats"]["kl"] > 0
     assert_same(whole, split)
 
 
-@pytest.mark.parametrize("loss_norm", ["token", "sequence"])
-def test_two_ranks_equal_one_process(tiny_model_dir, tmp_path, loss_norm):
-    one = run(tiny_model_dir, tmp_path / "one.pt", 4, loss_norm)
-    two = run(tiny_model_dir, tmp_path / "two.pt", 4, loss_norm, nproc=2)
+@pytest.mark.parametrize("loss_norm,variant,mu", [("token", "clip", 1), ("sequence", "clip", 1), ("token", "gspo", 2),
+                                                  ("sequence", "cispo", 2), ("token", "lora", 2)])
+def test_two_ranks_equal_one_process(tiny_model_dir, tmp_path, loss_norm, variant, mu):
+    one = run(tiny_model_dir, tmp_path / "one.pt", 4, loss_norm, mu=mu, **VARIANTS[variant])
+    two = run(tiny_model_dir, tmp_path / "two.pt", 4, loss_norm, mu=mu, nproc=2, **VARIANTS[variant])
     assert_same(one, two)
+    assert one["stats"]["grad_norm"] > 0
 
 
 def _policy_and_cfg(model_dir, opt_cls, lr):

@@ -1,0 +1,152 @@
+"""LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models"), by hand.
+
+A chosen linear layer y = W x + b becomes
+
+    y = W x + b + (alpha / r) · B (A x)        A: (r, in), kaiming-uniform; B: (out, r), zeros
+
+so at initialisation the model is the base model, exactly. W and b (and every other base parameter)
+are frozen; only A and B train, and the optimizer is built from the trainable parameters only.
+
+How it fits the rest of nanogrpo:
+- The adapters live inside the layer they adapt (`...q_proj.lora_A`), and the base weight keeps its
+  HF name (`...q_proj.weight`), so FSDP2's per-decoder-layer `fully_shard` shards the adapters with
+  their layer (frozen and trainable parameters share the layer's communication group).
+- The sampler and a checkpoint's HF directory get merged weights W + (alpha/r)·B A under the base
+  names (`model.iter_full_params`): `from_pretrained` and vLLM load them like any model.
+- With beta > 0 the reference model is the same modules with the adapters switched off
+  (`BaseModel`): no second copy of the model.
+- A checkpoint also holds the adapters (`lora/adapters.safetensors`); a resumed run rebuilds the
+  frozen base from `model` and loads the adapters on top, so it continues exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ADAPTERS_FILE = "lora/adapters.safetensors"  # in a sub-directory: vLLM loads every *.safetensors at the top
+
+
+class LoRALinear(nn.Module):
+    """A frozen nn.Linear plus a trainable low-rank update. Takes over the base layer's own weight and
+    bias Parameters (no copy), so the state-dict names of the base stay what they were."""
+
+    def __init__(self, base: nn.Linear, rank: int, alpha: float):
+        super().__init__()
+        self.in_features, self.out_features = base.in_features, base.out_features
+        self.weight = base.weight
+        self.register_parameter("bias", base.bias)
+        kw = {"device": base.weight.device, "dtype": base.weight.dtype}
+        self.lora_A = nn.Parameter(torch.empty(rank, self.in_features, **kw))  # (r, in)
+        self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank, **kw))  # (out, r): the update starts at 0
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # nn.Linear's own init, as in the paper's code
+        self.scaling = alpha / rank
+        self.enabled = True  # False: the base layer only (the reference model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.weight, self.bias)
+        if not self.enabled:
+            return y
+        return y + F.linear(F.linear(x, self.lora_A), self.lora_B) * self.scaling
+
+    def merge(self, weight: torch.Tensor, lora_A: torch.Tensor, lora_B: torch.Tensor) -> torch.Tensor:
+        """W + (alpha/r)·B A from full tensors (callers gather them from their FSDP shards)."""
+        return weight + (lora_B @ lora_A) * self.scaling
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, r={self.lora_A.shape[0]}, scaling={self.scaling}"
+
+
+def add_adapters(model: nn.Module, rank: int, alpha: float, targets: list[str]) -> list[str]:
+    """Freeze every parameter of `model` and put adapters on the nn.Linear layers whose attribute name
+    is in `targets` (e.g. "q_proj"). Returns the adapted module names. Call before sharding."""
+    if rank < 1 or not targets:
+        raise ValueError(f"LoRA needs a rank >= 1 and at least one target layer; got rank {rank}, targets {targets}")
+    model.requires_grad_(False)
+    found = [(name, module) for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    chosen = [(name, module) for name, module in found if name.rsplit(".", 1)[-1] in targets]
+    missing = set(targets) - {name.rsplit(".", 1)[-1] for name, _ in chosen}
+    if missing:  # a typo would otherwise train fewer layers than asked, silently
+        have = sorted({name.rsplit(".", 1)[-1] for name, _ in found})
+        raise ValueError(f"lora_targets {sorted(missing)} match no linear layer of the model; its linear layers: {have}")
+    for name, module in chosen:
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, LoRALinear(module, rank, alpha))
+    return [name for name, _ in chosen]
+
+
+def lora_modules(model: nn.Module) -> dict[str, LoRALinear]:
+    """{module name: LoRALinear}; empty without LoRA."""
+    return {name: m for name, m in model.named_modules() if isinstance(m, LoRALinear)}
+
+
+def is_adapter(param_name: str) -> bool:
+    return param_name.endswith((".lora_A", ".lora_B"))
+
+
+@contextmanager
+def disabled(model: nn.Module):
+    """The base model: every adapter off inside the block."""
+    modules = list(lora_modules(model).values())
+    for m in modules:
+        m.enabled = False
+    try:
+        yield
+    finally:
+        for m in modules:
+            m.enabled = True
+
+
+class BaseModel:
+    """The policy with its adapters off, called like the policy: the reference model for beta > 0.
+    The frozen base is the initial policy, so the KL to it needs no second copy of the weights."""
+
+    def __init__(self, policy: nn.Module):
+        self.policy = policy
+
+    def __call__(self, *args, **kwargs):
+        with disabled(self.policy):
+            return self.policy(*args, **kwargs)
+
+
+def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every adapter as a full CPU tensor, gathered from its FSDP shards (a collective: every rank calls
+    it; all ranks get the tensors)."""
+    out = {}
+    for name, p in model.named_parameters():
+        if is_adapter(name):
+            t = p.full_tensor() if hasattr(p, "full_tensor") else p.data
+            out[name] = t.detach().cpu().clone()
+    return out
+
+
+def save_adapters(directory: str | Path, state: dict[str, torch.Tensor]) -> None:
+    from safetensors.torch import save_file
+
+    path = Path(directory) / ADAPTERS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(path))
+
+
+def load_adapters(model: nn.Module, directory: str | Path) -> None:
+    """Copy saved adapters into an unsharded model that already has them (same targets and rank)."""
+    from safetensors.torch import load_file
+
+    path = Path(directory) / ADAPTERS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: the checkpoint was not written by a LoRA run (lora_rank > 0)")
+    saved = load_file(str(path))
+    params = {name: p for name, p in model.named_parameters() if is_adapter(name)}
+    if set(saved) != set(params):
+        raise ValueError(f"{path}: the saved adapters do not match lora_targets "
+                         f"(missing {sorted(set(params) - set(saved))[:4]}, unexpected {sorted(set(saved) - set(params))[:4]})")
+    with torch.no_grad():
+        for name, p in params.items():
+            if saved[name].shape != p.shape:
+                raise ValueError(f"{path}: {name} has shape {tuple(saved[name].shape)}, expected {tuple(p.shape)} (lora_rank?)")
+            p.copy_(saved[name])
