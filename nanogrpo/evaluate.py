@@ -8,13 +8,14 @@ defaults live in nanogrpo/benchmarks.py; the metrics (pass@k) there too.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from nanogrpo import benchmarks, rewards
+from nanogrpo import benchmarks, hub, rewards
 from nanogrpo.benchmarks import Task
 from nanogrpo.sampler import Sampler, SamplingParams, TorchSampler
 
@@ -150,6 +151,7 @@ def evaluate(
     `sampler`: pass the trainer's sampler (weights already synced) to skip loading the model again.
     """
     rank, world, gather = _dist()
+    model_dir = hub.model_dir(model_dir)  # a Hub id: its snapshot in the HF cache
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and world > 1:
         device = f"cuda:{torch.cuda.current_device()}"
@@ -200,11 +202,16 @@ def evaluate(
     if rank == 0 and out:
         out_path = Path(out)
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(results, indent=2) + "\n")
-        with samples_path(out_path).open("w") as f:
-            for r in all_records:
-                f.write(json.dumps(r) + "\n")
+        # each file appears whole or not at all (tmp + rename): a crash never leaves half a results file
+        _write_atomic(samples_path(out_path), "".join(json.dumps(r) + "\n" for r in all_records))
+        _write_atomic(out_path, json.dumps(results, indent=2) + "\n")
     return results
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def samples_path(out: Path) -> Path:

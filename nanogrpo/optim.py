@@ -1,0 +1,20 @@
+"""The learning-rate schedule both entry points use (train.py, sft.py): linear warm-up, then
+constant / cosine / linear decay to min_lr_ratio * lr over the run's optimizer steps."""
+
+from __future__ import annotations
+
+import math
+
+
+def lr_lambda(cfg, total_updates: int):
+    """LambdaLR's factor for optimizer step i (cfg: warmup_steps, lr_schedule, min_lr_ratio)."""
+    def f(i: int) -> float:
+        if i < cfg.warmup_steps:
+            return (i + 1) / cfg.warmup_steps
+        if cfg.lr_schedule == "constant":
+            return 1.0
+        progress = min((i - cfg.warmup_steps) / max(total_updates - cfg.warmup_steps, 1), 1.0)
+        shape = 0.5 * (1 + math.cos(math.pi * progress)) if cfg.lr_schedule == "cosine" else 1 - progress
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * shape
+
+    return f

@@ -1,0 +1,270 @@
+"""Supervised fine-tuning: `python sft.py [CONFIG.toml] [key=value ...]`, or the same under `torchrun`.
+
+The R1 "cold start" (and any warm start) on the modules train.py uses: the same config (nanogrpo/config.py;
+`sft_max_len` is the one key of its own), the same FSDP2 policy (model.py), the same packing (packing.py),
+checkpoints (checkpoint.py: HF directories, exact resume) and metrics line (log.py).
+
+Rows (`task`: a .jsonl / .parquet file or a Hub dataset id, `task_columns` to rename fields):
+  - chat: {"messages": [{"role": "user", "content": ...}, {"role": "assistant", "content": ...}, ...]}
+    (the OpenR1-Math-220k form), rendered with the model's chat template;
+  - problem + solution (or answer): the prompt train.py would give the problem (`template`: raw | chat |
+    math_eval, `system_prompt`), then the solution as the assistant turn.
+Only assistant tokens are scored: for chat rows, the characters each assistant turn adds to the rendered
+conversation (its content and the template's end-of-turn), found by rendering the conversation up to
+that turn; for raw rows, the answer and EOS.
+
+One step: this rank's share of `prompts_per_step` rows (data.PromptStream: sharded, resumable) ->
+padding-free micro-batches of at most `micro_batch_tokens` tokens (packing.plan; 0 = sft_max_len) ->
+forward/backward -> clip, AdamW, schedule. The loss is the mean negative log-likelihood over every
+scored token of the step: summed over micro-batches and ranks, divided once by their global count.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from nanogrpo import checkpoint, data, dist, hub, packing
+from nanogrpo import config as C
+from nanogrpo import model as M
+from nanogrpo.log import Logger
+from nanogrpo.optim import lr_lambda
+
+
+# ----------------------------------------------------------------------------------------------
+# Rows -> token ids and the mask of scored (assistant) tokens
+
+
+def row_messages(row: dict, cfg: C.Config, where: str = "row") -> list[dict] | None:
+    """The conversation of a chat row (checked), or None for a problem + solution/answer row."""
+    if "messages" not in row:
+        return None
+    msgs = row["messages"]
+    if not isinstance(msgs, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                                             and isinstance(m.get("content"), str) for m in msgs):
+        raise data.DataError(f"{where}: 'messages' must be a list of {{'role': str, 'content': str}}")
+    if not any(m["role"] == "assistant" for m in msgs):
+        raise data.DataError(f"{where}: 'messages' has no assistant turn: nothing to learn from")
+    return [{"role": m["role"], "content": m["content"]} for m in msgs]
+
+
+def target_text(row: dict, where: str = "row") -> str:
+    """What a problem row teaches: its worked solution when it has one, else its answer."""
+    for key in ("solution", "answer"):
+        value = row.get(key)
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool) and str(value).strip():
+            return str(value)
+    raise data.DataError(f"{where}: an SFT row needs 'messages', or 'problem' with 'solution' or 'answer'; "
+                         f"keys: {sorted(row)}")
+
+
+def encode_chat(messages: list[dict], tokenizer, where: str = "row") -> tuple[list[int], list[bool]]:
+    """(token ids, scored) for a conversation rendered with the tokenizer's chat template; scored marks
+    the tokens that start inside an assistant turn (its content and the template's end-of-turn)."""
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise data.DataError(f"{where}: chat rows need a tokenizer with a chat template")
+    render = lambda msgs, gen=False: tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)  # noqa: E731
+    full = render(messages)
+    spans = []
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        before, upto = (render(messages[:i], True) if i else ""), render(messages[: i + 1])
+        # templates that rewrite earlier turns (R1's drops past reasoning) break this prefix property
+        if not (upto.startswith(before) and full.startswith(upto)):
+            raise data.DataError(f"{where}: the chat template does not render turn {i} as a prefix of the "
+                                 "conversation, so its assistant tokens cannot be located")
+        spans.append((len(before), len(upto)))
+    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+    scored = [any(s <= start < e for s, e in spans) for start, _ in enc["offset_mapping"]]
+    return enc["input_ids"], scored
+
+
+def encode_row(row: dict, tokenizer, cfg: C.Config, where: str = "row") -> tuple[list[int], list[bool]]:
+    """(ids, scored) of one row, cut to sft_max_len tokens."""
+    messages = row_messages(row, cfg, where)
+    if messages is None:
+        answer = target_text(row, where)
+        if "problem" not in row:
+            raise data.DataError(f"{where}: an SFT row needs 'messages', or 'problem' with 'solution' or 'answer'")
+        if cfg.template == "raw":  # no chat template: the problem text, then the answer and EOS
+            prompt = tokenizer(row["problem"])["input_ids"]
+            target = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            ids, scored = prompt + target, [False] * len(prompt) + [True] * len(target)
+        else:
+            prompt = data.prompt_messages(row, cfg.template, cfg.system_prompt or None)
+            ids, scored = encode_chat(prompt + [{"role": "assistant", "content": answer}], tokenizer, where)
+    else:
+        ids, scored = encode_chat(messages, tokenizer, where)
+    return ids[: cfg.sft_max_len], scored[: cfg.sft_max_len]
+
+
+# ----------------------------------------------------------------------------------------------
+# Packed micro-batches and the update
+
+
+@dataclass
+class Packed:
+    """One padding-free micro-batch: examples back to back in one row, positions restarting per example."""
+
+    input_ids: torch.Tensor  # (1, T)
+    position_ids: torch.Tensor  # (1, T)
+    positions: torch.Tensor  # (K,) where each scored token is predicted in the model's (T-1) outputs
+    weight: float  # 1, or 0 for a filler micro-batch that only keeps the ranks' collectives in step
+
+
+def make_batches(examples: list[tuple[list[int], list[bool]]], budget: int) -> list[Packed]:
+    """Pack examples into rows of at most `budget` tokens (packing.plan: an example is never split)."""
+    batches = []
+    for group in packing.plan([len(ids) for ids, _ in examples], budget):
+        ids, pos, positions = [], [], []
+        for i in group:
+            seq, scored = examples[i]
+            start = len(ids)
+            ids += seq
+            pos += range(len(seq))
+            # token t of the example is predicted at row index start + t - 1 (its first token never is)
+            positions += [start + t - 1 for t in range(1, len(seq)) if scored[t]]
+        batches.append(Packed(torch.tensor([ids]), torch.tensor([pos]), torch.tensor(positions or [0]),
+                              1.0 if positions else 0.0))
+    return batches
+
+
+def scored_tokens(examples: list[tuple[list[int], list[bool]]]) -> int:
+    return sum(sum(scored[1:]) for _, scored in examples)
+
+
+def accumulate(policy, examples: list[tuple[list[int], list[bool]]], cfg: C.Config, pad_id: int) -> tuple[float, float]:
+    """Forward and backward of this rank's examples -> (the step's loss, its scored tokens), both global.
+    The gradients left in `policy` are those of the global per-token mean NLL."""
+    device = next(policy.parameters()).device
+    budget = cfg.micro_batch_tokens or cfg.sft_max_len
+    batches = make_batches(examples, budget) if examples else []
+    # every rank runs as many micro-batches as the busiest one (each forward/backward runs FSDP collectives)
+    most = int(dist.all_reduce(torch.tensor([len(batches)], dtype=torch.float64), "max").item())
+    batches += [Packed(torch.tensor([[pad_id, pad_id]]), torch.tensor([[0, 1]]), torch.tensor([0]), 0.0)
+                for _ in range(most - len(batches))]
+    # the normaliser: scored tokens of the whole step, on every rank
+    z = dist.all_reduce(torch.tensor([float(scored_tokens(examples))], dtype=torch.float64))[0].item()
+    # FSDP averages gradients over ranks: scale by the world size so the global mean is not divided again
+    scale = dist.world_size() / max(z, 1.0)
+    total = torch.zeros((), dtype=torch.float64)
+    for i, b in enumerate(batches):
+        policy.set_requires_gradient_sync(i == len(batches) - 1)  # one reduce-scatter per step
+        logp, _ = policy(b.input_ids.to(device), None, position_ids=b.position_ids.to(device),
+                         positions=b.positions.to(device))  # (1, K)
+        nll = -logp.sum() * b.weight
+        (nll * scale).backward()
+        total += nll.detach().double().cpu()
+    return dist.all_reduce(total.reshape(1))[0].item() / max(z, 1.0), z
+
+
+def sft_step(policy, optimizer, scheduler, examples: list[tuple[list[int], list[bool]]], cfg: C.Config,
+             pad_id: int) -> dict[str, float]:
+    """One optimizer step on this rank's examples."""
+    loss, z = accumulate(policy, examples, cfg, pad_id)
+    for q in policy.parameters():  # a rank with no tokens still steps with the others
+        if q.grad is None and q.requires_grad:
+            q.grad = torch.zeros_like(q)
+    if cfg.grad_clip > 0:
+        norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
+    else:
+        norm = torch.nn.utils.get_total_norm([q.grad for q in policy.parameters() if q.grad is not None])
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {"sft_loss": loss, "grad_norm": norm.full_tensor().item() if hasattr(norm, "full_tensor") else float(norm),
+            "train_tokens": z}
+
+
+# ----------------------------------------------------------------------------------------------
+# The run
+
+
+def load_sft_rows(cfg: C.Config) -> list[tuple[str, dict]]:
+    """(where, row) of the training set, checked before any compute (every row's shape, not its tokens)."""
+    if cfg.task in data.BUILTIN_TASKS:
+        records = [(f"{cfg.task} row {i}", r) for i, r in enumerate(data.load_rows(cfg.task, seed=cfg.seed), 1)]
+    else:
+        records = data.map_columns(data.read_records(cfg.task, cfg.task_split, cfg.task_subset or None),
+                                   data.parse_columns(cfg.task_columns))
+    if not records:
+        raise data.DataError(f"{cfg.task}: the dataset is empty")
+    for where, row in records:
+        if row_messages(row, cfg, where) is None:
+            target_text(row, where)
+    return records
+
+
+def main(argv: list[str]) -> dict:
+    cfg = C.load(argv)
+    device = dist.init(cfg.device)
+    rank, world = dist.rank(), dist.world_size()
+    if cfg.prompts_per_step % world:
+        raise C.ConfigError(f"prompts_per_step={cfg.prompts_per_step} (rows per step) is not divisible by the "
+                            f"world size {world}")
+    dtype = torch.bfloat16 if (cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")) else torch.float32
+    torch.manual_seed(cfg.seed)
+    if not cfg.resume and ((Path(cfg.out_dir) / "metrics.jsonl").exists() or checkpoint.latest(cfg.out_dir)):
+        raise C.ConfigError(f"out_dir {cfg.out_dir!r} already holds a run: pass resume=true to continue it, "
+                            "or choose another out_dir (nothing there is overwritten)")
+
+    records = load_sft_rows(cfg)
+    cfg.model = hub.model_dir(cfg.model)  # a Hub id: its snapshot in the HF cache
+    tokenizer = M.load_tokenizer(cfg.model)
+    encode_row(records[0][1], tokenizer, cfg, records[0][0])  # template problems show up now, not mid-run
+    resume_from = checkpoint.latest(cfg.out_dir) if cfg.resume else None
+    policy = M.make_policy(str(resume_from or cfg.model), device, dtype, cfg.logprob_chunk,
+                           cfg.activation_checkpointing, compile=cfg.compile, attention=cfg.attention)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                                  weight_decay=cfg.weight_decay, fused=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, cfg.steps))
+    # rows are (where, row) pairs so an error mid-run still names the file and line
+    stream = data.PromptStream(records, cfg.prompts_per_step, rank, world, cfg.seed)
+    start = 0
+    if resume_from is not None:
+        state = checkpoint.load_trainer_state(resume_from, policy, optimizer, scheduler)
+        start = state["step"]
+        stream.load_state_dict(state["data"])
+
+    if dist.is_main():
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(cfg.out_dir) / "config.toml").write_text(C.to_toml(cfg))
+    dist.print0(C.to_toml(cfg), end="")
+    dist.print0(f"sft | world size {world} | device {device} | {len(records)} rows"
+                + (f" | resumed from {resume_from}" if resume_from else ""))
+    logger = Logger(cfg.out_dir, cfg.steps, start, cfg.wandb_project, cfg.wandb_run_name, vars(cfg))
+    last_metrics: dict = {}
+    for step in range(start, cfg.steps):
+        t0 = time.time()
+        lr = scheduler.get_last_lr()[0]
+        examples = [encode_row(row, tokenizer, cfg, where) for where, row in stream.next_batch()]
+        stats = sft_step(policy, optimizer, scheduler, examples, cfg, tokenizer.pad_token_id)
+        lengths = dist.all_gather_object([len(ids) for ids, _ in examples])
+        lengths = [n for part in lengths for n in part]
+        seconds = time.time() - t0
+        last_metrics = {**stats, "lr": lr, "seq_len_mean": sum(lengths) / len(lengths),
+                        "truncated_frac": sum(n >= cfg.sft_max_len for n in lengths) / len(lengths),
+                        "time_step": seconds, "tokens_per_s": sum(lengths) / seconds}
+        logger.log(step, last_metrics, cfg.log_every)
+        last = step + 1 == cfg.steps
+        if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final):
+            path = checkpoint.save(cfg.out_dir, step + 1, policy, optimizer, scheduler, tokenizer,
+                                   {"data": stream.state_dict()}, cfg.keep_checkpoints)
+            logger.event(f"saved {path}")
+    logger.close()
+    return last_metrics
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (C.ConfigError, FileNotFoundError, data.DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        dist.close()

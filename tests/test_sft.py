@@ -1,0 +1,173 @@
+"""sft.py against references: the assistant-token mask against a hand-built chat; the packed loss and
+gradients against a naive padded HF forward with the same masked labels; 2 ranks against 1 process;
+a resumed run against an uninterrupted one. The tiny model gets a small chat template of its own."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).parent.parent
+sys.path.insert(0, str(ROOT))
+
+import sft  # noqa: E402
+from nanogrpo import config as C  # noqa: E402
+from nanogrpo import data, dist  # noqa: E402
+from nanogrpo import model as M  # noqa: E402
+
+# <|pad|> opens a turn, <|endoftext|> closes it (the tiny tokenizer's two special tokens)
+TEMPLATE = ("{% for m in messages %}<|pad|>{{ m['role'] }}\n{{ m['content'] }}<|endoftext|>{% endfor %}"
+            "{% if add_generation_prompt %}<|pad|>assistant\n{% endif %}")
+CHAT = [{"role": "system", "content": "Add the numbers."}, {"role": "user", "content": "What is 12 plus 30?"},
+        {"role": "assistant", "content": "The answer is 42."}, {"role": "user", "content": "And 1 plus 1?"},
+        {"role": "assistant", "content": "2"}]
+
+
+@pytest.fixture(scope="module")
+def chat_model_dir(tiny_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny_chat") / "m"
+    shutil.copytree(tiny_model_dir, out)
+    tok = M.load_tokenizer(str(out))
+    tok.chat_template = TEMPLATE
+    tok.save_pretrained(out)
+    return str(out)
+
+
+def rows():
+    """Chat rows of 1-2 assistant turns, and problem + solution / answer rows (the chat template then applies)."""
+    out = [{"messages": CHAT}]
+    for a in range(3, 9):
+        out.append({"messages": [{"role": "user", "content": f"What is {a} plus {a * 3}?"},
+                                 {"role": "assistant", "content": f"It is {a * 4}."}]})
+        out.append({"problem": f"{a * 11}+{a}=", "solution": f"{a * 11} plus {a} is {a * 12}."} if a % 2
+                   else {"problem": f"{a}+{a}=", "answer": a + a})
+    return out
+
+
+def write_rows(path: Path, rs) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rs))
+    return path
+
+
+def test_only_assistant_tokens_are_scored_against_a_hand_built_chat(chat_model_dir):
+    tok = M.load_tokenizer(chat_model_dir)
+    want_ids, want_scored = [], []
+    for m in CHAT:  # the chat written out by hand, piece by piece
+        for piece, scored in (("<|pad|>", False), (m["role"] + "\n", False), (m["content"], m["role"] == "assistant"),
+                              ("<|endoftext|>", m["role"] == "assistant")):
+            ids = tok(piece, add_special_tokens=False)["input_ids"]
+            want_ids += ids
+            want_scored += [scored] * len(ids)
+    ids, scored = sft.encode_chat(CHAT, tok)
+    assert ids == want_ids and scored == want_scored
+    runs = tok.decode([i for i, s in zip(ids, scored) if s])
+    assert runs == "The answer is 42.<|endoftext|>2<|endoftext|>"
+    # a problem row: the prompt train.py gives it (template chat), the solution as the assistant turn
+    cfg = C.load(["template=chat", "sft_max_len=4096"])
+    ids, scored = sft.encode_row({"problem": "1+1=", "solution": "Two."}, tok, cfg)
+    assert tok.decode([i for i, s in zip(ids, scored) if s]) == "Two.<|endoftext|>"
+    assert tok.decode(ids).startswith("<|pad|>user\n1+1=\n" + data.DEFAULT_MATH_INSTRUCTION)
+    # raw (no chat template): the answer and EOS; and sft_max_len cuts
+    for cap, taught in ((6, "2<|endoftext|>"), (5, "2")):  # "1+1=" is 4 tokens
+        ids, scored = sft.encode_row({"problem": "1+1=", "answer": 2}, tok, C.load([f"sft_max_len={cap}"]))
+        assert len(ids) == cap and tok.decode([i for i, s in zip(ids, scored) if s]) == taught
+
+
+def test_bad_rows_are_named(tmp_path):
+    cfg = C.load([f"task={write_rows(tmp_path / 'a.jsonl', [{'messages': [{'role': 'user', 'content': 'hi'}]}])}"])
+    with pytest.raises(data.DataError, match=r"a.jsonl:1: 'messages' has no assistant turn"):
+        sft.load_sft_rows(cfg)
+    cfg = C.load([f"task={write_rows(tmp_path / 'b.jsonl', [{'problem': 'p', 'solution': 's'}, {'problem': 'q'}])}"])
+    with pytest.raises(data.DataError, match=r"b.jsonl:2: an SFT row needs"):
+        sft.load_sft_rows(cfg)
+
+
+def naive_hf(model_dir, examples):
+    """The reference: one right-padded batch, labels = the token where scored else -100, HF's own loss."""
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    T = max(len(ids) for ids, _ in examples)
+    ids = torch.zeros((len(examples), T), dtype=torch.long)
+    attn, labels = torch.zeros_like(ids), torch.full_like(ids, -100)
+    for i, (seq, scored) in enumerate(examples):
+        ids[i, : len(seq)] = torch.tensor(seq)
+        attn[i, : len(seq)] = 1
+        labels[i, : len(seq)] = torch.where(torch.tensor(scored), torch.tensor(seq), -100)
+    loss = hf(input_ids=ids, attention_mask=attn, labels=labels).loss  # mean over every labelled token
+    loss.backward()
+    return loss.item(), {n: p.grad for n, p in hf.named_parameters()}
+
+
+@pytest.mark.parametrize("budget", [24, 64, 4096])  # many micro-batches, a few, one
+def test_packed_loss_and_grads_equal_a_naive_padded_hf_forward(chat_model_dir, budget):
+    dist.init("cpu")
+    tok = M.load_tokenizer(chat_model_dir)
+    cfg = C.load(["template=chat", f"micro_batch_tokens={budget}"])
+    examples = [sft.encode_row(r, tok, cfg) for r in rows()]
+    assert len(sft.make_batches(examples, budget)) > (3 if budget == 24 else 0)
+    want_loss, want_grads = naive_hf(chat_model_dir, examples)
+    policy = M.make_policy(chat_model_dir, torch.device("cpu"), torch.float32, 7, False)  # chunked lm_head too
+    loss, z = sft.accumulate(policy, examples, cfg, tok.pad_token_id)
+    assert z == sum(sum(s[1:]) for _, s in examples)
+    assert loss == pytest.approx(want_loss, rel=1e-5)
+    for name, p in policy.hf.named_parameters():
+        got = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+        torch.testing.assert_close(got, want_grads[name], atol=2e-6, rtol=1e-4, msg=name)
+
+
+def run_args(model_dir, task, out, *extra):
+    return [f"model={model_dir}", f"task={task}", f"out_dir={out}", "template=chat", "prompts_per_step=4",
+            "micro_batch_tokens=48", "lr=1e-3", "warmup_steps=1", "seed=3", "device=cpu", *extra]
+
+
+def weights(out: Path) -> dict:
+    ckpt = sorted((out / "checkpoints").glob("step_*"))[-1]
+    return load_file(str(ckpt / "model.safetensors"))
+
+
+def losses(out: Path) -> list[float]:
+    return [json.loads(x)["sft_loss"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_resume_is_exact(chat_model_dir, tmp_path):
+    task = write_rows(tmp_path / "rows.jsonl", rows())
+    a, b = tmp_path / "a", tmp_path / "b"
+    sft.main(run_args(chat_model_dir, task, a, "steps=4", "save_every=2"))
+    # b: the same run killed after step 3, its last complete checkpoint that of step 2
+    (b / "checkpoints").mkdir(parents=True)
+    shutil.copytree(a / "checkpoints" / "step_000002", b / "checkpoints" / "step_000002")
+    (b / "metrics.jsonl").write_text("".join((a / "metrics.jsonl").read_text().splitlines(True)[:3]))
+    sft.main(run_args(chat_model_dir, task, b, "steps=4", "save_every=2", "resume=true"))
+    assert losses(tmp_path / "a") == losses(tmp_path / "b") and len(losses(tmp_path / "a")) == 4
+    assert losses(tmp_path / "a")[-1] < losses(tmp_path / "a")[0]  # it learns
+    wa, wb = weights(tmp_path / "a"), weights(tmp_path / "b")
+    for name in wa:
+        assert torch.equal(wa[name], wb[name]), name
+    # the checkpoint is a Hugging Face model directory
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(sorted((tmp_path / "a" / "checkpoints").glob("step_*"))[-1])
+
+
+@pytest.mark.slow
+def test_two_ranks_equal_one_process(chat_model_dir, tmp_path):
+    task = write_rows(tmp_path / "rows.jsonl", rows())
+    args = lambda out: run_args(chat_model_dir, task, out, "steps=2")  # noqa: E731
+    sft.main(args(tmp_path / "one"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          "sft.py", *args(tmp_path / "two")], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert losses(tmp_path / "two") == pytest.approx(losses(tmp_path / "one"), rel=1e-5)
+    w1, w2 = weights(tmp_path / "one"), weights(tmp_path / "two")
+    for name in w1:
+        torch.testing.assert_close(w2[name], w1[name], atol=1e-5, rtol=0, msg=name)
