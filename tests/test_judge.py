@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from helpers import attacks as A
 from nanogrpo.sandbox import SandboxPool, code_rewards, extract_code, judge_many, stdio_match, validate_problem
 from nanogrpo.sandbox.local import bwrap_available
 
@@ -26,12 +27,7 @@ def call(fn_name, tests, **kw):
             "tests": [{"input": json.dumps(a), "output": json.dumps(o)} for a, o in tests], **kw}
 
 
-ADD_TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"
-
-
-def asserting(test=ADD_TEST, entry="add"):
-    return {"id": "a", "language": "python", "mode": "assert", "fn_name": entry, "time_limit_s": 2,
-            "starter_code": f"def {entry}(a, b):\n    \"\"\"Add.\"\"\"\n", "tests": [{"input": test, "output": ""}]}
+ADD_TEST, asserting = A.ADD_TEST, A.asserting
 
 
 def reward(pool, code, problem, **opts):
@@ -145,12 +141,11 @@ def test_call_mode_tuple_equals_list_and_bool_is_not_int(pool):
 
 @needs_sandbox
 def test_custom_eq_cannot_pass_call_mode(pool):
-    code = "class Any:\n    def __eq__(self, o): return True\ndef add(a, b):\n    return Any()"
-    assert reward(pool, code, call("add", [([1, 2], 3)])) == 0.0
+    assert reward(pool, A.CUSTOM_EQ_CALL, call("add", [([1, 2], 3)])) == 0.0
 
 
 @needs_sandbox
-@pytest.mark.parametrize("trick", ["exit(0)", "import os; os._exit(0)", "print('passed'); raise SystemExit"])
+@pytest.mark.parametrize("trick", A.EARLY_EXITS_CALL)
 def test_exiting_early_cannot_pass_call_mode(pool, trick):
     assert reward(pool, f"{trick}\ndef add(a, b):\n    return a + b", call("add", [([1, 2], 3)])) == 0.0
 
@@ -163,22 +158,19 @@ def test_assert_mode_passes_right_and_fails_wrong(pool):
 
 
 @needs_sandbox
-@pytest.mark.parametrize("trick", ["exit(0)", "import os; os._exit(0)", "import sys; sys.exit(0)"])
+@pytest.mark.parametrize("trick", A.EARLY_EXITS_ASSERT)
 def test_exit_before_asserts_fails(pool, trick):
     assert reward(pool, f"def add(a, b):\n    return 0\n{trick}", asserting()) == 0.0
 
 
 @needs_sandbox
 def test_custom_eq_cannot_pass_assert_mode(pool):
-    code = "class Any(int):\n    def __eq__(self, o): return True\ndef add(a, b):\n    return Any(7)"
-    assert reward(pool, code, asserting()) == 0.0
+    assert reward(pool, A.CUSTOM_EQ_ASSERT, asserting()) == 0.0
 
 
 @needs_sandbox
 def test_printing_passed_or_patching_asserts_cannot_pass(pool):
-    code = ("import builtins, atexit, os\nprint('passed')\nbuiltins.AssertionError = KeyboardInterrupt\n"
-            "atexit.register(lambda: os._exit(0))\ndef add(a, b):\n    return 0")
-    assert reward(pool, code, asserting()) == 0.0
+    assert reward(pool, A.PATCH_ASSERTS, asserting()) == 0.0
 
 
 @needs_sandbox
@@ -220,16 +212,14 @@ def test_assert_mode_tolerates_a_trailing_check_call_in_the_tests(pool):
 
 @needs_sandbox
 def test_cpp_program_deleting_its_binary_is_a_real_zero(pool):
-    code = "#include <cstdio>\nint main(){remove(\"main\"); puts(\"5\");}"
-    v = judge_many([code], [stdio([("", "5"), ("", "5")], language="cpp", time_limit_s=5)], pool=pool)[0]
+    v = judge_many([A.DELETE_BINARY], [stdio([("", "5"), ("", "5")], language="cpp", time_limit_s=5)], pool=pool)[0]
     assert v is not None and v.reward == 0.5 and v.results[1].status == "runtime_error"
 
 
 @needs_sandbox
-@pytest.mark.parametrize("forged", ["{}", "[1]", '{"value": {"__t": "nope"}}', '{"value": 3'])
+@pytest.mark.parametrize("forged", A.FORGED_LINES)
 def test_forged_harness_line_is_a_real_zero(pool, forged):
     from nanogrpo.sandbox.harness import MARK
 
-    code = f"import os\nos.write(1, ({MARK!r} + {forged!r} + '\\n').encode())\nos._exit(0)\ndef add(a, b): return 0"
-    v = judge_many([code], [call("add", [([1, 2], 3)])], pool=pool)[0]
+    v = judge_many([A.FORGED.format(mark=MARK, forged=forged)], [call("add", [([1, 2], 3)])], pool=pool)[0]
     assert v is not None and v.reward == 0.0

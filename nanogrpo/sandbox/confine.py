@@ -101,11 +101,14 @@ def install_seccomp() -> bool:
 
 
 # -- the wall-clock backstop under load ---------------------------------------------------------
-def cpu_and_runqueue_s(uid: int, exclude=()) -> tuple[float, float]:
-    """CPU time and time spent waiting for a CPU (runnable, not running), summed over every thread of
-    the uid's processes (/proc/PID/task/TID/schedstat). A program that sleeps has little of both; one
-    that a loaded machine starves has much of the second."""
-    cpu = wait = 0
+SCHED_BATCH, SCHED_IDLE = 3, 5
+
+
+def program_sched(uid: int, exclude=(), base_nice: int = 0) -> dict:
+    """How the uid's threads fared (/proc/PID/task/TID/stat and schedstat): CPU time, time spent runnable
+    but waiting for a CPU, how many are runnable now, and whether any lowered its own priority (nice above
+    the runner's, SCHED_BATCH / SCHED_IDLE): such a program starves itself on purpose."""
+    got = {"cpu": 0.0, "wait": 0.0, "running": 0, "lowered": False}
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) in exclude:
             continue
@@ -116,7 +119,21 @@ def cpu_and_runqueue_s(uid: int, exclude=()) -> tuple[float, float]:
             for tid in os.listdir(f"/proc/{pid}/task"):
                 with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                     run_ns, wait_ns, _ = f.read().split()
-                cpu, wait = cpu + int(run_ns), wait + int(wait_ns)
-        except (OSError, ValueError):  # the process ended while we looked
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+                got["cpu"] += int(run_ns) / 1e9
+                got["wait"] += int(wait_ns) / 1e9
+                got["running"] += fields[0] == "R"
+                got["lowered"] |= int(fields[16]) > base_nice or int(fields[38]) in (SCHED_BATCH, SCHED_IDLE)
+        except (OSError, ValueError, IndexError):  # the process ended while we looked
             continue
-    return cpu / 1e9, wait / 1e9
+    return got
+
+
+def others_running() -> int:
+    """Runnable tasks on the whole machine (/proc/stat is not per namespace), this runner included."""
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("procs_running"):
+                return int(line.split()[1])
+    return 0

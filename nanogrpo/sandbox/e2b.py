@@ -11,7 +11,7 @@ import itertools
 import json
 import os
 
-from .types import ExecResult, ExecSpec, InfraError
+from .types import ExecResult, ExecSpec, InfraError, Overloaded
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
 REMOTE = "/tmp/nanogrpo"
@@ -70,7 +70,7 @@ class E2BWorker:
         except (ValueError, IndexError) as e:
             raise InfraError(f"E2B runner gave no reply: {res.stdout[-300:]!r}") from e
         if "infra_error" in rep:
-            raise InfraError(rep["infra_error"])
+            raise (Overloaded if rep.get("overloaded") else InfraError)(rep["infra_error"])
         return rep
 
     async def probe(self) -> dict:

@@ -13,7 +13,7 @@ import shutil
 import struct
 import tempfile
 
-from .types import ExecResult, ExecSpec, InfraError
+from .types import ExecResult, ExecSpec, InfraError, Overloaded
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
 CONFINE = os.path.join(os.path.dirname(RUNNER), "confine.py")  # imported by the runner, next to it
@@ -111,7 +111,7 @@ class LocalWorker:
             raise InfraError(f"sandbox slot {self.slot} died: {e!r}{self._stderr_tail()}") from e
         rep = json.loads(body)
         if "infra_error" in rep:
-            raise InfraError(rep["infra_error"])
+            raise (Overloaded if rep.get("overloaded") else InfraError)(rep["infra_error"])
         return rep
 
     async def _call(self, req: dict) -> dict:

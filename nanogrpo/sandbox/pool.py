@@ -13,7 +13,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from .types import InfraError, SandboxUnavailable
+from .types import InfraError, Overloaded, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,9 @@ class SandboxPool:
                     return await fn(Session(worker, job), item)
                 finally:
                     await worker.end_job(job)
+            except Overloaded as e:  # the worker is fine; retrying under the same load would cost as much again
+                log.warning("sandbox: %s; reward None", e)
+                return None
             except InfraError as e:
                 log.warning("sandbox infrastructure error (attempt %d/%d): %s", attempt + 1,
                             self.retries + 1, e)

@@ -169,8 +169,7 @@ def run_exec(req, uid, launcher=None):
     while True:
         now = time.monotonic()
         if now >= deadline:
-            cpu, waited = confine.cpu_and_runqueue_s(uid, exclude=(os.getpid(), launcher.pid))
-            if cpu + waited >= STARVED * (now - t0) and cpu < float(lim["cpu_s"]):  # starved, not idle
+            if starved_by_load(uid, launcher, now - t0, float(lim["cpu_s"])):
                 if now < hard_deadline:
                     deadline = min(now + wall_s, hard_deadline)
                     continue
@@ -223,7 +222,8 @@ def run_exec(req, uid, launcher=None):
                     "time_s": wall, "cpu_s": cpu}
         return {"infra_error": msg}  # the interpreter or compiler itself is missing: the sandbox's fault
     if overloaded and not exited:
-        return {"infra_error": f"machine overloaded: the program was starved of CPU for {wall:.1f} s "
+        return {"overloaded": True,
+                "infra_error": f"machine overloaded: the program was starved of CPU for {wall:.1f} s "
                                f"(used {cpu:.2f} s of {lim['cpu_s']} s); not scored as a timeout"}
     if over_cap:
         kind = "output_limit"
@@ -239,6 +239,19 @@ def run_exec(req, uid, launcher=None):
         kind = "ok"
     return {"status": kind, "exit_code": code, "stdout": stdout, "stderr": stderr,
             "time_s": wall, "cpu_s": cpu}
+
+
+BASE_NICE = os.getpriority(os.PRIO_PROCESS, 0)  # what every execution starts with (it can only raise it)
+
+
+def starved_by_load(uid, launcher, elapsed, cpu_limit):
+    """At the wall deadline: was the program kept from the CPU by OTHER work, rather than idle (sleeping,
+    blocked) or starving itself (nice, SCHED_IDLE)? Then its deadline is stretched instead of a timeout."""
+    me = confine.program_sched(uid, exclude=(os.getpid(), launcher.pid), base_nice=BASE_NICE)
+    wanted_cpu = me["cpu"] + me["wait"] >= STARVED * elapsed
+    # every CPU busy with someone else's work (this runner is the 1); a program's own threads don't count
+    machine_busy = confine.others_running() - me["running"] - 1 >= len(os.sched_getaffinity(0))
+    return wanted_cpu and machine_busy and not me["lowered"] and me["cpu"] < cpu_limit
 
 
 def start_child(spec, out_w, err_w, exc_w, uid):

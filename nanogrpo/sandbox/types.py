@@ -11,6 +11,11 @@ class InfraError(Exception):
     """The sandbox (not the program) failed: retried, then the reward is None, never 0."""
 
 
+class Overloaded(InfraError):
+    """The machine starved a program of CPU past its stretched wall deadline: the verdict is None, and it is
+    not retried (a retry under the same load costs the same again, and adds to the load)."""
+
+
 class SandboxUnavailable(RuntimeError):
     """Isolation is not active and unsandboxed execution was not explicitly allowed."""
 

@@ -166,6 +166,52 @@ FORGED_DEEP = (f"import os\nos.write(1, ({MARK!r} + '{{\"value\": ' + '[' * 1000
                ".encode())\nos._exit(0)\ndef f(): return 0\n")
 
 
+# -- isolation: each thing an untrusted program tries against the host (tests/test_sandbox.py) ----
+INFINITE_LOOP = "while True: pass"
+# Starving itself on purpose, so that a load-aware backstop would read "overloaded machine" (None)
+# instead of a timeout (0).
+SELF_STARVE = "import os\nos.nice(19)\nwhile True: pass"
+SLEEP = "import time; time.sleep(60)"
+FORK_BOMB = "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass\n"
+MEMORY_BOMB = "a = []\nwhile True: a.append(bytearray(10**7))"
+BIG_WRITE = "f = open('big', 'wb')\nfor _ in range(1024): f.write(b'0' * (1 << 20))\nprint('ok')"
+HUGE_OUTPUT = "import sys\nwhile True: sys.stdout.write('x' * 65536)"
+NETWORK = ("import socket\nfor addr in [('127.0.0.1', {port}), ('1.1.1.1', 53)]:\n"
+           "    try:\n        socket.create_connection(addr, timeout=2); print('connected')\n"
+           "    except OSError: print('blocked')\n")
+WRITE_OUTSIDE = ("import os\nfor p in [{host!r}, '/usr/pwned', '/tmp/pwned', '/pwned', '/etc/pwned']:\n"
+                 "    try:\n        open(p, 'w').write('x'); print('wrote', p)\n    except OSError: pass\n"
+                 "print('ok')")
+FILE_WRITE = "import os\nopen('note', 'w').write({secret!r})\nprint(os.getcwd())"
+FILE_READ = ("import glob\nhits = []\nfor p in glob.glob('/tmp/**', recursive=True):\n"
+             "    try: hits.append(open(p).read())\n    except OSError: pass\n"
+             "print('\\n'.join(hits))")
+KILL_PARENT = ("import os, signal\nfor pid in [os.getppid(), 1, -1]:\n"
+               "    try: os.kill(pid, signal.SIGKILL)\n    except OSError: pass\nprint('ok')")
+ENVIRONMENT = "import os\nprint(sorted(os.environ))"
+CAPABILITIES = ("caps = {l.split(':')[0]: l.split()[1] for l in open('/proc/self/status')\n"
+                "        if l.startswith(('Cap', 'NoNew'))}\n"
+                "print(caps['CapPrm'], caps['CapEff'], caps['CapAmb'], caps['NoNewPrivs'])")
+NO_CAPS = "0000000000000000 0000000000000000 0000000000000000 1"
+
+# -- reward hacks: passing without being right (tests/test_judge.py) ------------------------------
+CUSTOM_EQ_CALL = "class Any:\n    def __eq__(self, o): return True\ndef add(a, b):\n    return Any()"
+CUSTOM_EQ_ASSERT = "class Any(int):\n    def __eq__(self, o): return True\ndef add(a, b):\n    return Any(7)"
+EARLY_EXITS_CALL = ["exit(0)", "import os; os._exit(0)", "print('passed'); raise SystemExit"]
+EARLY_EXITS_ASSERT = ["exit(0)", "import os; os._exit(0)", "import sys; sys.exit(0)"]
+PATCH_ASSERTS = ("import builtins, atexit, os\nprint('passed')\nbuiltins.AssertionError = KeyboardInterrupt\n"
+                 "atexit.register(lambda: os._exit(0))\ndef add(a, b):\n    return 0")
+FORGED_LINES = ["{}", "[1]", '{"value": {"__t": "nope"}}', '{"value": 3']
+FORGED = "import os\nos.write(1, ({mark!r} + {forged!r} + '\\n').encode())\nos._exit(0)\ndef add(a, b): return 0"
+DELETE_BINARY = "#include <cstdio>\nint main(){remove(\"main\"); puts(\"5\");}"
+ADD_TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"
+
+
+def asserting(test=ADD_TEST, entry="add"):
+    return {"id": "a", "language": "python", "mode": "assert", "fn_name": entry, "time_limit_s": 2,
+            "starter_code": f"def {entry}(a, b):\n    \"\"\"Add.\"\"\"\n", "tests": [{"input": test, "output": ""}]}
+
+
 @dataclass
 class Attack:
     name: str
@@ -215,6 +261,38 @@ ATTACKS = [
     Attack("stdio sNaN", [SNAN], stdio("1"), _not_zero, "judge"),
     Attack("call-mode return nested 2,000 deep", [DEEP_RETURN], call("f", [], []), _not_zero, "judge"),
     Attack("forged harness line, 100k-deep JSON", [FORGED_DEEP], call("f", [], 0), _not_zero, "judge"),
+    # None is allowed here: on a machine so loaded that the program cannot get its 1 s of CPU even within
+    # the stretched backstop, "could not judge" is the honest verdict (left out of the group, not retried).
+    Attack("infinite loop", [INFINITE_LOOP], stdio(tl=1), lambda vs: vs[0] is not None and vs[0].status != "timeout"),
+    Attack("renice to 19 and spin (fake overload)", [SELF_STARVE], stdio(tl=1),
+           lambda vs: vs[0] is None or vs[0].status != "timeout"),
+    Attack("sleep past the wall clock", [SLEEP], stdio(tl=0.5), lambda vs: vs[0] is None or vs[0].status != "timeout"),
+    Attack("fork bomb", [FORK_BOMB, "print('ok')"], stdio(tl=1),
+           lambda vs: None in vs or vs[0].reward != 0.0 or vs[1].reward != 1.0),
+    Attack("memory bomb", [MEMORY_BOMB], stdio(memory_limit_mb=256),
+           lambda vs: vs[0] is None or vs[0].status != "memory"),
+    Attack("1 GB file write", [BIG_WRITE], stdio(), _not_zero),
+    Attack("endless output", [HUGE_OUTPUT], stdio(tl=5), lambda vs: vs[0] is None or vs[0].status != "output_limit"),
+    Attack("network (host loopback, internet)", [NETWORK.format(port=9)], stdio("blocked\nblocked\n"), _not_one),
+    Attack("write outside the job directory", [WRITE_OUTSIDE.format(host="/root/pwned")], stdio(), _not_one),
+    Attack("read another execution's files", [FILE_WRITE.format(secret="SECRET-" + "0" * 32), FILE_READ],
+           escaped=lambda vs: "SECRET-" + "0" * 32 in out(vs[1]), kind="leak"),
+    Attack("kill the runner, init, everything", [KILL_PARENT, "print('ok')"],
+           escaped=lambda vs: None in vs or vs[1].reward != 1.0),
+    Attack("read the trainer's environment", [ENVIRONMENT], escaped=lambda vs: "NANOGRPO" in out(vs[0])),
+    Attack("capabilities left", [CAPABILITIES], stdio(NO_CAPS), _not_one),
+    Attack("custom __eq__ (call mode)", [CUSTOM_EQ_CALL], call("add", [1, 2], 3), _not_zero, "judge"),
+    Attack("custom __eq__ (assert mode)", [CUSTOM_EQ_ASSERT], asserting(), _not_zero, "judge"),
+    *[Attack(f"exit early: {t} (call mode)", [f"{t}\ndef add(a, b):\n    return a + b"], call("add", [1, 2], 3),
+             _not_zero, "judge") for t in EARLY_EXITS_CALL],
+    *[Attack(f"exit before the asserts: {t}", [f"def add(a, b):\n    return 0\n{t}"], asserting(), _not_zero, "judge")
+      for t in EARLY_EXITS_ASSERT],
+    Attack("print 'passed', patch AssertionError, atexit", [PATCH_ASSERTS], asserting(), _not_zero, "judge"),
+    *[Attack(f"forged harness line {f}", [FORGED.format(mark=MARK, forged=f)], call("add", [1, 2], 3), _not_zero,
+             "judge") for f in FORGED_LINES],
+    Attack("C++ deletes its own binary (test 2 of 2 is a real 0)", [DELETE_BINARY],
+           {**stdio("5", tl=5), "language": "cpp", "tests": [{"input": "", "output": "5"}] * 2},
+           lambda vs: vs[0] is None or vs[0].reward != 0.5, "judge"),
     Attack("multiprocessing.Pool", [MP_POOL], stdio("25"), _not_one, "correct"),
     Attack("ProcessPoolExecutor", [MP_EXECUTOR], stdio("25"), _not_one, "correct"),
     Attack("multiprocessing.Queue", [MP_QUEUE], stdio("25"), _not_one, "correct"),
