@@ -60,7 +60,8 @@ def main(argv=None) -> int:
         escaped = bool(a.escaped(vs)) or after["Shmem"] > before["Shmem"] + 64  # pinned host memory counts too
         if escaped:
             escapes.append(a.name)
-        rows.append((a.kind, a.name, describe(vs), "ESCAPED" if escaped else "rejected",
+        result = ("FAILED" if escaped else "scored 1") if a.kind == "correct" else ("ESCAPED" if escaped else "rejected")
+        rows.append((a.kind, a.name, describe(vs), result,
                      after["Shmem"] - before["Shmem"], None in vs))
         if escaped:
             print(f"ESCAPED: {a.name}: {[out(v)[-200:] for v in vs]}", file=sys.stderr)
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
           "|---|---|---|---|---|")
     for k in kinds:
         mine = [r for r in rows if r[0] == k]
-        bad = sum(r[3] == "ESCAPED" for r in mine)
+        bad = sum(r[3] in ("ESCAPED", "FAILED") for r in mine)
         print(f"| {k} | {len(mine)} | {len(mine) - bad} | {bad} | {sum(r[5] for r in mine)} |")
     print(f"| **all** | **{len(rows)}** | **{len(rows) - len(escapes)}** | **{len(escapes)}** | "
           f"**{sum(r[5] for r in rows)}** |")
