@@ -102,11 +102,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         sampler = E.make_sampler(args.sampler, model_dir, device, dtype)
-        tokenizer = sampler.tokenizer if hasattr(sampler, "tokenizer") else None
-        if tokenizer is None:
-            from transformers import AutoTokenizer
+        from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
         context = E.context_length(model_dir)
         sampling = {"temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens}
         prompt = user_prompt(args.template)
@@ -134,7 +132,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             elapsed = time.monotonic() - t0
             print(f"generate: batch {k}/{len(todo)} ({start + len(chunk)}/{len(rows)} problems), kept {kept} of "
                   f"{drawn} generations, {elapsed:.0f}s, eta {elapsed / k * (len(todo) - k):.0f}s", file=sys.stderr)
-        sampler.close() if hasattr(sampler, "close") else None
+        if hasattr(sampler, "close"):  # the vLLM engine holds memory (and processes) until closed
+            sampler.close()
 
     result = sorted(read_done(out).values(), key=lambda r: r["index"])
     if args.sft:
