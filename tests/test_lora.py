@@ -1,6 +1,7 @@
 """LoRA (nanogrpo/lora.py) against references: the base model (B = 0, adapters off), the merged weights
 computed by hand, the samplers' log-probs after a sync, an uninterrupted run (resume), from_pretrained."""
 
+import json
 import shutil
 
 import pytest
@@ -12,8 +13,6 @@ from helpers import update_check
 from nanogrpo import checkpoint, dist, grpo, lora
 from nanogrpo import model as M
 from nanogrpo.sampler import SamplingParams, TorchSampler
-from test_train import VOLATILE, metrics, small
-
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 RANK, ALPHA = 4, 8.0
 
@@ -181,6 +180,18 @@ def test_vllm_loads_the_merged_checkpoint_and_takes_the_merged_sync(trained, sav
         check()  # the merged weights streamed after one more step
     finally:
         s.close()
+
+
+VOLATILE = ("time_", "tokens_per_s")  # wall-clock metrics differ between runs by nature
+
+
+def metrics(out_dir) -> list[dict]:
+    return [json.loads(x) for x in (out_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def small(model, out_dir, *extra):
+    return [f"model={model}", f"out_dir={out_dir}", "prompts_per_step=8", "group_size=4", "eval_every=0",
+            "micro_batch_size=12", *extra]
 
 
 def test_lora_run_resumes_exactly(warm_model_dir, tmp_path):
