@@ -234,12 +234,16 @@ async def _judge_assert(session, code, problem, lim, opts) -> ExecResult:
                                       {"harness.py": HARNESS_SRC, "solution.py": code, "test.py": test,
                                        "entry.json": entry}, "", lim))
     payload = harness_payload(rec)
-    if payload is None:
+    try:
+        record = None if payload is None else json.dumps(payload)
+    except (ValueError, RecursionError):  # the program shaped this log: one it breaks is its loss
+        record = None
+    if record is None:
         return rec if rec.status != "ok" else replace(rec, status="runtime_error")
     # The replay runs the trusted checks on the recorded plain values, without the program.
     rep = await session.exec(ExecSpec([opts.python, "-I", "harness.py", "replay"],
                                       {"harness.py": HARNESS_SRC, "starter.py": problem.get("starter_code", ""),
-                                       "test.py": test, "entry.json": entry, "record.json": json.dumps(payload)},
+                                       "test.py": test, "entry.json": entry, "record.json": record},
                                       "", lim, clean=True))
     ok = rep.status == "ok" and (harness_payload(rep) or {}).get("passed") is True
     return replace(rec, status="passed" if ok else "wrong_answer",
