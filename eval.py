@@ -17,11 +17,30 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from nanogrpo import benchmarks, dist
+from nanogrpo import model as M
 # the work is done in the library (one path with train.py's in-run evals); these names stay importable from here
 from nanogrpo.evaluate import MAX_NEW_TOKENS_CAP, evaluate, markdown_table, prompt_ids, samples_path  # noqa: F401
+
+
+def unwritable(out: str) -> str:
+    """Why results cannot be written to `out` (and its .samples.jsonl), or "" if they can."""
+    p = Path(out).absolute()
+    if p.is_dir():
+        return "is a directory"
+    existing = next(a for a in p.parents if a.exists())
+    if not existing.is_dir():
+        return f"{existing} is a file, not a directory"
+    try:  # the real test: create a file where the results will go (nothing is left behind)
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".nanogrpo_write_test_")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"cannot write there ({e.strerror or e})"
+    return ""
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -47,11 +66,26 @@ def main(argv: list[str] | None = None) -> dict:
         ap.error(f"--model {args.model!r} is not a Hugging Face model directory (no config.json)")
     if args.n is not None and args.n < 1:
         ap.error("--n must be >= 1")
+    if args.limit is not None and args.limit < 1:
+        ap.error(f"--limit must be >= 1 (the first K problems of each task), got {args.limit}")
+    if not [t for t in args.tasks.split(",") if t.strip()]:
+        ap.error(f"--tasks {args.tasks!r} names no task (known: {','.join(benchmarks.TASKS)})")
+    try:
+        M.check_model_dir(args.model)
+        M.check_tokenizer_files(args.model)
+    except (FileNotFoundError, M.ModelError) as e:
+        ap.error(f"--model: {e}")
+    try:  # every task loads now: an unknown name or a bad file stops here, not after generating
+        loaded = [benchmarks.load_task(t.strip(), args.data, args.limit) for t in args.tasks.split(",") if t.strip()]
+    except (ValueError, FileNotFoundError) as e:
+        ap.error(f"--tasks: {e}")
+    out_problem = unwritable(args.out)
+    if out_problem:
+        ap.error(f"--out {args.out!r}: {out_problem} (checked before generating, so no evaluation is lost)")
 
     if "RANK" in os.environ:  # under torchrun: join the group so problems are split across ranks
         dist.init(args.device or "auto")
-    tasks = [t for t in args.tasks.split(",") if t.strip()]
-    results = evaluate(args.model, tasks, n=args.n, limit=args.limit, sampler_kind=args.sampler,
+    results = evaluate(args.model, loaded, n=args.n, limit=args.limit, sampler_kind=args.sampler,
                        device=args.device, temperature=args.temperature, top_p=args.top_p,
                        max_new_tokens=args.max_new_tokens, data_dir=args.data, out=args.out, seed=args.seed)
     if dist.is_main():

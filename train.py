@@ -8,31 +8,35 @@ push the new weights into the sampler -> metrics -> checkpoint. The algorithm li
 from __future__ import annotations
 
 import math
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from nanogrpo import checkpoint, data, dist, grpo, lora, rewards
+from nanogrpo import checkpoint, data, dist, grpo, hub, lora, rewards
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.log import Logger
+from nanogrpo.optim import lr_lambda
 from nanogrpo.evaluate import evaluate, make_sampler
 from nanogrpo.sampler import SamplingParams
 
 
-def lr_lambda(cfg: C.Config, total_updates: int):
-    def f(i: int) -> float:
-        if i < cfg.warmup_steps:
-            return (i + 1) / cfg.warmup_steps
-        if cfg.lr_schedule == "constant":
-            return 1.0
-        progress = min((i - cfg.warmup_steps) / max(total_updates - cfg.warmup_steps, 1), 1.0)
-        shape = 0.5 * (1 + math.cos(math.pi * progress)) if cfg.lr_schedule == "cosine" else 1 - progress
-        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * shape
-
-    return f
+def check_out_dir(path: str) -> None:
+    """out_dir must be a directory this process can write (checked before anything is loaded)."""
+    p = Path(path).absolute()
+    existing = next(a for a in (p, *p.parents) if a.exists())  # nothing is created here: a failed start leaves no trace
+    if not existing.is_dir():
+        raise C.ConfigError(f"config key 'out_dir': {str(existing)!r} is a file, not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".nanogrpo_write_test_")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise C.ConfigError(f"config key 'out_dir': cannot write to {path!r} ({e.strerror or e})") from None
 
 
 def sampling_seed(cfg: C.Config, step: int, rank: int) -> int:
@@ -43,12 +47,33 @@ def sampling_seed(cfg: C.Config, step: int, rank: int) -> int:
 def load_task(cfg: C.Config) -> tuple[list[dict], list[dict]]:
     """Train rows and held-out rows (the built-in task has its own held-out split)."""
     kind = "code" if cfg.reward == "code" else "math"
-    train = data.load_rows(cfg.task, kind, split="train", seed=cfg.seed)
+    if kind == "code" and cfg.task in data.BUILTIN_TASKS:  # every reward would be None: nothing would train
+        raise C.ConfigError(f"reward=code runs each row's tests, but task '{cfg.task}' is a built-in math task "
+                            "without tests: use a code dataset (DESIGN.md's code schema) or reward=exact / math")
+    where = {"subset": cfg.task_subset or None, "columns": data.parse_columns(cfg.task_columns)}  # Hub datasets / renames
+    train = data.load_rows(cfg.task, kind, split=cfg.task_split, seed=cfg.seed, **where)
     if cfg.eval_task:
         held = data.load_rows(cfg.eval_task, kind, split="test", seed=cfg.seed)
     else:
         held = data.load_rows(cfg.task, kind, split="test", seed=cfg.seed) if cfg.task in data.BUILTIN_TASKS else []
     return train, held
+
+
+# A run whose every reward is None (none_frac 1) learns nothing; this many such steps in a row stop it.
+ALL_NONE_STEPS = 3
+NONE_CAUSES = {
+    "code": "the sandbox failed on every program (see the warnings above: bubblewrap, the interpreter paths, "
+            "E2B_API_KEY) or the rows' tests cannot be run",
+    "math": "math-verify could not check any answer (is math-verify installed? are the rows' answers parseable?)",
+    "exact": "the rows have no 'answer' to compare with",
+}
+
+
+def check_rewards_alive(history: list[float], cfg: C.Config) -> None:
+    """Stop a run whose last ALL_NONE_STEPS steps had no reward at all (every one None)."""
+    if len(history) >= ALL_NONE_STEPS and all(x == 1.0 for x in history[-ALL_NONE_STEPS:]):
+        raise C.ConfigError(f"every reward was None for {ALL_NONE_STEPS} steps in a row (reward={cfg.reward}): "
+                            f"nothing is learned, so the run stops. Likely cause: {NONE_CAUSES.get(cfg.reward, '?')}")
 
 
 def encode(rows: list[dict], tokenizer, cfg: C.Config) -> list[list[int]]:
@@ -117,13 +142,21 @@ def main(argv: list[str]) -> dict:
     dtype = torch.bfloat16 if (cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")) else torch.float32
     torch.manual_seed(cfg.seed)
 
+    check_out_dir(cfg.out_dir)
     if not cfg.resume and ((Path(cfg.out_dir) / "metrics.jsonl").exists() or checkpoint.latest(cfg.out_dir)):
         raise C.ConfigError(f"out_dir {cfg.out_dir!r} already holds a run: pass resume=true to continue it, "
                             "or choose another out_dir (nothing there is overwritten)")
+    if cfg.resume and (Path(cfg.out_dir) / "metrics.jsonl").exists() and not checkpoint.latest(cfg.out_dir):
+        # resuming would start again from step 0 and replace metrics.jsonl: the old run's log would be lost
+        raise C.ConfigError(f"resume=true, but out_dir {cfg.out_dir!r} has a metrics.jsonl and no complete "
+                            "checkpoint to resume from. To start over there, move or delete its metrics.jsonl "
+                            "first (it is not overwritten silently), or choose another out_dir")
 
     # --- data, model, optimizer, sampler: every input is checked before the first step ---
     train_rows, eval_rows = load_task(cfg)
     bench_tasks = load_benchmarks(cfg) if cfg.eval_every else []
+    # a Hub id becomes its snapshot directory in the HF cache (downloaded once; HF_HUB_OFFLINE=1: the cache only)
+    cfg.model = hub.model_dir(cfg.model)
     tokenizer = M.load_tokenizer(cfg.model)
     # chat templates that end the prompt with "<think>" (R1-Distill): the format reward must know
     prefilled_think = data.format_prompt(train_rows[0], tokenizer, cfg.template).rstrip().endswith("<think>")
@@ -179,6 +212,7 @@ def main(argv: list[str]) -> dict:
 
     pad_id = tokenizer.pad_token_id
     params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
+    none_history: list[float] = []  # none_frac per step (check_rewards_alive)
     for step in range(start, cfg.steps):
         t_step = time.time()
         rows = stream.next_batch()  # this rank's prompts_per_step / world rows
@@ -242,6 +276,8 @@ def main(argv: list[str]) -> dict:
             metrics.update(step_evals)
             results.update({f"{k}_end": v for k, v in step_evals.items()})
         logger.log(step, metrics, cfg.log_every)
+        none_history.append(metrics["none_frac"])
+        check_rewards_alive(none_history, cfg)
         if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final):
             path = checkpoint.save(cfg.out_dir, step + 1, policy, optimizer, scheduler, tokenizer,
                                    {"data": stream.state_dict()}, cfg.keep_checkpoints)
@@ -255,7 +291,7 @@ def main(argv: list[str]) -> dict:
 if __name__ == "__main__":
     try:
         main(sys.argv[1:])
-    except (C.ConfigError, FileNotFoundError, data.DataError) as e:
+    except (C.ConfigError, FileNotFoundError, data.DataError, M.ModelError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +20,11 @@ class Config:
     # --- run ---
     out_dir: str = "runs/tiny-arithmetic"  # metrics.jsonl, config.toml and checkpoints/ go here
     seed: int = 0  # seeds init, data order and sampling (sampling seed = f(seed, step, rank))
-    steps: int = 1200  # GRPO steps (optimizer steps = steps * mu); the default run takes ~4.5 min on 2 idle cores
+    steps: int = 1500  # GRPO steps (optimizer steps = steps * mu); the default run: ~6 min on 2 cores (README)
     resume: bool = False  # continue from the last complete checkpoint in out_dir/checkpoints
 
     # --- model ---
-    model: str = "runs/tiny-model"  # HF model directory (scripts/build_tiny_model.py writes the default)
+    model: str = "models/tiny-arithmetic"  # HF model directory (the default is committed; scripts/build_tiny_model.py rebuilds it), or a Hub id (owner/name: downloaded to the HF cache; HF_HUB_OFFLINE=1 reads the cache only)
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "auto"  # auto (bf16 params on GPU with fp32 reduce, fp32 on CPU) | float32 | bfloat16
     activation_checkpointing: bool = False  # recompute decoder layers in backward to save memory
@@ -32,7 +33,10 @@ class Config:
     logprob_chunk: int = 512  # tokens per chunk for the lm_head + log-softmax (bounds the fp32 logits)
 
     # --- data and rewards ---
-    task: str = "arithmetic"  # built-in "arithmetic", or a .jsonl / .parquet path of math or code rows
+    task: str = "arithmetic"  # built-in "arithmetic" / "word_problems", a .jsonl / .parquet path of math or code rows, or a Hub dataset id (owner/name, through `datasets`)
+    task_split: str = "train"  # Hub dataset: the split trained on (eval_task, when a Hub id, reads "test")
+    task_subset: str = ""  # Hub dataset: the subset (config name), e.g. "default"; "" = the dataset's only one
+    task_columns: str = ""  # rename columns before the schema is read: "problem=question,answer=gold" (field=column)
     eval_task: str = ""  # held-out rows for eval_every ("" = the task's held-out split; arithmetic has one)
     template: str = "raw"  # raw (problem text as is) | chat (tokenizer chat template) | math_eval (chat + eval.py's math prompt)
     system_prompt: str = ""  # chat template only; "" = the data module's default instruction
@@ -74,7 +78,7 @@ class Config:
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])  # linear layers (by name) that get adapters
 
     # --- optimisation ---
-    lr: float = 1e-4  # peak learning rate (AdamW); the tiny model collapses at >= 2e-4
+    lr: float = 2e-4  # peak learning rate (AdamW); 1e-4 left the slowest warm start at +22 pts (docs/learning.md)
     min_lr_ratio: float = 0.1  # schedule floor as a fraction of lr
     lr_schedule: str = "cosine"  # constant | cosine | linear (after warm-up)
     warmup_steps: int = 10  # linear warm-up, in optimizer steps
@@ -84,6 +88,10 @@ class Config:
     grad_clip: float = 1.0  # max global grad norm; 0 = no clipping
     micro_batch_size: int = 128  # sequences per forward/backward (padded micro-batches)
     micro_batch_tokens: int = 0  # > 0: padding-free, sequences packed into rows of at most this many tokens (use on GPU); 0 = padded
+
+    # --- SFT (sft.py; it reads task, template, system_prompt, the optimisation keys, prompts_per_step as rows
+    #     per step, micro_batch_tokens as the packing budget, and the checkpoint / logging keys) ---
+    sft_max_len: int = 4096  # tokens per example (prompt + answer); longer examples are cut to this many
 
     # --- logging, eval, checkpoints ---
     log_every: int = 1  # print a line every N steps (metrics.jsonl gets every step)
@@ -155,10 +163,44 @@ def _coerce(key: str, value, from_string: bool):
     return value
 
 
+# Valid range of every numeric knob, as an interval ("[" includes the end, "(" excludes it). A value
+# outside it used to be accepted and fail later (lr=inf at step 2, log_every=0 after step 1) or silently
+# do something else (min_lr_ratio=5 raises the lr above its peak).
+RANGES = {
+    "lr": "(0, inf)", "min_lr_ratio": "[0, 1]", "warmup_steps": "[0, inf)", "weight_decay": "[0, inf)",
+    "adam_beta1": "[0, 1)", "adam_beta2": "[0, 1)", "grad_clip": "[0, inf)", "clip_low": "[0, 1)",
+    "clip_high": "[0, inf)", "beta": "[0, inf)", "adv_eps": "[0, inf)", "tis_cap": "[0, inf)",
+    "cispo_high": "(0, inf)", "lora_rank": "[0, inf)", "lora_alpha": "(0, inf)", "format_weight": "[0, inf)",
+    "top_p": "(0, 1]", "eval_temperature": "[0, inf)", "log_every": "[1, inf)",
+    "eval_every": "[0, inf)", "save_every": "[0, inf)", "eval_size": "[1, inf)", "keep_checkpoints": "[0, inf)",
+    "sandbox_concurrency": "[0, 256]", "micro_batch_tokens": "[0, inf)",
+}
+
+
+def _in_interval(v, spec: str) -> bool:
+    lo, hi = (float(x) for x in spec[1:-1].split(","))
+    return (lo <= v if spec[0] == "[" else lo < v) and (v <= hi if spec[-1] == "]" else v < hi)
+
+
+def _check_ranges(cfg: Config) -> None:
+    for key, f in FIELDS.items():
+        v = getattr(cfg, key)
+        if f.type == "float" and not math.isfinite(v):
+            raise ConfigError(f"config key '{key}' must be a finite number; got {v}")
+        if key in RANGES and not _in_interval(v, RANGES[key]):
+            raise ConfigError(f"config key '{key}' must be in {RANGES[key]}; got {v}")
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field checks that need no model or data."""
+    _check_ranges(cfg)
+    if cfg.device == "cuda":  # fail now, not after the data and the model are loaded
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("config key 'device' is 'cuda' but no CUDA GPU is available (use device=auto or cpu)")
     positive = ("steps", "prompts_per_step", "group_size", "max_new_tokens", "mu", "micro_batch_size", "logprob_chunk",
-                "eval_benchmarks_n")
+                "eval_benchmarks_n", "sft_max_len")
     for key in positive:
         if getattr(cfg, key) < 1:
             raise ConfigError(f"config key '{key}' must be >= 1; got {getattr(cfg, key)}")

@@ -82,8 +82,13 @@ class DataError(ValueError):
 
 def _read_jsonl(path: Path) -> list[tuple[str, dict]]:
     out = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
+    with open(path, "rb") as f:  # bytes: a line that is not UTF-8 (UTF-16, binary) is named by its number
+        for i, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if i == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{i}: not UTF-8 text (byte {e.start} is {raw[e.start:e.start + 1]!r}); "
+                                "JSONL must be UTF-8 (re-encode UTF-16 files, e.g. with iconv)") from None
             if not line.strip():
                 continue
             try:
@@ -167,8 +172,16 @@ def normalise_math_row(row: dict, where: str = "row") -> tuple[dict, str]:
 def normalise_rows(records: list[tuple[str, dict]], kind: str, source: str, verbose: bool = True) -> list[dict]:
     if not records:
         raise DataError(f"{source}: the dataset is empty")
-    if kind == "code":
-        return [r for _, r in records]  # the code converters own this schema; rows pass through untouched
+    if kind == "code":  # the sandbox's one schema check (a row it cannot score would only ever give None)
+        from nanogrpo.sandbox.judge import validate_problem
+
+        for where, rec in records:
+            try:
+                validate_problem(rec)
+            except ValueError as e:
+                raise DataError(f"{where}: not a code row the sandbox can score ({e}); convert dataset forms "
+                                "with nanogrpo.sandbox.convert.to_schema") from None
+        return [r for _, r in records]
     if kind != "math":
         raise DataError(f"unknown dataset kind {kind!r} (expected 'math' or 'code')")
     rows, mappings = [], {}
@@ -182,23 +195,58 @@ def normalise_rows(records: list[tuple[str, dict]], kind: str, source: str, verb
     return rows
 
 
+def read_records(source: str, split: str = "train", subset: str | None = None) -> list[tuple[str, dict]]:
+    """(where, raw row) from a .jsonl / .parquet file, or from a Hub dataset id (nanogrpo/hub.py; `split`
+    and `subset` apply to Hub datasets only)."""
+    path = Path(source)
+    if not path.is_file():
+        from nanogrpo import hub  # imported here: huggingface_hub / datasets only when a Hub id is used
+
+        if hub.is_hub_id(source):
+            return hub.dataset_records(source, split, subset)
+        raise DataError(f"dataset {source!r}: no such file, not a Hub id (owner/name), and not a built-in task "
+                        f"({', '.join(BUILTIN_TASKS)})")
+    if path.suffix == ".jsonl":
+        return _read_jsonl(path)
+    if path.suffix == ".parquet":
+        return _read_parquet(path)
+    raise DataError(f"dataset {source!r}: unknown file type {path.suffix!r} (expected .jsonl or .parquet)")
+
+
+def parse_columns(spec: str) -> dict[str, str]:
+    """"problem=question,answer=gold" -> {"problem": "question", "answer": "gold"} (field <- column)."""
+    out = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        field_name, sep, column = (s.strip() for s in part.partition("="))
+        if not sep or not field_name or not column:
+            raise DataError(f"column mapping {part!r}: expected FIELD=COLUMN (e.g. problem=question)")
+        out[field_name] = column
+    return out
+
+
+def map_columns(records: list[tuple[str, dict]], columns: dict[str, str]) -> list[tuple[str, dict]]:
+    """Each row with `field` set from `column`, for every field=column of the mapping (other keys kept)."""
+    if not columns:
+        return records
+    out = []
+    for where, rec in records:
+        missing = [c for c in columns.values() if c not in rec]
+        if missing:
+            raise DataError(f"{where}: column(s) {missing} of the column mapping not in the row; keys: {sorted(rec)}")
+        out.append((where, {**rec, **{f: rec[c] for f, c in columns.items()}}))
+    return out
+
+
 def load_rows(source: str, kind: str = "math", split: str = "train", n: int | None = None, seed: int = 0,
-              verbose: bool = True) -> list[dict]:
-    """Rows from "arithmetic" (built-in task; split/n/seed used) or a .jsonl / .parquet file.
+              verbose: bool = True, subset: str | None = None, columns: dict[str, str] | None = None) -> list[dict]:
+    """Rows from a built-in task ("arithmetic", "word_problems"; split/n/seed used), a .jsonl / .parquet
+    file, or a Hub dataset id (split, subset), with `columns` ({field: column}) renamed first.
 
     Every row is normalised before anything else runs, so a bad row stops the run at once."""
     if source in BUILTIN_TASKS:
         return BUILTIN_TASKS[source](split, n if n is not None else (20_000 if split == "train" else 500), seed)
-    path = Path(source)
-    if not path.is_file():
-        raise DataError(f"dataset {source!r}: no such file (and not a built-in task: {', '.join(BUILTIN_TASKS)})")
-    if path.suffix == ".jsonl":
-        records = _read_jsonl(path)
-    elif path.suffix == ".parquet":
-        records = _read_parquet(path)
-    else:
-        raise DataError(f"dataset {source!r}: unknown file type {path.suffix!r} (expected .jsonl or .parquet)")
-    rows = normalise_rows(records, kind, str(path), verbose)
+    records = map_columns(read_records(source, split, subset), columns or {})
+    rows = normalise_rows(records, kind, source, verbose)
     return rows[:n] if n is not None else rows
 
 
@@ -235,6 +283,13 @@ def format_prompt(row: dict, tokenizer, template: str = "raw", system_prompt: st
         raise ValueError(f"unknown prompt template {template!r} (expected 'raw', 'chat' or 'math_eval')")
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(f"prompt template {template!r} needs a tokenizer with a chat template; use template='raw'")
+    messages = prompt_messages(row, template, system_prompt, instruction)
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def prompt_messages(row: dict, template: str = "chat", system_prompt: str | None = None,
+                    instruction: str | None = DEFAULT_MATH_INSTRUCTION) -> list[dict]:
+    """The chat messages of a "chat" / "math_eval" prompt (see format_prompt); sft.py appends the answer."""
     user = row["problem"]
     if template == "math_eval":
         user, instruction = MATH_TEMPLATE.replace("{problem}", user), None
@@ -242,10 +297,9 @@ def format_prompt(row: dict, tokenizer, template: str = "raw", system_prompt: st
         user += f"\n\nStart from this code:\n```\n{row['starter_code']}\n```"
     if instruction:
         user += "\n" + instruction
-    messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+    return ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
         {"role": "user", "content": user}
     ]
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 def encode_prompt(row: dict, tokenizer, template: str = "raw", **kw) -> list[int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from nanogrpo import dist
 # what the printed line shows (the jsonl gets everything)
 LINE = [
     ("reward_mean", "reward", "{:.3f}"),
+    ("sft_loss", "loss", "{:.4f}"),  # sft.py
     ("heldout_accuracy", "heldout", "{:.3f}"),
     ("accuracy", "acc", "{:.3f}"),
     ("zero_std_frac", "zstd", "{:.2f}"),
@@ -41,8 +43,19 @@ class Logger:
         self.path = Path(out_dir) / "metrics.jsonl"
         self.wandb = None
         if self.main and self.path.exists():  # resuming: lines after the checkpoint are recomputed, drop them
-            keep = [x for x in self.path.read_text().splitlines() if start_step and json.loads(x)["step"] <= start_step]
-            self.path.write_text("".join(x + "\n" for x in keep))
+            keep = []
+            for i, x in enumerate(self.path.read_text(errors="replace").splitlines(), 1):
+                try:
+                    step = json.loads(x)["step"]
+                except (ValueError, KeyError, TypeError):  # a line torn by a crash mid-write
+                    print(f"warning: {self.path}:{i}: dropping an unreadable line (torn by a crash?): {x[:80]!r}",
+                          flush=True)
+                    continue
+                if start_step and step <= start_step:
+                    keep.append(x)
+            tmp = self.path.with_name(self.path.name + ".tmp")  # a crash here must not lose the kept lines
+            tmp.write_text("".join(x + "\n" for x in keep))
+            os.replace(tmp, self.path)
         if self.main and wandb_project:
             import wandb  # only when asked for
 

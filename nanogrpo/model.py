@@ -29,22 +29,64 @@ from nanogrpo import lora
 hf_logging.disable_progress_bar()  # a bar per weight load drowns the training log
 
 
-def _check_model_dir(path: str) -> None:
+class ModelError(ValueError):
+    """A model directory that cannot be loaded as it is: the message names the file and what is wrong."""
+
+
+# Any one of these makes a tokenizer (fast tokenizer.json, sentencepiece, BPE vocab, WordPiece vocab).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+
+
+def _check_safetensors(f: Path) -> None:
+    """The header parses and the file is as long as the header says (a truncated download is named here,
+    not in a traceback from deep inside the loader)."""
+    size = f.stat().st_size
+    try:
+        with open(f, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            if size < 8 or n > size - 8:
+                raise ValueError(f"header length {n} does not fit in {size} bytes")
+            header = json.loads(fh.read(n))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        raise ModelError(f"{f} is not a valid safetensors file ({e}); re-download or re-save the model") from None
+    if 8 + n + end > size:
+        raise ModelError(f"{f} is truncated: {size} bytes, its header describes {8 + n + end}; "
+                         "re-download or re-save the model")
+
+
+def check_model_dir(path: str) -> None:
+    """Raise FileNotFoundError / ModelError naming what is missing or broken in a model directory."""
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(
-            f"model directory not found: {path!r} (for the default tiny model run "
-            f"`python scripts/build_tiny_model.py --out {path}`)"
+            f"model directory not found: {path!r} (the default tiny model is committed as models/tiny-arithmetic; "
+            f"another one is built by `python scripts/build_tiny_model.py --out {path}`)"
         )
     if not (p / "config.json").is_file():
         raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory: it has no config.json")
-    arch = json.loads((p / "config.json").read_text()).get("architectures") or []
+    try:
+        arch = json.loads((p / "config.json").read_text()).get("architectures") or []
+    except (ValueError, AttributeError) as e:  # AttributeError: valid JSON that is not an object
+        raise ModelError(f"{p / 'config.json'} is not a valid model config ({e})") from None
     if arch and not any(a.endswith("ForCausalLM") for a in arch):
-        raise ValueError(f"{path!r} holds {arch}, not a causal LM")
+        raise ModelError(f"{path!r} holds {arch}, not a causal LM")
+    weights = sorted(p.glob("*.safetensors"))
+    if not weights and not any(p.glob("*.bin")):
+        raise ModelError(f"{path!r} has no weights (no *.safetensors or *.bin file)")
+    for f in weights:
+        _check_safetensors(f)
+
+
+def check_tokenizer_files(path: str) -> None:
+    if not any((Path(path) / f).is_file() for f in TOKENIZER_FILES):
+        raise ModelError(f"{path!r} has no tokenizer files (one of {', '.join(TOKENIZER_FILES)}); copy them "
+                         "from the base model (a checkpoint written by train.py has them)")
 
 
 def load_tokenizer(path: str):
-    _check_model_dir(path)
+    check_model_dir(path)
+    check_tokenizer_files(path)
     tok = AutoTokenizer.from_pretrained(path)
     if tok.pad_token_id is None:  # Llama-style tokenizers ship no pad token; padding is masked anyway
         tok.pad_token = tok.eos_token
@@ -53,7 +95,7 @@ def load_tokenizer(path: str):
 
 def load_model(path: str, dtype: torch.dtype = torch.float32, device="cpu", attn_implementation: str = "sdpa"):
     """A plain (unsharded) HF causal LM in `dtype` on `device`."""
-    _check_model_dir(path)
+    check_model_dir(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
     return model.to(device)
 
