@@ -1,15 +1,19 @@
 """Summarise a finished (or resumed) run from its metrics.jsonl: held-out evals, early vs late steps, time.
 
     python scripts/run_summary.py runs/smollm2-word-problems [--window 10]
+    python scripts/run_summary.py runs/smollm2-seed1 runs/smollm2-seed2 ...     # several seeds side by side
 
 Prints a markdown table: every held-out / benchmark eval logged, then the mean of each step metric
 over the first and the last `--window` steps, then the seconds spent per phase over all steps.
+With several run directories (seeds of one recipe): one row per run with its held-out accuracy at the
+start and at its last eval, and the mean / min / max / std of the gain.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -22,17 +26,39 @@ def mean(xs: list) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
+def read(run_dir: str) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        sys.exit(f"error: {path} not found (is {run_dir!r} a run's out_dir?)")
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def compare(run_dirs: list[str]) -> None:
+    """One row per run: held-out accuracy before and at the last eval; then the spread of the gains."""
+    print("| run | held-out before | after (step) | gain |\n| --- | --- | --- | --- |")
+    gains = []
+    for d in run_dirs:
+        ev = [(m["step"], m["heldout_accuracy"]) for m in read(d) if m.get("heldout_accuracy") is not None]
+        if len(ev) < 2:
+            sys.exit(f"error: {d} has fewer than two held-out evals")
+        gains.append(100 * (ev[-1][1] - ev[0][1]))
+        print(f"| {d} | {ev[0][1]:.3f} | {ev[-1][1]:.3f} ({ev[-1][0]}) | {gains[-1]:+.1f} pts |")
+    std = statistics.stdev(gains) if len(gains) > 1 else 0.0
+    print(f"| **{len(gains)} runs** | | | mean {statistics.mean(gains):+.1f}, min {min(gains):+.1f}, "
+          f"max {max(gains):+.1f}, std {std:.1f} pts |")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_dir")
+    ap.add_argument("run_dir", nargs="+")
     ap.add_argument("--window", type=int, default=10, help="steps averaged at each end")
     a = ap.parse_args(argv)
-    path = Path(a.run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        sys.exit(f"error: {path} not found (is {a.run_dir!r} a run's out_dir?)")
     if a.window < 1:
         sys.exit("error: --window must be >= 1")
-    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    if len(a.run_dir) > 1:
+        return compare(a.run_dir)
+    path = Path(a.run_dir[0]) / "metrics.jsonl"
+    lines = read(a.run_dir[0])
     steps = [m for m in lines if "time_step" in m]
     if not steps:
         sys.exit(f"error: {path} holds no training step yet")

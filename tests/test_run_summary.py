@@ -27,3 +27,15 @@ def test_missing_run_is_a_clear_error(tmp_path):
     res = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_summary.py"), str(tmp_path / "nope")],
                          capture_output=True, text=True)
     assert res.returncode != 0 and "metrics.jsonl not found" in res.stderr
+
+
+def test_several_seeds_side_by_side(tmp_path):
+    for name, (a, b) in {"s1": (0.05, 0.20), "s2": (0.05, 0.11), "s3": (0.06, 0.30)}.items():
+        (tmp_path / name).mkdir()
+        rows = [{"step": 0, "heldout_accuracy": a}, {"step": 14, "heldout_accuracy": b, "time_step": 1.0}]
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_summary.py"),
+                          *(str(tmp_path / n) for n in ("s1", "s2", "s3"))], capture_output=True, text=True, check=True).stdout
+    assert "| 0.050 | 0.110 (14) | +6.0 pts |" in out
+    # gains 15, 6, 24: mean 15, std 9
+    assert "mean +15.0, min +6.0, max +24.0, std 9.0 pts" in out

@@ -61,15 +61,25 @@ def test_resume_continues_exactly(warm_model_dir, tmp_path):
     AutoModelForCausalLM.from_pretrained(checkpoint.latest(str(cut)))
 
 
+# The learning test's bound, from the sweep in docs/learning.md (`scripts/bench_learning.py --seeds 5
+# --grpo-seeds 2`, 2026-11-23): the held-out gain at step 600 of the default recipe over its 10 runs (5 warm
+# starts x 2 GRPO seeds) was +17.0 to +54.6 points; from the committed model +32.2 and +41.2. The test asks for
+# half the least of all 10: another CPU's kernels move the trajectory the way another seed does, and the
+# slowest warm start's seeds stayed above twice this, while an update that stopped learning stays near 0.
+GAIN_600_MIN = 0.170
+LEARN_BOUND = GAIN_600_MIN / 2
+
+
 def test_reward_goes_up(warm_model_dir, tmp_path):
-    # 100 steps of the default recipe at a constant lr; the full 1200-step run gains about +0.4 held-out
-    res = train.main(small(warm_model_dir, tmp_path, "steps=100", "prompts_per_step=16", "group_size=8",
-                           "max_new_tokens=6", "lr=1e-4", "lr_schedule=constant", "micro_batch_size=128",
-                           "eval_every=100", "eval_size=500", "save_final=false"))
+    # The committed default model and the default recipe's first 600 steps, at a constant lr (the 1500-step
+    # cosine schedule is at 0.7 of its peak by then: the test's run learns at least as fast as the sweep's).
+    res = train.main(small(warm_model_dir, tmp_path, "steps=600", "prompts_per_step=16", "group_size=8",
+                           "max_new_tokens=6", "lr=2e-4", "lr_schedule=constant", "micro_batch_size=128",
+                           "eval_every=600", "eval_size=500", "save_final=false"))
     rewards = [m["reward_mean"] for m in metrics(tmp_path) if "reward_mean" in m]
     first, last = sum(rewards[:20]) / 20, sum(rewards[-20:]) / 20
-    assert last > first + 0.05, (first, last)
-    assert res["heldout_accuracy_end"] > res["heldout_accuracy_start"] + 0.06, res
+    assert last > first + LEARN_BOUND, (first, last)
+    assert res["heldout_accuracy_end"] > res["heldout_accuracy_start"] + LEARN_BOUND, res
 
 
 def test_missing_model_dir_fails_before_compute(tmp_path):
