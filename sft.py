@@ -32,7 +32,7 @@ from nanogrpo import checkpoint, data, dist, hub, packing
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.log import Logger
-from nanogrpo.optim import lr_lambda
+from nanogrpo.optim import make_optimizer
 
 
 # ----------------------------------------------------------------------------------------------
@@ -220,9 +220,7 @@ def main(argv: list[str]) -> dict:
     resume_from = checkpoint.latest(cfg.out_dir) if cfg.resume else None
     policy = M.make_policy(str(resume_from or cfg.model), device, dtype, cfg.logprob_chunk,
                            cfg.activation_checkpointing, compile=cfg.compile, attention=cfg.attention)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                                  weight_decay=cfg.weight_decay, fused=True)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, cfg.steps))
+    optimizer, scheduler = make_optimizer(policy.parameters(), cfg, cfg.steps)
     # rows are (where, row) pairs so an error mid-run still names the file and line
     stream = data.PromptStream(records, cfg.prompts_per_step, rank, world, cfg.seed)
     start = 0

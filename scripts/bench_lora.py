@@ -39,6 +39,7 @@ def update_bench(cfg: C.Config, modes: dict, repeats: int, n_seqs: int, prompt_l
 
     from nanogrpo import dist, grpo
     from nanogrpo import model as M
+    from nanogrpo.optim import make_optimizer
 
     from transformers import AutoConfig
 
@@ -56,8 +57,8 @@ def update_bench(cfg: C.Config, modes: dict, repeats: int, n_seqs: int, prompt_l
         policy = M.make_policy(cfg.model, torch.device("cpu"), torch.float32, cfg.logprob_chunk, False, lora_rank=rank,
                                lora_alpha=alpha, lora_targets=cfg.lora_targets)
         trainable = [p for p in policy.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(trainable, lr=1e-9, fused=True)  # as train.py builds it
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+        # as train.py builds it; a tiny constant lr: the rounds time the same update on (almost) the same weights
+        opt, sched = make_optimizer(trainable, replace(mcfg, lr=1e-9, lr_schedule="constant", warmup_steps=0), 1)
         built[m] = (mcfg, policy, trainable, opt, sched, [])
     for _ in range(repeats):
         for m, (mcfg, policy, _, opt, sched, times) in built.items():
