@@ -150,6 +150,7 @@ def update(model_dir, out, budget, loss_norm="token", mu=1, beta=0.0, uneven=Fal
     weights = M.full_state_dict_cpu(policy)
     if dist.is_main():
         torch.save({"weights": weights, "stats": stats, "counts": counts}, out)
+    dist.barrier()  # both ranks finish their work before either tears the group down
     dist.close()
     return out
 

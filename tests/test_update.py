@@ -33,7 +33,8 @@ def run(model_dir, out, micro_batch, loss_norm="token", mu=1, beta=0.0, nproc=1,
         update_check.main(model_dir, str(out), micro_batch, loss_norm, mu, beta, **over)
         return torch.load(out)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *args]
-    subprocess.run(cmd, check=True, env=env, cwd=ROOT, capture_output=True, timeout=300)
+    res = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, f"torchrun exited {res.returncode}; its stderr ends:\n{res.stderr[-4000:]}"
     return torch.load(out)
 
 

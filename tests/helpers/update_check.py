@@ -68,6 +68,7 @@ def main(model_dir, out, micro_batch, loss_norm="token", mu=1, beta=0.0, **over)
     if dist.is_main():
         torch.save({"weights": weights, "stats": stats}, out)
         print(json.dumps(stats))
+    dist.barrier()  # both ranks finish their work before either tears the group down
     dist.close()
 
 
