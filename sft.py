@@ -223,11 +223,7 @@ def main(argv: list[str]) -> dict:
     optimizer, scheduler = make_optimizer(policy.parameters(), cfg, cfg.steps)
     # rows are (where, row) pairs so an error mid-run still names the file and line
     stream = data.PromptStream(records, cfg.prompts_per_step, rank, world, cfg.seed)
-    start = 0
-    if resume_from is not None:
-        state = checkpoint.load_trainer_state(resume_from, policy, optimizer, scheduler)
-        start = state["step"]
-        stream.load_state_dict(state["data"])
+    start = checkpoint.resume(resume_from, policy, optimizer, scheduler, stream)
 
     if dist.is_main():
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)

@@ -178,11 +178,7 @@ def main(argv: list[str]) -> dict:
         ref = None
     optimizer, scheduler = make_optimizer(policy.parameters(), cfg, cfg.steps * cfg.mu)
     stream = data.PromptStream(train_rows, cfg.prompts_per_step, rank, world, cfg.seed)
-    start = 0
-    if resume_from is not None:
-        state = checkpoint.load_trainer_state(resume_from, policy, optimizer, scheduler)
-        start = state["step"]
-        stream.load_state_dict(state["data"])
+    start = checkpoint.resume(resume_from, policy, optimizer, scheduler, stream)
     sampler = make_sampler(cfg.sampler, weights, str(device), dtype)
 
     out = Path(cfg.out_dir)

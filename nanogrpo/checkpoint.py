@@ -86,12 +86,15 @@ def latest(out_dir: str) -> Path | None:
     return done[-1] if done else None
 
 
-def load_trainer_state(ckpt: Path, policy, optimizer, scheduler) -> dict:
-    """Restore optimizer, scheduler and RNG into objects built from the checkpoint's weights.
+def resume(ckpt: Path | None, policy, optimizer, scheduler, stream) -> int:
+    """Restore optimizer, scheduler, RNG and the prompt stream's position into objects built from the
+    checkpoint's weights; returns the step to continue from (0 when there is no checkpoint).
 
     The model weights themselves are loaded by building the policy from `ckpt` (an HF directory).
-    Returns the small trainer state (step, data position, ...).
+    train.py and sft.py both resume through here.
     """
+    if ckpt is None:
+        return 0
     state = get_optimizer_state_dict(policy, optimizer)
     dcp.load({"optim": state}, checkpoint_id=str(ckpt / "optim"))
     set_optimizer_state_dict(policy, optimizer, state)
@@ -100,4 +103,5 @@ def load_trainer_state(ckpt: Path, policy, optimizer, scheduler) -> dict:
     rng = ckpt / f"rng_rank{dist.rank()}.pt"
     if rng.is_file():  # absent when resuming on more ranks than saved
         _set_rng_state(torch.load(rng, weights_only=False))
-    return trainer_state
+    stream.load_state_dict(trainer_state["data"])
+    return trainer_state["step"]

@@ -13,9 +13,10 @@ Why the warm start looks the way it does (measured, docs/learning.md): supervise
 3-digit sums alone sits on a loss plateau (~1.1) before it learns carries, and how long depends on
 the seed (one seed was still on it after 1,650 steps, another left it at 700). GRPO cannot move a
 model on the plateau (0.016 -> 0.004 held-out), while a model that has left it learns fast. Half
-the warm-start rows are therefore easier sums (1- to 3-digit operands, never both 3-digit), which
-shortened the plateau of that slow seed from >1,650 to ~600 steps; and the stop is decided on a
-sampled accuracy that is measured on 512 rows, only after the loss has left the plateau.
+the warm-start rows are therefore easier sums (1- to 3-digit operands, never both 3-digit), which got
+that slow seed off the plateau in ~1,000 steps (not a guarantee: seeds took 1,010 to 2,520 steps); and
+the stop is decided on a sampled accuracy measured on 512 rows, only after the loss has left the
+plateau, with up to 3,000 steps so that a slow seed still gets there.
 """
 
 from __future__ import annotations
