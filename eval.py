@@ -1,6 +1,6 @@
 """Evaluate a model directory on reasoning benchmarks: pass@1 over n samples, plus pass@n.
 
-    python eval.py --model DIR --tasks aime24,math500,gsm8k,amc23,humaneval,lcb \
+    python eval.py --model DIR|OWNER/NAME --tasks aime24,math500,gsm8k,amc23,humaneval,lcb \
         [--n N] [--limit K] [--out results.json] [--sampler auto|torch|vllm] \
         [--temperature 0.6] [--top-p 0.95] [--max-new-tokens M] [--data DIR]
 
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from nanogrpo import benchmarks, dist
+from nanogrpo import benchmarks, dist, hub
 from nanogrpo import model as M
 # the work is done in the library (one path with train.py's in-run evals); these names stay importable from here
 from nanogrpo.evaluate import MAX_NEW_TOKENS_CAP, evaluate, markdown_table, prompt_ids, samples_path  # noqa: F401
@@ -45,7 +45,7 @@ def unwritable(out: str) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description="Evaluate a model directory on reasoning benchmarks.")
-    ap.add_argument("--model", required=True, help="Hugging Face model directory (a checkpoint)")
+    ap.add_argument("--model", required=True, help="Hugging Face model directory (a checkpoint) or Hub id (owner/name)")
     ap.add_argument("--tasks", required=True,
                     help=f"comma-separated: {','.join(benchmarks.TASKS)}, or NAME=PATH.jsonl for a custom file")
     # --num-samples: the same; under torchrun, whose own parser takes `--n` for an abbreviation of its options
@@ -62,14 +62,20 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--device", default=None, help="cpu | cuda (default: cuda if available)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    if not (Path(args.model) / "config.json").is_file():
-        ap.error(f"--model {args.model!r} is not a Hugging Face model directory (no config.json)")
     if args.n is not None and args.n < 1:
         ap.error("--n must be >= 1")
     if args.limit is not None and args.limit < 1:
         ap.error(f"--limit must be >= 1 (the first K problems of each task), got {args.limit}")
     if not [t for t in args.tasks.split(",") if t.strip()]:
         ap.error(f"--tasks {args.tasks!r} names no task (known: {','.join(benchmarks.TASKS)})")
+    # a Hub id becomes its snapshot in the HF cache, as in train.py (after the cheap checks: a download can be
+    # long); a local path is returned as it is and checked below
+    try:
+        args.model = hub.model_dir(args.model)
+    except hub.HubError as e:  # neither cached nor reachable: the error names the id
+        ap.error(f"--model: {e}")
+    if not (Path(args.model) / "config.json").is_file():
+        ap.error(f"--model {args.model!r} is not a Hugging Face model directory (no config.json)")
     try:
         M.check_model_dir(args.model)
         M.check_tokenizer_files(args.model)

@@ -169,3 +169,36 @@ def test_eval_counts_a_correct_answer(tiny_model_dir, tmp_path):
                            lambda r: r["problem"])
     res = eval_cli.evaluate(tiny_model_dir, [task], sampler=Fake(), max_new_tokens=4)
     assert res["tasks"]["five"]["metrics"] == {"pass@1:n=4": 0.5, "pass@4:n=4": 1.0}
+
+
+def test_model_by_hub_id_resolves_through_the_cache_and_bad_names_are_errors(tiny_model_dir, tmp_path, monkeypatch,
+                                                                               capsys):
+    """--model owner/name: the snapshot in the HF cache (nanogrpo/hub.py, HF_HUB_OFFLINE=1, in a fresh
+    interpreter as tests/test_hub.py does); an id neither cached nor reachable is an error naming it; a
+    local folder that is not a model directory keeps its own error (and never reaches the Hub)."""
+    import eval as eval_cli
+    from test_hub import cache_model, offline_python
+
+    snap = cache_model(tmp_path / "hf", "nanogrpo-test/tiny-qwen", tiny_model_dir)
+    data = tmp_path / "arith.jsonl"
+    data.write_text('{"problem": "2+3=", "answer": "5"}\n')
+    common = ["--tasks", f"arith={data}", "--n", "1", "--max-new-tokens", "2", "--device", "cpu", "--sampler", "torch"]
+    res = offline_python(tmp_path / "hf", f"""
+        import eval
+        res = eval.main(["--model", "nanogrpo-test/tiny-qwen", "--out", "{tmp_path / 'r.json'}", *{common!r}])
+        print("MODEL", res["model"], res["tasks"]["arith"]["problems"])
+        eval.main(["--model", "nanogrpo-test/not-there", *{common!r}])
+    """)
+    assert res.returncode == 2, res.stderr[-3000:]  # the second call: argparse's error exit
+    assert res.stdout.strip().splitlines()[-1] == f"MODEL {snap} 1"
+    assert "--model: model directory not found: 'nanogrpo-test/not-there'" in res.stderr
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "empty").mkdir(parents=True)  # owner/name in shape, but an existing local folder
+    def no_hub(*a, **k):
+        raise AssertionError("a local folder was looked up on the Hub")
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", no_hub)
+    with pytest.raises(SystemExit):
+        eval_cli.main(["--model", "runs/empty", *common])
+    assert "--model 'runs/empty' is not a Hugging Face model directory (no config.json)" in capsys.readouterr().err
