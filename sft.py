@@ -2,7 +2,9 @@
 
 The R1 "cold start" (and any warm start) on the modules train.py uses: the same config (nanogrpo/config.py;
 `sft_max_len` is the one key of its own), the same FSDP2 policy (model.py), the same packing (packing.py),
-checkpoints (checkpoint.py: HF directories, exact resume) and metrics line (log.py).
+checkpoints (checkpoint.py: HF directories, exact resume) and metrics line (log.py). `lora_rank` > 0 trains
+LoRA adapters on a frozen base, as train.py does (nanogrpo/lora.py): the checkpoint holds the merged weights
+and lora/adapters.safetensors.
 
 Rows (`task`: a .jsonl / .parquet file or a Hub dataset id, `task_columns` to rename fields):
   - chat: {"messages": [{"role": "user", "content": ...}, {"role": "assistant", "content": ...}, ...]}
@@ -218,8 +220,12 @@ def main(argv: list[str]) -> dict:
     tokenizer = M.load_tokenizer(cfg.model)
     encode_row(records[0][1], tokenizer, cfg, records[0][0])  # template problems show up now, not mid-run
     resume_from = checkpoint.latest(cfg.out_dir) if cfg.resume else None
-    policy = M.make_policy(str(resume_from or cfg.model), device, dtype, cfg.logprob_chunk,
-                           cfg.activation_checkpointing, compile=cfg.compile, attention=cfg.attention)
+    # LoRA (lora_rank > 0), as in train.py: the frozen base is always cfg.model (a checkpoint's HF files hold
+    # merged weights), the adapters come from the checkpoint on resume; the optimizer then sees only them
+    policy = M.make_policy(cfg.model if cfg.lora_rank else str(resume_from or cfg.model), device, dtype,
+                           cfg.logprob_chunk, cfg.activation_checkpointing, compile=cfg.compile, attention=cfg.attention,
+                           lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets,
+                           adapters_from=resume_from if cfg.lora_rank else None)
     optimizer, scheduler = make_optimizer(policy.parameters(), cfg, cfg.steps)
     # rows are (where, row) pairs so an error mid-run still names the file and line
     stream = data.PromptStream(records, cfg.prompts_per_step, rank, world, cfg.seed)

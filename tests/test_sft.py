@@ -136,15 +136,19 @@ def losses(out: Path) -> list[float]:
     return [json.loads(x)["sft_loss"] for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+def killed_copy(run: Path, out: Path) -> None:
+    """`out`: `run` (4 steps, saved every 2) as if killed after step 3, its last complete checkpoint step 2's."""
+    (out / "checkpoints").mkdir(parents=True)
+    shutil.copytree(run / "checkpoints" / "step_000002", out / "checkpoints" / "step_000002")
+    (out / "metrics.jsonl").write_text("".join((run / "metrics.jsonl").read_text().splitlines(True)[:3]))
+
+
 @pytest.mark.slow
 def test_resume_is_exact(chat_model_dir, tmp_path):
     task = write_rows(tmp_path / "rows.jsonl", rows())
     a, b = tmp_path / "a", tmp_path / "b"
     sft.main(run_args(chat_model_dir, task, a, "steps=4", "save_every=2"))
-    # b: the same run killed after step 3, its last complete checkpoint that of step 2
-    (b / "checkpoints").mkdir(parents=True)
-    shutil.copytree(a / "checkpoints" / "step_000002", b / "checkpoints" / "step_000002")
-    (b / "metrics.jsonl").write_text("".join((a / "metrics.jsonl").read_text().splitlines(True)[:3]))
+    killed_copy(a, b)
     sft.main(run_args(chat_model_dir, task, b, "steps=4", "save_every=2", "resume=true"))
     assert losses(tmp_path / "a") == losses(tmp_path / "b") and len(losses(tmp_path / "a")) == 4
     assert losses(tmp_path / "a")[-1] < losses(tmp_path / "a")[0]  # it learns
@@ -171,3 +175,47 @@ def test_two_ranks_equal_one_process(chat_model_dir, tmp_path):
     w1, w2 = weights(tmp_path / "one"), weights(tmp_path / "two")
     for name in w1:
         torch.testing.assert_close(w2[name], w1[name], atol=1e-5, rtol=0, msg=name)
+
+
+def test_lora_trains_only_the_adapters_saves_merged_weights_and_resumes_exactly(chat_model_dir, tmp_path):
+    """lora_rank > 0: the base stays frozen to the bit, the checkpoint's HF weights are base + (alpha/r)·B A
+    (from_pretrained loads them), the optimizer holds the adapters only, and a resumed run equals the
+    uninterrupted one (weights, adapters, losses)."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from transformers import AutoModelForCausalLM
+
+    from nanogrpo import lora
+
+    rank, alpha = 4, 8.0
+    task = write_rows(tmp_path / "rows.jsonl", rows())
+    a, b = tmp_path / "a", tmp_path / "b"
+    args = ["steps=4", "save_every=2", "keep_checkpoints=5", f"lora_rank={rank}", f"lora_alpha={alpha}", "lr=1e-2"]
+    sft.main(run_args(chat_model_dir, task, a, *args))
+    killed_copy(a, b)
+    sft.main(run_args(chat_model_dir, task, b, *args, "resume=true"))
+    assert losses(a) == losses(b) and len(losses(a)) == 4
+    assert losses(a)[-1] < losses(a)[0]  # the adapters learn
+    ckpt_a, ckpt_b = a / "checkpoints" / "step_000004", b / "checkpoints" / "step_000004"
+    for f in ("model.safetensors", lora.ADAPTERS_FILE):
+        x, y = load_file(str(ckpt_a / f)), load_file(str(ckpt_b / f))
+        assert set(x) == set(y) and all(torch.equal(x[k], y[k]) for k in x), f
+
+    base = load_file(f"{chat_model_dir}/model.safetensors")
+    merged, adapters = load_file(str(ckpt_a / "model.safetensors")), load_file(str(ckpt_a / lora.ADAPTERS_FILE))
+    layers = M.load_model(chat_model_dir).config.num_hidden_layers
+    assert len(adapters) == 2 * 7 * layers  # A and B on every default target of every layer
+    assert set(merged) == set(base)  # the plain HF names: the adapters are folded in, not saved beside
+    for name, w in merged.items():
+        layer = name.removesuffix(".weight")
+        if f"{layer}.lora_A" in adapters:
+            delta = (alpha / rank) * adapters[f"{layer}.lora_B"] @ adapters[f"{layer}.lora_A"]
+            assert delta.abs().max() > 0, name
+            torch.testing.assert_close(w, base[name] + delta, rtol=0, atol=1e-6, msg=name)
+        else:
+            assert torch.equal(w, base[name]), name  # frozen: embeddings, norms, biases did not move
+    hf = AutoModelForCausalLM.from_pretrained(ckpt_a, dtype=torch.float32)
+    for name, p in hf.named_parameters():
+        assert torch.equal(p.detach(), merged[name]), name
+    keys = FileSystemReader(str(ckpt_a / "optim")).read_metadata().state_dict_metadata
+    state = [k for k in keys if k.startswith("optim.state.")]
+    assert state and all(".lora_A." in k or ".lora_B." in k for k in state), state[:3]
