@@ -223,9 +223,9 @@ def main(argv: list[str]) -> dict:
     # LoRA (lora_rank > 0), as in train.py: the frozen base is always cfg.model (a checkpoint's HF files hold
     # merged weights), the adapters come from the checkpoint on resume; the optimizer then sees only them
     policy = M.make_policy(cfg.model if cfg.lora_rank else str(resume_from or cfg.model), device, dtype,
-                           cfg.logprob_chunk, cfg.activation_checkpointing, compile=cfg.compile, attention=cfg.attention,
-                           lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets,
-                           adapters_from=resume_from if cfg.lora_rank else None)
+                           cfg.logprob_chunk, cfg.activation_checkpointing, compile=cfg.compile,
+                           attention=cfg.attention, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
+                           lora_targets=cfg.lora_targets, adapters_from=resume_from if cfg.lora_rank else None)
     optimizer, scheduler = make_optimizer(policy.parameters(), cfg, cfg.steps)
     # rows are (where, row) pairs so an error mid-run still names the file and line
     stream = data.PromptStream(records, cfg.prompts_per_step, rank, world, cfg.seed)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from nanogrpo import rewards
+from nanogrpo.sandbox.local import bwrap_available
 
 ROOT = Path(__file__).parent.parent
 
@@ -42,6 +43,9 @@ def test_verify_keeps_exactly_the_correct_generations_and_resume_is_exact(task, 
     for full, ok in zip(everything, kept):
         want = [x for x, c in zip(full["generations"], full["correct"]) if c]
         assert ok["generations"] == want and ok["n_generated"] == 3 and all(ok["correct"])
+        # what was not kept: wrong (rejected), or not checkable (None), the two counted apart
+        unscored = sum(rewards.math_reward(t, full["answer"]) is None for t in full["generations"])
+        assert (ok["n_rejected"], ok["n_unscored"]) == (3 - len(want) - unscored, unscored)
         for text, c in zip(full["generations"], full["correct"]):  # the verdicts are math-verify's
             assert (rewards.math_reward(text, full["answer"]) == 1.0) == c
         n_kept += len(want)
@@ -59,3 +63,83 @@ def test_verify_keeps_exactly_the_correct_generations_and_resume_is_exact(task, 
     # other settings on the same file are refused, not mixed in
     with pytest.raises(SystemExit, match="was written with"):
         g.main(args(task, warm_model_dir, out, "--n", "2"))
+
+
+# -- code rows: --verify runs each generation against the row's tests in the (real, local) sandbox -------------
+
+RIGHT = "```python\nprint(sum(map(int, input().split())))\n```"
+HALF = "```python\na, b = map(int, input().split())\nprint(a + b if a else 0)\n```"  # fails the a = 0 test
+WRONG = "```python\nprint(-1)\n```"
+NO_CODE = "The sum of the two numbers."
+FLAKY = RIGHT.replace("\n```", "  # the sandbox fails on this one\n```")
+ANSWERS = [RIGHT, HALF, WRONG, NO_CODE, FLAKY]  # n = 5: each problem gets each answer once, in some order
+
+
+def code_task(tmp_path, language="python"):
+    path = tmp_path / f"add_{language}.jsonl"
+    path.write_text("".join(json.dumps({
+        "id": f"add{i}", "problem": f"Read two integers ({i}), print their sum.", "language": language,
+        "mode": "stdio", "time_limit_s": 5,
+        "tests": [{"input": f"0 {i}\n", "output": f"{i}\n"}, {"input": f"2 {i}\n", "output": f"{i + 2}\n"}]}) + "\n"
+        for i in range(1, 4)))
+    return str(path)
+
+
+class AnswerWheel:
+    """A Sampler whose n answers to a prompt are ANSWERS, rotated by the prompt (so batches differ in order)."""
+
+    def generate(self, prompts, n, params):
+        from nanogrpo.sampler import Completion
+
+        return [[Completion([1, 2], [0.0, 0.0], ANSWERS[(sum(p) + j) % len(ANSWERS)], "stop") for j in range(n)]
+                for p in prompts]
+
+
+@pytest.mark.skipif(not bwrap_available(), reason="bubblewrap (apt-get install bubblewrap) missing")
+def test_code_rows_keep_exactly_the_passing_programs_and_count_sandbox_failures_apart(tiny_model_dir, tmp_path,
+                                                                                      monkeypatch):
+    """The verdicts are the sandbox's (rewards.code_rewards -> judge_many, local bubblewrap backend); a
+    sandbox failure (simulated for the FLAKY program: judge_many answers None, as when a worker dies) is
+    `n_unscored`, never a wrong answer, and --verify drops it without counting it as rejected."""
+    import nanogrpo.sandbox as sandbox
+
+    g = gen()
+    real_judge = sandbox.judge_many
+    monkeypatch.setattr(sandbox, "judge_many", lambda codes, problems, **kw: [
+        None if c and "sandbox fails" in c else v for c, v in zip(codes, real_judge(codes, problems, **kw))])
+    monkeypatch.setattr(g.E, "make_sampler", lambda *a, **k: AnswerWheel())
+    task = code_task(tmp_path)
+    def run(out, *extra):
+        return g.main([task, "--model", tiny_model_dir, "--out", str(out), "--kind", "code", "--n", "5",
+                       "--batch", "2", "--template", "raw", "--device", "cpu", *extra])
+
+    everything = run(tmp_path / "all.jsonl")
+    want = {RIGHT: 1.0, HALF: 0.5, WRONG: 0.0, NO_CODE: 0.0, FLAKY: None}
+    for rec in everything:
+        assert sorted(rec["generations"]) == sorted(ANSWERS) and "answer" not in rec
+        assert [want[x] for x in rec["generations"]] == rec["rewards"]
+        assert rec["correct"] == [r == 1.0 for r in rec["rewards"]]
+        assert (rec["n_generated"], rec["n_rejected"], rec["n_unscored"]) == (5, 3, 1)
+
+    kept = run(tmp_path / "ok.jsonl", "--verify", "--sft", str(tmp_path / "sft.jsonl"))
+    assert [r["id"] for r in kept] == ["add1", "add2", "add3"]
+    for rec in kept:
+        assert rec["generations"] == [RIGHT] and rec["rewards"] == [1.0] and rec["correct"] == [True]
+        assert (rec["n_generated"], rec["n_rejected"], rec["n_unscored"]) == (5, 3, 1)
+    sft_rows = [json.loads(x) for x in (tmp_path / "sft.jsonl").read_text().splitlines()]
+    assert [r["messages"][-1]["content"] for r in sft_rows] == [RIGHT] * 3
+
+
+def test_code_prompt_is_evals_and_bad_code_settings_are_refused(tmp_path):
+    from nanogrpo import benchmarks
+
+    g = gen()
+    user, system = g.prompts("code", "chat")  # eval.py's LiveCodeBench prompt, with its system message
+    row = {"problem": "Add.", "starter_code": "def add(a, b):"}
+    assert user(row) == benchmarks._lcb_prompt(row) and system == benchmarks.LCB_SYSTEM
+    assert g.prompts("code", "raw")[0](row) == "Add." and g.prompts("code", "raw")[1] is None
+    for bad, why in (([code_task(tmp_path, "cpp")], "asks for Python"), (["arithmetic"], "built-in"),
+                     ([code_task(tmp_path), "--template", "math_eval"], "--template chat or raw")):
+        with pytest.raises(SystemExit):
+            g.main([*bad, "--model", "m", "--out", str(tmp_path / "x.jsonl"), "--kind", "code"])
+    assert not (tmp_path / "x.jsonl").exists()
