@@ -4,6 +4,8 @@
         [--n N] [--limit K] [--out results.json] [--sampler auto|torch|vllm] \
         [--temperature 0.6] [--top-p 0.95] [--max-new-tokens M] [--data DIR]
 
+    python eval.py ... --tools [--tools-file F.py] [--max-tool-calls 4]   # the model runs code mid-answer
+
     torchrun --nproc_per_node=8 eval.py ... --num-samples N   # problems split across ranks, results gathered
     (under torchrun spell --n as --num-samples: torchrun reads `--n` as an abbreviation of its own options)
 
@@ -20,7 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from nanogrpo import benchmarks, dist, hub
+from nanogrpo import benchmarks, dist, hub, tools
+from nanogrpo import config as C
 from nanogrpo import model as M
 # the work is done in the library (one path with train.py's in-run evals); these names stay importable from here
 from nanogrpo.evaluate import MAX_NEW_TOKENS_CAP, evaluate, markdown_table, prompt_ids, samples_path  # noqa: F401
@@ -61,6 +64,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--data", default=None, help=f"folder of eval files (default {benchmarks.DEFAULT_DATA_DIR})")
     ap.add_argument("--device", default=None, help="cpu | cuda (default: cuda if available)")
     ap.add_argument("--seed", type=int, default=0)
+    tool = ap.add_argument_group("tools", "run code mid-answer, as train.py's tools = true (nanogrpo/tools.py)")
+    tool.add_argument("--tools", action="store_true", help="code blocks run in the sandbox; their output goes back")
+    tool.add_argument("--tools-file", default="", help="a Python file loaded into every session (its functions "
+                      "are listed in the system prompt)")
+    tool.add_argument("--max-tool-calls", type=int, default=C.Config.max_tool_calls)
+    tool.add_argument("--tool-output-tokens", type=int, default=C.Config.tool_output_tokens)
+    tool.add_argument("--tool-timeout-s", type=float, default=C.Config.tool_timeout_s)
+    tool.add_argument("--sandbox", default="local", choices=["local", "e2b"])
     args = ap.parse_args(argv)
     if args.n is not None and args.n < 1:
         ap.error("--n must be >= 1")
@@ -85,6 +96,14 @@ def main(argv: list[str] | None = None) -> dict:
         loaded = [benchmarks.load_task(t.strip(), args.data, args.limit) for t in args.tasks.split(",") if t.strip()]
     except (ValueError, FileNotFoundError) as e:
         ap.error(f"--tasks: {e}")
+    tool_cfg = None
+    if args.tools:  # the same keys and checks as train.py's config (a missing or broken tools file stops here)
+        try:
+            cfg = C.validate(C.Config(tools=True, tools_file=args.tools_file, max_tool_calls=args.max_tool_calls,
+                                      tool_output_tokens=args.tool_output_tokens, tool_timeout_s=args.tool_timeout_s))
+        except C.ConfigError as e:
+            ap.error(f"--tools: {e}")
+        tool_cfg = tools.ToolConfig.from_config(cfg)
     out_problem = unwritable(args.out)
     if out_problem:
         ap.error(f"--out {args.out!r}: {out_problem} (checked before generating, so no evaluation is lost)")
@@ -93,7 +112,8 @@ def main(argv: list[str] | None = None) -> dict:
         dist.init(args.device or "auto")
     results = evaluate(args.model, loaded, n=args.n, limit=args.limit, sampler_kind=args.sampler,
                        device=args.device, temperature=args.temperature, top_p=args.top_p,
-                       max_new_tokens=args.max_new_tokens, data_dir=args.data, out=args.out, seed=args.seed)
+                       max_new_tokens=args.max_new_tokens, data_dir=args.data, out=args.out, seed=args.seed,
+                       tool_cfg=tool_cfg, sandbox=args.sandbox)
     if dist.is_main():
         print(markdown_table(results))
         print(f"\nresults: {args.out}\nsamples: {samples_path(Path(args.out))}", file=sys.stderr)

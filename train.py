@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from nanogrpo import checkpoint, data, dist, grpo, hub, lora, rewards
+from nanogrpo import checkpoint, data, dist, grpo, hub, lora, rewards, tools
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.log import Logger
@@ -77,7 +77,10 @@ def check_rewards_alive(history: list[float], cfg: C.Config) -> None:
 
 
 def encode(rows: list[dict], tokenizer, cfg: C.Config) -> list[list[int]]:
-    return [data.encode_prompt(r, tokenizer, cfg.template, system_prompt=cfg.system_prompt or None) for r in rows]
+    system = cfg.system_prompt
+    if cfg.tools and cfg.template != "raw":  # a chat model is told how to run code (and which functions it has)
+        system = tools.system_prompt(tools.ToolConfig.from_config(cfg), cfg.system_prompt)
+    return [data.encode_prompt(r, tokenizer, cfg.template, system_prompt=system or None) for r in rows]
 
 
 def code_opts(cfg: C.Config) -> dict:
@@ -85,10 +88,16 @@ def code_opts(cfg: C.Config) -> dict:
             "allow_unsandboxed": cfg.allow_unsandboxed}
 
 
-def score(completions: list[str], rows: list[dict], cfg: C.Config, prefilled_think: bool = False):
-    """Rewards (None = could not be computed) and per-component values; `correct` is the main reward == 1."""
-    total, parts = rewards.score_batch(completions, rows, cfg.reward, cfg.format_weight,
-                                       prefilled_think=prefilled_think, code_opts=code_opts(cfg))
+def score(completions: list, rows: list[dict], cfg: C.Config, prefilled_think: bool = False):
+    """Rewards (None = could not be computed) and per-component values; `correct` is the main reward == 1.
+    With tools the accuracy reward reads the text after the last tool output, and a rollout whose
+    sandbox failed gets None."""
+    total, parts = rewards.score_batch([c.text for c in completions], rows, cfg.reward, cfg.format_weight,
+                                       prefilled_think=prefilled_think, code_opts=code_opts(cfg),
+                                       answer_texts=[tools.answer_text(c) for c in completions])
+    for i, c in enumerate(completions):
+        if getattr(c, "failed", False):
+            total[i] = parts["accuracy"][i] = None
     main = parts.get("accuracy", total)
     correct = [None if r is None else float(r == 1.0) for r in main]
     return total, parts, correct
@@ -99,16 +108,20 @@ def mean_valid(xs) -> float:
     return sum(v) / len(v) if v else math.nan
 
 
-def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg: C.Config, prefilled_think: bool = False) -> float:
-    """Accuracy on held-out rows, one sample per problem at eval_temperature; rows split over ranks."""
+def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg: C.Config, prefilled_think: bool = False) -> dict:
+    """Accuracy on held-out rows, one sample per problem at eval_temperature; rows split over ranks.
+    With tools, also the share of answers that ran code."""
     mine = rows[dist.rank() :: dist.world_size()]
     prompts = encode(mine, tokenizer, cfg)
     params = SamplingParams(cfg.max_new_tokens, cfg.eval_temperature, cfg.top_p, tuple(cfg.stop), seed=cfg.seed + 12345)
     outs = sampler.generate(prompts, 1, params) if prompts else []
-    _, _, correct = score([o[0].text for o in outs], mine, cfg, prefilled_think)
-    counts = torch.tensor([sum(c or 0.0 for c in correct), len(correct)], dtype=torch.float64)
+    _, _, correct = score([o[0] for o in outs], mine, cfg, prefilled_think)
+    used = [float(getattr(o[0], "calls", 0) > 0) for o in outs]
+    counts = torch.tensor([sum(c or 0.0 for c in correct), sum(used), len(correct)], dtype=torch.float64)
     dist.all_reduce(counts)
-    return (counts[0] / counts[1].clamp(min=1)).item()
+    n = counts[2].clamp(min=1)
+    got = {"heldout_accuracy": (counts[0] / n).item()}
+    return {**got, "heldout_tool_use": (counts[1] / n).item()} if cfg.tools else got
 
 
 def load_benchmarks(cfg: C.Config) -> list:
@@ -180,6 +193,10 @@ def main(argv: list[str]) -> dict:
     stream = data.PromptStream(train_rows, cfg.prompts_per_step, rank, world, cfg.seed)
     start = checkpoint.resume(resume_from, policy, optimizer, scheduler, stream)
     sampler = make_sampler(cfg.sampler, weights, str(device), dtype)
+    if cfg.tools:  # rollouts run code mid-answer (nanogrpo/tools.py); the sandbox starts now, before any compute
+        tool_cfg = tools.ToolConfig.from_config(cfg)
+        sampler = tools.ToolSampler(sampler, tool_cfg, tools.make_cells(tool_cfg, cfg.sandbox, cfg.sandbox_concurrency,
+                                                                         cfg.allow_unsandboxed))
 
     out = Path(cfg.out_dir)
     if dist.is_main():
@@ -192,7 +209,7 @@ def main(argv: list[str]) -> dict:
     eval_rows = eval_rows[: cfg.eval_size]
 
     def evaluations(step: int) -> dict:  # held-out accuracy on the task's split, then eval.py's benchmarks
-        got = {"heldout_accuracy": heldout_accuracy(sampler, tokenizer, eval_rows, cfg, prefilled_think)} if eval_rows else {}
+        got = heldout_accuracy(sampler, tokenizer, eval_rows, cfg, prefilled_think) if eval_rows else {}
         return {**got, **(run_benchmarks(bench_tasks, sampler, weights, cfg, step) if bench_tasks else {})}
 
     evaluating = bool(cfg.eval_every and (eval_rows or bench_tasks))
@@ -220,18 +237,20 @@ def main(argv: list[str]) -> dict:
         # 2. rewards (None = could not be computed)
         t0 = time.time()
         flat = [(p, r, c) for p, r, g in zip(prompts, rows, groups) for c in g]
-        total, parts, correct = score([c.text for _, _, c in flat], [r for _, r, _ in flat], cfg, prefilled_think)
+        total, parts, correct = score([c for _, _, c in flat], [r for _, r, _ in flat], cfg, prefilled_think)
         t_reward = time.time() - t0
 
         # 3. advantages over the whole step: every rank sees all rewards (groups never span ranks)
         local = {"reward": total, "parts": parts, "correct": correct,
-                 "len": [len(c.token_ids) for *_, c in flat], "trunc": [c.finish_reason == "length" for *_, c in flat]}
+                 "len": [len(c.token_ids) for *_, c in flat], "trunc": [c.finish_reason == "length" for *_, c in flat],
+                 "tools": [tools.rollout_stats(c) for *_, c in flat] if cfg.tools else [],
+                 "tool_stats": getattr(sampler, "last_stats", {})}
         everyone = dist.all_gather_object(local)
         all_rewards = [x for e in everyone for x in e["reward"]]
         adv = grpo.advantages(all_rewards, cfg.group_size, cfg.scale, cfg.adv_eps)
         adv = adv[rank * len(flat) : (rank + 1) * len(flat)]
         rollouts = [
-            grpo.Rollout(p, c.token_ids, c.logprobs, r, c.finish_reason == "length", a.item())
+            grpo.Rollout(p, c.token_ids, c.logprobs, r, c.finish_reason == "length", a.item(), getattr(c, "mask", None))
             for (p, _, c), r, a in zip(flat, total, adv)
         ]
 
@@ -261,6 +280,7 @@ def main(argv: list[str]) -> dict:
             "time_generate": t_gen, "time_reward": t_reward, "time_train": t_train, "time_sync": t_sync,
             "time_step": time.time() - t_step,
             "tokens_per_s": sum(lens) / (time.time() - t_step),
+            **(tools.metrics([x for e in everyone for x in e["tools"]], [e["tool_stats"] for e in everyone]) if cfg.tools else {}),
         }
         last = step + 1 == cfg.steps
         if evaluating and ((step + 1) % cfg.eval_every == 0 or last):

@@ -56,6 +56,17 @@ class Config:
     top_p: float = 1.0
     stop: list[str] = field(default_factory=list)  # stop strings (EOS always stops)
 
+    # --- tools (nanogrpo/tools.py): rollouts in which the model runs code mid-answer ---
+    tools: bool = False  # run code blocks in the sandbox (backend: `sandbox`) and feed their output back
+    tool_open: str = "```python"  # a code block opens with this ...
+    tool_close: str = "```"  # ... and closes with this (a fence closes at the tag + newline: nanogrpo/tools.py)
+    tool_output_open: str = "```output\n"  # the output goes back between these (tokens the model did not sample)
+    tool_output_close: str = "\n```\n"
+    max_tool_calls: int = 4  # per rollout; one more closed block ends the rollout unrun
+    tool_output_tokens: int = 256  # tool output is cut to this many tokens
+    tool_timeout_s: float = 5.0  # CPU seconds per cell; over it the model reads a TimeoutError
+    tools_file: str = ""  # a Python file run in every session before the first cell; its functions go in the system prompt
+
     # --- GRPO (see nanogrpo/grpo.py for what each knob does) ---
     scale: str = "group"  # advantage scaling: group (std of the group) | batch (std of the step) | none (Dr.GRPO)
     adv_eps: float = 1e-4  # added to the std before dividing
@@ -173,7 +184,8 @@ RANGES = {
     "cispo_high": "(0, inf)", "lora_rank": "[0, inf)", "lora_alpha": "(0, inf)", "format_weight": "[0, inf)",
     "top_p": "(0, 1]", "eval_temperature": "[0, inf)", "log_every": "[1, inf)",
     "eval_every": "[0, inf)", "save_every": "[0, inf)", "eval_size": "[1, inf)", "keep_checkpoints": "[0, inf)",
-    "sandbox_concurrency": "[0, 256]", "micro_batch_tokens": "[0, inf)",
+    "sandbox_concurrency": "[0, 256]", "micro_batch_tokens": "[0, inf)", "max_tool_calls": "[0, inf)",
+    "tool_output_tokens": "[1, inf)", "tool_timeout_s": "(0, 600]",
 }
 
 
@@ -212,7 +224,25 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("temperature 0 (greedy) gives every member of a group the same completion; use > 0")
     if cfg.group_size < 2:
         raise ConfigError("group_size must be >= 2: GRPO's baseline is the mean of the group")
+    if cfg.tools:
+        _check_tools(cfg)
     return cfg
+
+
+def _check_tools(cfg: Config) -> None:
+    for key in ("tool_open", "tool_close", "tool_output_open", "tool_output_close"):
+        if not getattr(cfg, key):
+            raise ConfigError(f"config key '{key}' must not be empty when tools = true")
+    if cfg.tools_file:
+        import ast
+
+        path = Path(cfg.tools_file)
+        if not path.is_file():
+            raise ConfigError(f"config key 'tools_file': {cfg.tools_file!r} is not a file")
+        try:
+            ast.parse(path.read_text(), str(path))
+        except (SyntaxError, UnicodeDecodeError) as e:
+            raise ConfigError(f"config key 'tools_file': {cfg.tools_file!r} is not valid Python ({e})") from None
 
 
 def load(argv: list[str]) -> Config:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nanogrpo.multiply import multiply_rows
 from nanogrpo.word_problems import word_problem_rows
 
 # ----------------------------------------------------------------------------------------------
@@ -69,7 +70,7 @@ def arithmetic_rows(split: str, n: int, seed: int = 0) -> list[dict]:
 
 
 # Built-in tasks (no files): name -> rows(split, n, seed). Each has a held-out split.
-BUILTIN_TASKS = {"arithmetic": arithmetic_rows, "word_problems": word_problem_rows}
+BUILTIN_TASKS = {"arithmetic": arithmetic_rows, "word_problems": word_problem_rows, "multiply": multiply_rows}
 
 
 # ----------------------------------------------------------------------------------------------

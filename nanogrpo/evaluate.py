@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from nanogrpo import benchmarks, hub, rewards
+from nanogrpo import benchmarks, hub, rewards, tools
 from nanogrpo.benchmarks import Task
 from nanogrpo.sampler import Sampler, SamplingParams, TorchSampler
 
@@ -64,9 +64,13 @@ def make_sampler(kind: str, model_dir: str, device: str, dtype: torch.dtype, **k
 
 
 
-def prompt_ids(task: Task, row: dict, tokenizer) -> tuple[list[int], bool]:
-    """Token ids of the prompt, and whether the chat template ended it with `<think>` (R1-Distill)."""
+def prompt_ids(task: Task, row: dict, tokenizer, tool_cfg: tools.ToolConfig | None = None) -> tuple[list[int], bool]:
+    """Token ids of the prompt, and whether the chat template ended it with `<think>` (R1-Distill).
+    With tools, a chat model's system message also says how to run code (tools.system_prompt)."""
     messages = benchmarks.user_messages(task, row)
+    if tool_cfg is not None and getattr(tokenizer, "chat_template", None):
+        base = messages[0]["content"] if messages[0]["role"] == "system" else ""
+        messages = [{"role": "system", "content": tools.system_prompt(tool_cfg, base)}] + messages[1 if base else 0 :]
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -82,16 +86,22 @@ def context_length(model_dir: str) -> int:
     return int(cfg.get("max_position_embeddings") or cfg.get("max_sequence_length") or 4096)
 
 
-def score(task: Task, completions: list[str], rows: list[dict]) -> list[float | None]:
+def score(task: Task, completions: list, rows: list[dict]) -> list[float | None]:
+    """Verdicts of Completions: on the text after the last tool output (tools), None where the sandbox
+    of a tool call failed (unscored, never wrong)."""
+    texts = [tools.answer_text(c) for c in completions]
     if task.kind == "math":
-        return rewards.math_rewards(completions, [r["answer"] for r in rows])
-    return rewards.code_rewards(completions, rows)
+        verdicts = rewards.math_rewards(texts, [r["answer"] for r in rows])
+    else:
+        verdicts = rewards.code_rewards(texts, rows)
+    return [None if getattr(c, "failed", False) else v for c, v in zip(completions, verdicts)]
 
 
 def run_task(task, sampler, tokenizer, n, sampling, context, seed, rank, world, gather):
     """Generate and score this rank's share of the task -> (per-problem results, sample records, token budget)."""
     mine = list(range(rank, len(task.rows), world))  # strided: ranks get similar mixes of problems
-    encoded = {i: prompt_ids(task, task.rows[i], tokenizer) for i in mine}
+    tool_cfg = sampler.cfg if isinstance(sampler, tools.ToolSampler) else None
+    encoded = {i: prompt_ids(task, task.rows[i], tokenizer, tool_cfg) for i in mine}
     longest = max((len(ids) for ids, _ in encoded.values()), default=0)
     longest = max(gather(longest))
     # The budget: what was asked for (or the reference cap), never past the model's context.
@@ -108,7 +118,7 @@ def run_task(task, sampler, tokenizer, n, sampling, context, seed, rank, world, 
         outs = sampler.generate([encoded[i][0] for i in idx], n, params)
         flat_rows = [task.rows[i] for i in idx for _ in range(n)]
         flat = [c for group in outs for c in group]
-        verdicts = score(task, [c.text for c in flat], flat_rows)
+        verdicts = score(task, flat, flat_rows)
         for k, i in enumerate(idx):
             row, prefilled = task.rows[i], encoded[i][1]
             group = flat[k * n : (k + 1) * n]
@@ -116,12 +126,13 @@ def run_task(task, sampler, tokenizer, n, sampling, context, seed, rank, world, 
             problems.append({"index": i, "correct": [v == 1.0 for v in vs], "unscored": sum(v is None for v in vs),
                              "tokens": [len(c.token_ids) for c in group],
                              "truncated": sum(c.finish_reason == "length" for c in group),
-                             "format": sum(rewards.format_reward(c.text, prefilled) for c in group)})
+                             "format": sum(rewards.format_reward(c.text, prefilled) for c in group),
+                             "tool_calls": [getattr(c, "calls", 0) for c in group]})
             for j, (c, v) in enumerate(zip(group, vs)):
                 records.append({"task": task.name, "index": i, "id": row.get("id", str(i)), "sample": j,
                                 "answer": row.get("answer"), "reward": v, "correct": v == 1.0,
                                 "finish_reason": c.finish_reason, "num_tokens": len(c.token_ids),
-                                "completion": c.text})
+                                "completion": c.text, **({"tool_calls": c.calls} if tool_cfg else {})})
         done += len(idx)
         acc = sum(sum(p["correct"]) for p in problems) / max(1, n * len(problems))
         _log(f"eval {task.name}: {done}/{len(mine)} problems on rank {rank}, pass@1 so far {acc:.3f}, "
@@ -144,11 +155,15 @@ def evaluate(
     data_dir: str | None = None,
     out: str | None = None,
     seed: int = 0,
+    tool_cfg: tools.ToolConfig | None = None,
+    sandbox: str = "local",
 ) -> dict:
     """Run the tasks and return the results dict (on every rank); rank 0 writes `out` and its samples.
 
     `tasks`: names / `name=PATH` specs (see benchmarks.load_task) or ready `Task`s (a held-out split).
-    `sampler`: pass the trainer's sampler (weights already synced) to skip loading the model again.
+    `sampler`: pass the trainer's sampler (weights already synced) to skip loading the model again; a
+    tools.ToolSampler (train.py with tools = true) evaluates with its tools.
+    `tool_cfg`: run the tool loop (nanogrpo/tools.py) on the `sandbox` backend, for any task.
     """
     rank, world, gather = _dist()
     model_dir = hub.model_dir(model_dir)  # a Hub id: its snapshot in the HF cache
@@ -165,6 +180,8 @@ def evaluate(
         get_pool().start()
     if sampler is None:
         sampler = make_sampler(sampler_kind, model_dir, device, dtype)
+    if tool_cfg is not None and not isinstance(sampler, tools.ToolSampler):
+        sampler = tools.ToolSampler(sampler, tool_cfg, tools.make_cells(tool_cfg, sandbox))
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -190,6 +207,7 @@ def evaluate(
             "truncated": sum(p["truncated"] for p in problems) / max(1, samples),
             "format": sum(p["format"] for p in problems) / max(1, samples),
             "mean_tokens": sum(tokens) / max(1, len(tokens)),
+            **tool_summary(problems, samples, sampler),
             "seconds": round(time.monotonic() - t0, 1),
             **task.meta,
         }
@@ -206,6 +224,14 @@ def evaluate(
         _write_atomic(samples_path(out_path), "".join(json.dumps(r) + "\n" for r in all_records))
         _write_atomic(out_path, json.dumps(results, indent=2) + "\n")
     return results
+
+
+def tool_summary(problems: list[dict], samples: int, sampler) -> dict:
+    """With tools: the share of samples that ran code and the mean number of calls."""
+    if not isinstance(sampler, tools.ToolSampler):
+        return {}
+    calls = [k for p in problems for k in p["tool_calls"]]
+    return {"tool_use": sum(k > 0 for k in calls) / max(1, samples), "tool_calls_mean": sum(calls) / max(1, samples)}
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -57,6 +57,8 @@ The choices, as config knobs (defaults in brackets):
   `sequence`: each completion's tokens are averaged first (w = 1/len), then Z = number of completions
   (the original GRPO; favours short wrong answers). `constant`: w = 1/max_new_tokens, Z = number of
   completions (Dr.GRPO: no length bias). This is the only place the normaliser is defined.
+- Tool-integrated rollouts (nanogrpo/tools.py): tool output inside a completion is context the model
+  did not sample. Its tokens are masked: no loss, not counted in Z or in a completion's length for w.
 - `mask_truncated` [off]: completions that hit max_new_tokens get no loss (DAPO's overlong filtering).
 - `tis_cap` [0 = off]: the sampler (vLLM, bf16 kernels) and the trainer do not compute exactly the
   same probabilities; c_it re-weights each token by the trainer/sampler ratio, truncated at the cap.
@@ -88,6 +90,14 @@ class Rollout:
     reward: float | None  # None = could not be computed: excluded from baseline, loss and normaliser
     truncated: bool  # hit max_new_tokens
     advantage: float = 0.0
+    # per completion token: 1 = sampled by the model, 0 = inserted (tool output, nanogrpo/tools.py): no
+    # loss, not counted by the normaliser, no log-prob needed. None: every token was sampled.
+    completion_mask: list[int] | None = None
+
+    def sampled(self) -> list[int]:
+        """Indices of the completion tokens the model sampled (the ones that carry loss)."""
+        m = self.completion_mask
+        return list(range(len(self.completion_ids))) if m is None else [j for j, x in enumerate(m) if x]
 
 
 @dataclass
@@ -184,7 +194,7 @@ def group_stats(rewards: list[float | None], group_size: int) -> dict[str, float
 
 def counts(rollout: Rollout, mask_truncated: bool) -> bool:
     """Does this completion contribute to the loss?"""
-    return rollout.reward is not None and len(rollout.completion_ids) > 0 and not (mask_truncated and rollout.truncated)
+    return rollout.reward is not None and len(rollout.sampled()) > 0 and not (mask_truncated and rollout.truncated)
 
 
 def seq_weight(completion_len: int, loss_norm: str, max_new_tokens: int) -> float:
@@ -204,7 +214,7 @@ def normaliser(rollouts: list[Rollout], loss_norm: str, mask_truncated: bool) ->
     token: valid completion tokens of the step; sequence / constant: counted completions of the step.
     """
     counted = [r for r in rollouts if counts(r, mask_truncated)]  # counts() implies >= 1 completion token
-    local = sum(len(r.completion_ids) for r in counted) if loss_norm == "token" else len(counted)
+    local = sum(len(r.sampled()) for r in counted) if loss_norm == "token" else len(counted)
     total = dist.all_reduce(torch.tensor([float(local)], dtype=torch.float64))
     return max(total.item(), 1.0)
 
@@ -291,11 +301,12 @@ def make_batches(rollouts: list[Rollout], micro_batch_size: int, pad_id: int, cf
             p, c = len(r.prompt_ids), len(r.completion_ids)
             ids[i, : p + c] = torch.tensor(r.prompt_ids + r.completion_ids)
             attn[i, : p + c] = 1
-            # token p+j is predicted at index p+j-1 of the shifted log-probs
+            # token p+j is predicted at index p+j-1 of the shifted log-probs; only sampled tokens need one
+            js = torch.tensor(r.sampled(), dtype=torch.long)
             if counts(r, cfg.mask_truncated):
-                loss_mask[i, p - 1 : p - 1 + c] = 1
+                loss_mask[i, p - 1 + js] = 1
             sampler_logp[i, p - 1 : p - 1 + c] = torch.tensor(r.sampler_logprobs, dtype=torch.float32)
-            positions += range(i * (T - 1) + p - 1, i * (T - 1) + p - 1 + c)
+            positions += (i * (T - 1) + p - 1 + js).tolist()
         pos = _nonempty(positions)
         batches.append(Batch(ids, attn, loss_mask, _advantages(chunk), sampler_logp, _weights(chunk, cfg), None, pos, pos))
     return batches
@@ -313,10 +324,11 @@ def _packed_batch(chunk: list[Rollout], cfg) -> Batch:
         pos += range(p + c)
         # completion token j sits at start+p+j in the row, so it is predicted at start+p+j-1; the
         # prediction across a sequence boundary (last token -> next sequence's first) is never used
-        positions += range(start + p - 1, start + p - 1 + c)
-        dest += range(i * L, i * L + c)
+        js = r.sampled()
+        positions += [start + p - 1 + j for j in js]
+        dest += [i * L + j for j in js]
         if counts(r, cfg.mask_truncated):
-            loss_mask[i, :c] = 1
+            loss_mask[i, js] = 1
         sampler_logp[i, :c] = torch.tensor(r.sampler_logprobs, dtype=torch.float32)
     row = torch.tensor([ids], dtype=torch.long)  # (1, T)
     return Batch(row, None, loss_mask, _advantages(chunk), sampler_logp, _weights(chunk, cfg),
@@ -334,7 +346,7 @@ def _advantages(chunk: list[Rollout]) -> torch.Tensor:
 
 
 def _weights(chunk: list[Rollout], cfg) -> torch.Tensor:
-    return torch.tensor([seq_weight(len(r.completion_ids), cfg.loss_norm, cfg.max_new_tokens) for r in chunk])
+    return torch.tensor([seq_weight(len(r.sampled()), cfg.loss_norm, cfg.max_new_tokens) for r in chunk])
 
 
 def even_out(batches: list[Batch], pad_id: int, cfg, micro_batch_tokens: int) -> list[Batch]:

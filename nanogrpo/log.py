@@ -18,7 +18,9 @@ LINE = [
     ("reward_mean", "reward", "{:.3f}"),
     ("sft_loss", "loss", "{:.4f}"),  # sft.py
     ("heldout_accuracy", "heldout", "{:.3f}"),
+    ("heldout_tool_use", "heldout tools", "{:.2f}"),  # tools = true: held-out answers that ran code
     ("accuracy", "acc", "{:.3f}"),
+    ("tool_use_frac", "tools", "{:.2f}"),  # rollouts with at least one tool call
     ("zero_std_frac", "zstd", "{:.2f}"),
     ("completion_len_mean", "len", "{:.1f}"),
     ("entropy", "ent", "{:.3f}"),

@@ -324,6 +324,7 @@ def score_batch(
     prefilled_think: bool = False,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     code_opts: dict | None = None,
+    answer_texts: list[str] | None = None,
 ) -> tuple[list[float | None], dict[str, list[float | None]]]:
     """Total reward per completion, and each component for the metrics.
 
@@ -332,11 +333,16 @@ def score_batch(
     always computed (it is cheap), so its rate can be logged even when it carries no weight.
     Rows: math/exact rows need "answer"; code rows are the DESIGN.md code schema.
     code_opts: passed to the sandbox (backend, concurrency, binary, allow_unsandboxed, ...).
+    answer_texts: what the accuracy reward reads, when not the whole completion (tool rollouts: the text
+    after the last tool output); the format reward always reads the whole completion.
     """
     if reward not in REWARDS:
         raise ValueError(f"score_batch: unknown reward {reward!r}; expected one of {REWARDS}")
     if len(completions) != len(rows):
         raise ValueError(f"score_batch: {len(completions)} completions but {len(rows)} rows")
+    full, completions = completions, (completions if answer_texts is None else answer_texts)
+    if len(completions) != len(rows):
+        raise ValueError(f"score_batch: {len(completions)} answer texts but {len(rows)} rows")
     if reward == "code":
         acc = code_rewards(completions, rows, **(code_opts or {}))
     else:
@@ -349,7 +355,7 @@ def score_batch(
             scored = math_rewards([completions[i] for i in todo], [answers[i] for i in todo], timeout_s)
             for i, r in zip(todo, scored):
                 acc[i] = r
-    fmt = [format_reward(c, prefilled_think) for c in completions]
+    fmt = [format_reward(c, prefilled_think) for c in full]
     total = [None if a is None else accuracy_weight * a + format_weight * f for a, f in zip(acc, fmt)]
     return total, {"accuracy": acc, "format": fmt}
 

@@ -103,13 +103,20 @@ def build_random_model_dir(
 
 
 def _encode_batch(tokenizer, rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded prompt + answer + EOS ids and labels that score only the answer and EOS."""
+    """Right-padded prompt + completion + EOS ids, and labels that score only the completion and EOS.
+
+    The completion is the row's "answer", or its "segments": [(text, scored)], where unscored text
+    (a tool's output, which the model reads but never writes) is context only."""
     seqs, labels = [], []
     for row in rows:
         p = tokenizer(row["problem"], add_special_tokens=False)["input_ids"]
-        a = tokenizer(row["answer"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        seqs.append(p + a)
-        labels.append([-100] * len(p) + a)
+        seq, lab = list(p), [-100] * len(p)
+        for text, scored in row.get("segments") or [(row["answer"], True)]:
+            t = tokenizer(text, add_special_tokens=False)["input_ids"]
+            seq += t
+            lab += t if scored else [-100] * len(t)
+        seqs.append(seq + [tokenizer.eos_token_id])
+        labels.append(lab + [tokenizer.eos_token_id])
     T = max(len(s) for s in seqs)
     # Right padding needs no attention mask: pads come after EOS, and causal attention never lets
     # a scored position see them.
@@ -151,7 +158,23 @@ def warm_start(
 
     torch.manual_seed(seed)
     val = arithmetic_rows("train", val_size, seed=10_000 + seed)
-    rows = curriculum_rows(steps * batch_size, seed, easy_frac)
+
+    def reached(step: int, ema: float) -> bool:
+        if target_acc is None or (step + 1) % eval_every or ema >= 0.95:
+            return False
+        acc = evaluate_accuracy(model, tokenizer, val, temperature=1.0, seed=step)
+        if log_every:
+            print(f"warm start step {step:4d}  train-split sampled accuracy {acc:.3f}", flush=True)
+        return acc >= target_acc
+
+    return supervised(model, tokenizer, curriculum_rows(steps * batch_size, seed, easy_frac), steps, batch_size, lr,
+                      log_every, reached)
+
+
+def supervised(model, tokenizer, rows: list[dict], steps: int, batch_size: int, lr: float, log_every: int = 0,
+               stop=None) -> list[float]:
+    """Plain next-token training on `rows` (_encode_batch), batch after batch; `stop(step, ema_loss)`
+    ends it early. Returns the loss of every step run; the model is left in eval mode."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
     warmup = min(50, max(1, steps // 10))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
@@ -169,12 +192,8 @@ def warm_start(
         ema = loss.item() if ema is None else 0.9 * ema + 0.1 * loss.item()
         if log_every and (step % log_every == 0 or step == steps - 1):
             print(f"warm start step {step:4d}  loss {loss.item():.4f}", flush=True)
-        if target_acc is not None and (step + 1) % eval_every == 0 and ema < 0.95:
-            acc = evaluate_accuracy(model, tokenizer, val, temperature=1.0, seed=step)
-            if log_every:
-                print(f"warm start step {step:4d}  train-split sampled accuracy {acc:.3f}", flush=True)
-            if acc >= target_acc:
-                break
+        if stop is not None and stop(step, ema):
+            break
     model.eval()
     return losses
 
@@ -187,6 +206,26 @@ def build_tiny_model(
     tokenizer = PreTrainedTokenizerFast.from_pretrained(out)
     model = Qwen2ForCausalLM.from_pretrained(out)
     losses = warm_start(model, tokenizer, steps, seed=seed, target_acc=target_acc, log_every=log_every)
+    model.save_pretrained(out)
+    return out, model, tokenizer, losses
+
+
+def build_tool_model(
+    out_dir: str | Path, steps: int = 400, tool_frac: float = 0.2, seed: int = 0, batch_size: int = 64,
+    lr: float = 1e-3, log_every: int = 0,
+) -> tuple[Path, object, object, list[float]]:
+    """The tool task's model (nanogrpo/multiply.py): a random tiny model, warm-started on multiplication
+    rows of which `tool_frac` show the tool format (code, its output as context only, the copied answer)
+    and the rest answer directly. Returns (dir, model, tokenizer, losses)."""
+    from nanogrpo.multiply import warm_start_rows
+    from nanogrpo.tools import ToolConfig
+
+    out = build_random_model_dir(out_dir, seed=seed)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(out)
+    model = Qwen2ForCausalLM.from_pretrained(out)
+    torch.manual_seed(seed)
+    rows = warm_start_rows(steps * batch_size, seed, tool_frac, ToolConfig())
+    losses = supervised(model, tokenizer, rows, steps, batch_size, lr, log_every)
     model.save_pretrained(out)
     return out, model, tokenizer, losses
 

@@ -2,6 +2,7 @@
 
     python scripts/build_tiny_model.py --out runs/tiny [--seed 0] [--steps 3000] [--target-acc 0.15]
     python scripts/build_tiny_model.py --out models/tiny-arithmetic    # rebuild the committed default, on purpose
+    python scripts/build_tiny_model.py --tools --out models/tiny-multiply-tools   # the tool task's model (issue 11)
 
 Writes a normal Hugging Face directory (from_pretrained loads it), `warm_start.json` (the recipe, the steps it
 took, the accuracy reached, the package versions) and `SHA256SUMS` (scripts/setup.sh and the tests check the
@@ -27,10 +28,12 @@ def main():
     ap.add_argument("--target-acc", type=float, default=0.15, help="stop at this train-split sampled accuracy")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-rows", type=int, default=500, help="held-out rows to report accuracy on")
+    ap.add_argument("--tools", action="store_true", help="the tool task's model (nanogrpo/multiply.py): "
+                    "--tool-steps steps on multiplication rows, --tool-frac of them in the tool format")
+    ap.add_argument("--tool-steps", type=int, default=300)
+    ap.add_argument("--tool-frac", type=float, default=0.2)
     args = ap.parse_args()
 
-    import hashlib
-    import json
     import platform
 
     import torch
@@ -40,6 +43,8 @@ def main():
     from nanogrpo.data import arithmetic_rows
     from nanogrpo.tiny import build_tiny_model, evaluate_accuracy
 
+    if args.tools:
+        return build_tools(args)
     t0 = time.time()
     target = args.target_acc if args.target_acc > 0 else None
     out, model, tok, losses = build_tiny_model(args.out, args.steps, target, args.seed, log_every=100)
@@ -52,14 +57,54 @@ def main():
             "heldout_sampled_t1_n4": sampled,
             "reached_target": target is None or len(losses) < args.steps, "seconds": round(secs), "torch": torch.__version__,
             "transformers": transformers.__version__, "cpu": platform.processor() or platform.machine()}
-    (out / "warm_start.json").write_text(json.dumps(info, indent=1) + "\n")
-    files = sorted(p for p in out.iterdir() if p.is_file() and p.name != "SHA256SUMS")
-    (out / "SHA256SUMS").write_text("".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n" for p in files))
+    write_info(out, info)
     print(f"wrote {out}: {len(losses)} warm-start steps in {secs:.0f}s, final loss {losses[-1]:.3f}")
     print(f"held-out accuracy ({len(test)} rows): greedy {greedy:.3f}  sampled@T=1 {sampled:.3f}")
     if not info["reached_target"]:
         print(f"WARNING: the warm start never reached --target-acc {args.target_acc} in {args.steps} steps: the model "
               "may still be on the loss plateau, from which GRPO does not learn (raise --steps)")
+
+
+def write_info(out: Path, info: dict) -> None:
+    """warm_start.json (the recipe and what it reached), then SHA256SUMS over every file."""
+    import hashlib
+    import json
+
+    (out / "warm_start.json").write_text(json.dumps(info, indent=1) + "\n")
+    files = sorted(p for p in out.iterdir() if p.is_file() and p.name != "SHA256SUMS")
+    (out / "SHA256SUMS").write_text("".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n" for p in files))
+
+
+def build_tools(args) -> None:
+    """The tool task's model, and its held-out accuracy and tool-use rate with the tool (local sandbox)."""
+    import platform
+
+    import torch
+    import transformers
+
+    from nanogrpo import data, tools
+    from nanogrpo.rewards import exact_reward
+    from nanogrpo.sampler import SamplingParams, TorchSampler
+    from nanogrpo.tiny import build_tool_model
+
+    t0 = time.time()
+    out, _, _, losses = build_tool_model(args.out, args.tool_steps, args.tool_frac, args.seed, log_every=50)
+    secs = time.time() - t0
+    rows = data.load_rows("multiply", split="test", n=args.eval_rows)
+    cfg = tools.ToolConfig()
+    sampler = tools.ToolSampler(TorchSampler(str(out)), cfg, tools.make_cells(cfg))
+    prompts = [sampler.tokenizer.encode(r["problem"]) for r in rows]
+    info = {"task": "multiply", "seed": args.seed, "steps": args.tool_steps, "tool_frac": args.tool_frac,
+            "final_loss": round(losses[-1], 4), "heldout_rows": len(rows)}
+    for name, temperature in (("greedy", 0.0), ("sampled_t1", 1.0)):
+        outs = [g[0] for g in sampler.generate(prompts, 1, SamplingParams(96, temperature, seed=args.seed))]
+        info[f"heldout_{name}"] = sum(exact_reward(tools.answer_text(c), r["answer"]) for c, r in zip(outs, rows)) / len(rows)
+        info[f"tool_use_{name}"] = sum(c.calls > 0 for c in outs) / len(rows)
+    info.update({"seconds": round(secs), "torch": torch.__version__, "transformers": transformers.__version__,
+                 "cpu": platform.processor() or platform.machine()})
+    write_info(out, info)
+    print(f"wrote {out}: {len(losses)} warm-start steps in {secs:.0f}s, final loss {losses[-1]:.3f}")
+    print(" ".join(f"{k} {v:.3f}" for k, v in info.items() if k.startswith(("heldout_", "tool_use_")) and k != "heldout_rows"))
 
 
 if __name__ == "__main__":

@@ -66,10 +66,12 @@ if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.lock-sha256 2>/dev/null)" != "$w
   echo "$want" > .venv/.lock-sha256
 fi
 
-# The default run's model is committed (models/tiny-arithmetic): the same bytes on every machine.
-# It is rebuilt only on purpose, by scripts/build_tiny_model.py --out models/tiny-arithmetic.
-if ! (cd models/tiny-arithmetic && sha256sum --quiet -c SHA256SUMS); then
-  echo "error: models/tiny-arithmetic does not match its SHA256SUMS (restore it: git checkout models/)" >&2
-  exit 1
-fi
+# The default run's model (models/tiny-arithmetic) and the tool task's (models/tiny-multiply-tools) are
+# committed: the same bytes on every machine. They are rebuilt only on purpose, by scripts/build_tiny_model.py.
+for m in models/*/; do
+  if ! (cd "$m" && sha256sum --quiet -c SHA256SUMS); then
+    echo "error: $m does not match its SHA256SUMS (restore it: git checkout models/)" >&2
+    exit 1
+  fi
+done
 echo "environment ready: .venv (activate with: . .venv/bin/activate)"

@@ -45,13 +45,15 @@ def test_the_venv_holds_exactly_the_locked_versions():
     assert not wrong, f"installed versions differ from requirements.lock (locked, installed): {wrong}"
 
 
-def test_default_model_matches_its_checksums():
+@pytest.mark.parametrize("model", ["tiny-arithmetic", "tiny-multiply-tools"])
+def test_committed_models_match_their_checksums(model):
+    model_dir = MODEL.parent / model
     listed = {}
-    for line in (MODEL / "SHA256SUMS").read_text().splitlines():
+    for line in (model_dir / "SHA256SUMS").read_text().splitlines():
         digest, name = line.split()
         listed[name] = digest
-    on_disk = {p.name for p in MODEL.iterdir() if p.is_file() and p.name != "SHA256SUMS"}
-    assert on_disk == set(listed), "models/tiny-arithmetic holds files SHA256SUMS does not list, or lacks some"
+    on_disk = {p.name for p in model_dir.iterdir() if p.is_file() and p.name != "SHA256SUMS"}
+    assert on_disk == set(listed), f"models/{model} holds files SHA256SUMS does not list, or lacks some"
     for name, digest in listed.items():
-        assert hashlib.sha256((MODEL / name).read_bytes()).hexdigest() == digest, f"{name} differs from SHA256SUMS"
+        assert hashlib.sha256((model_dir / name).read_bytes()).hexdigest() == digest, f"{name} differs from SHA256SUMS"
     assert "model.safetensors" in listed and "tokenizer.json" in listed

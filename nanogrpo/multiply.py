@@ -1,0 +1,75 @@
+"""The built-in task "multiply": 5-digit multiplication, where a tool is the way to the answer.
+
+"48213*90127=" -> "4345293451". The tiny CPU model cannot multiply 5-digit numbers in its head, but
+it can write the product as code and copy what the sandbox prints:
+
+    48213*90127=```python
+    print(48213*90127)
+    ```
+    ```output
+    4345293451
+    ```
+    4345293451<EOS>
+
+The scored answer is the text after the last tool output (nanogrpo/tools.py: answer_text), compared
+exactly (reward = "exact"). `warm_start_rows` are the supervised rows of the tool model's short warm
+start (nanogrpo/tiny.py: build_tool_model): most answer directly (and are wrong for the model, which
+cannot learn the products), `tool_frac` of them show the tool format once, so GRPO starts from a
+model that calls the tool now and then and must learn that calling it pays.
+
+Held-out split: a pair is held out by a fixed integer hash (5% of pairs), so no train row with any
+seed is a held-out pair.
+"""
+
+from __future__ import annotations
+
+import random
+
+LO, HI = 10_000, 99_999
+HELDOUT_PER_MILLE = 50
+
+
+def _is_heldout(a: int, b: int) -> bool:
+    h = ((a * 1_000_003 + b) * 2_654_435_761) % (1 << 32)
+    return (h >> 8) % 1000 < HELDOUT_PER_MILLE
+
+
+def row(a: int, b: int) -> dict:
+    return {"problem": f"{a}*{b}=", "answer": str(a * b)}
+
+
+def multiply_rows(split: str, n: int, seed: int = 0) -> list[dict]:
+    """n rows, deterministic in (split, n, seed); test rows are distinct held-out pairs."""
+    if split not in ("train", "test"):
+        raise ValueError(f"multiply split must be 'train' or 'test', got {split!r}")
+    if n <= 0:
+        raise ValueError(f"multiply: n must be positive, got {n}")
+    rng = random.Random(f"multiply-{split}-{seed}" if split == "train" else "multiply-test")
+    rows, seen = [], set()
+    while len(rows) < n:
+        a, b = rng.randint(LO, HI), rng.randint(LO, HI)
+        if _is_heldout(a, b) != (split == "test") or (split == "test" and (a, b) in seen):
+            continue
+        seen.add((a, b))
+        rows.append(row(a, b))
+    return rows
+
+
+def tool_transcript(a: int, b: int, tool_cfg) -> list[tuple[str, bool]]:
+    """The completion of a tool-using answer as (text, sampled by the model) segments, built with the
+    same tags and output wrapping that nanogrpo/tools.py uses when it runs the code."""
+    from nanogrpo.tools import output_block
+
+    code = f"{tool_cfg.open}\nprint({a}*{b})\n{tool_cfg.close}\n"
+    return [(code, True), (output_block(tool_cfg, f"{a * b}\n"), False), (str(a * b), True)]
+
+
+def warm_start_rows(n: int, seed: int, tool_frac: float, tool_cfg) -> list[dict]:
+    """Supervised rows: {"problem", "segments": [(text, scored)]}; `tool_frac` of them use the tool."""
+    rng = random.Random(f"multiply-warm-{seed}")
+    out = []
+    for r in multiply_rows("train", n, seed=10_000 + seed):
+        a, b = (int(x) for x in r["problem"][:-1].split("*"))
+        segs = tool_transcript(a, b, tool_cfg) if rng.random() < tool_frac else [(r["answer"], True)]
+        out.append({"problem": r["problem"], "segments": segs})
+    return out

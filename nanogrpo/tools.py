@@ -1,0 +1,475 @@
+"""Tool-integrated rollouts: the model writes code mid-answer, the code runs in a sandbox, its output
+goes back into the context, and generation continues (ToRL; TRL discussion #2880's E2B agent).
+
+`ToolSampler(sampler, ToolConfig, cells)` wraps either sampler (PyTorch or vLLM) behind the same
+`Sampler` protocol, so train.py, the held-out eval and eval.py use it unchanged. One `generate` call:
+
+  1. Every prompt's n samples are generated with the closing tag as an extra stop string.
+  2. Each rollout that stopped at a closed code block (the text since its last tool output holds
+     `tool_open` ... closing tag) becomes a call. All calls of the round run at once through the
+     sandbox backend; each output goes back wrapped in `tool_output_open` / `tool_output_close`,
+     stdout and stderr together, cut to `tool_output_tokens`; a timeout or an exception becomes a
+     short text for the model (it is the model's doing, not a failure of ours).
+  3. Every rollout still going continues in ONE `generate` call (n = 1, context = prompt + all its
+     tokens so far); back to 2 until none is left.
+A rollout ends at EOS, at a user stop string, at `max_new_tokens` (counted over the whole rollout:
+model and tool tokens, so the trainer's sequences stay bounded), or when it closes a block after
+`max_tool_calls` calls (the block is not run and the rollout ends there: exceeding the budget costs
+the answer). A block that never closes is plain text. When `tool_close` is part of `tool_open` (the
+default ```python ... ``` fence), the block closes at the closing tag followed by a newline, as a
+Markdown closing fence is a line of its own; otherwise the opening fence would stop generation.
+
+Training (nanogrpo/grpo.py): the completion is every token after the prompt, with `mask` = 1 for
+tokens the model sampled and 0 for inserted tool output. Masked tokens carry no loss, are not
+counted by the normaliser and have no sampler log-prob (0.0 is stored); the trainer recomputes
+log-probs over the whole interleaved sequence, so every model token is scored in exactly the
+context it was sampled in. A sandbox infrastructure failure mid-rollout ends the rollout with
+`failed = True`, and train.py turns its reward into None (never 0).
+
+State: one session per rollout. Local backend (bubblewrap, through the shared sandbox pool): replay.
+Each call runs, in a fresh sandboxed interpreter, the tools file and every earlier cell of the
+rollout with their output discarded, then the new cell with its output kept. Replay needs no
+long-lived process per rollout (none to leak or kill, and the pool stays the one place that runs
+untrusted code), and it is exact for deterministic code: `random` is seeded the same way in every
+replay. What does not carry over: wall-clock time, files written outside the job directory, and
+cells that timed out (they are not replayed, or every later call would time out too). The cost is
+CPU growing with the number of calls (at most `max_tool_calls`), and the CPU limit of a call is
+`tool_timeout_s` per cell it runs. E2B backend: one sandbox per rollout, created at its first call,
+running cells in its stateful Jupyter kernel, killed when the rollout ends. A sandbox that errors
+is killed and replaced (the earlier cells are replayed into the new one), retried, then the
+rollout fails. Sandbox-seconds (the cost the E2B agent PR worried about): the local backend's
+execution wall time, E2B sandbox lifetimes.
+
+A user's tools: `tools_file` (a Python file) is run in every session before the model's first cell;
+`describe_tools` lists its functions (signature and docstring, read with `ast`, never run on the
+host) for the system prompt.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from nanogrpo.sampler import Completion, SamplingParams
+
+
+@dataclass
+class ToolConfig:
+    open: str = "```python"
+    close: str = "```"
+    output_open: str = "```output\n"
+    output_close: str = "\n```\n"
+    max_calls: int = 4
+    output_tokens: int = 256  # tool output longer than this is cut (the marker below says so)
+    timeout_s: float = 5.0  # per cell
+    tools_source: str = ""  # the tools file's text, run before the first cell of every session
+
+    @classmethod
+    def from_config(cls, cfg) -> "ToolConfig":
+        src = Path(cfg.tools_file).read_text() if cfg.tools_file else ""
+        return cls(cfg.tool_open, cfg.tool_close, cfg.tool_output_open, cfg.tool_output_close, cfg.max_tool_calls,
+                   cfg.tool_output_tokens, cfg.tool_timeout_s, src)
+
+    @property
+    def stop(self) -> str:
+        """The stop string that closes a block (see the module docstring for the fence rule)."""
+        return self.close + "\n" if self.close in self.open else self.close
+
+
+@dataclass
+class ToolCompletion(Completion):
+    mask: list[int] = field(default_factory=list)  # per token: 1 sampled by the model, 0 tool output
+    final_text: str = ""  # what the model wrote after its last tool output: the answer that is scored
+    calls: int = 0
+    errors: int = 0  # cells that raised
+    timeouts: int = 0
+    tool_seconds: float = 0.0  # sandbox execution time of this rollout's cells
+    failed: bool = False  # the sandbox itself failed: the reward must be None
+
+
+def output_block(tool_cfg: ToolConfig, output: str) -> str:
+    """The text inserted after a call: the output without its trailing newlines, between the output tags."""
+    return tool_cfg.output_open + output.rstrip("\n") + tool_cfg.output_close
+
+
+def answer_text(c: Completion) -> str:
+    """The text an accuracy reward reads: after the last tool output with tools, the whole text without."""
+    return c.final_text if isinstance(c, ToolCompletion) else c.text
+
+
+TRUNCATED = "\n[... output truncated]"
+TIMEOUT = "TimeoutError: the cell ran longer than {:g} s and was stopped"
+
+
+@dataclass
+class CellResult:
+    output: str  # stdout and stderr as the model sees them (before truncation)
+    status: str  # ok | error | timeout
+    seconds: float  # sandbox time this call cost
+
+
+# ----------------------------------------------------------------------------------------------
+# The rollout loop
+
+
+@dataclass
+class _Rollout:
+    prompt: list[int]
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)  # model tokens since the last tool output
+    cells: list[tuple[str, str]] = field(default_factory=list)  # (name, code) to replay: those that did not time out
+    reason: str = ""  # "" while running, then stop | length
+    final_start: int = 0  # index in tokens where the text after the last tool output starts
+    calls: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    seconds: float = 0.0
+    failed: bool = False
+
+
+class ToolSampler:
+    """A Sampler whose rollouts run code mid-answer; see the module docstring."""
+
+    def __init__(self, sampler, tool_cfg: ToolConfig, cells):
+        self.sampler, self.cfg, self.cells = sampler, tool_cfg, cells
+        self.tokenizer, self.eos_ids = sampler.tokenizer, sampler.eos_ids
+        self.last_stats: dict[str, float] = {}
+
+    # the weights and memory are the wrapped sampler's
+    def sync_weights(self, weights) -> None:
+        self.sampler.sync_weights(weights)
+
+    def sleep(self) -> None:
+        self.sampler.sleep()
+
+    def wake(self) -> None:
+        self.sampler.wake()
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[ToolCompletion]]:
+        params.check()
+        budget, user_stops = params.max_new_tokens, tuple(params.stop)
+        sampling = replace(params, stop=user_stops + (self.cfg.stop,))
+        rolls = [_Rollout(list(p)) for p in prompts for _ in range(n)]
+        segments = [c for group in self.sampler.generate(prompts, n, sampling) for c in group]
+        running = list(range(len(rolls)))
+        t_tools, rounds = 0.0, 0
+        while running:
+            calls = []  # (rollout index, code)
+            for i, seg in zip(running, segments):
+                code = self._take(rolls[i], seg, budget, user_stops)
+                if code is not None:
+                    calls.append((i, code))
+            t0 = time.time()
+            results = self.cells.run([(i, rolls[i].cells, (f"<cell {rolls[i].calls + 1}>", code)) for i, code in calls]) if calls else []
+            t_tools += time.time() - t0
+            for (i, code), res in zip(calls, results):
+                self._insert(rolls[i], code, res, budget)
+            running = [i for i, r in enumerate(rolls) if not r.reason]
+            self.cells.close([i for i, _ in calls if rolls[i].reason])  # sessions of rollouts that just ended
+            if not running:
+                break
+            rounds += 1
+            longest = max(budget - len(rolls[i].tokens) for i in running)
+            seed = None if params.seed is None else (params.seed + rounds * 1_000_003) % (2**31)
+            step = replace(sampling, max_new_tokens=longest, seed=seed)
+            segments = [g[0] for g in self.sampler.generate([rolls[i].prompt + rolls[i].tokens for i in running], 1, step)]
+        self.cells.close(list(range(len(rolls))))
+        out = [self._completion(r) for r in rolls]
+        self.last_stats = {"tool_rounds": rounds, "time_tools": t_tools, **self.cells.pop_stats()}
+        return [out[k * n : (k + 1) * n] for k in range(len(prompts))]
+
+    def _take(self, r: _Rollout, seg: Completion, budget: int, user_stops: tuple[str, ...]) -> str | None:
+        """Append a generated segment to rollout r; returns the code to run, or None (r ended or goes on)."""
+        ids, lps = seg.token_ids[: budget - len(r.tokens)], seg.logprobs[: budget - len(r.tokens)]
+        r.tokens += ids
+        r.logprobs += lps
+        r.mask += [1] * len(ids)
+        r.pending += ids
+        if len(ids) < len(seg.token_ids) or seg.finish_reason == "length" or len(r.tokens) >= budget:
+            r.reason = "length" if len(r.tokens) >= budget else "stop"
+            return None
+        if ids and ids[-1] in self.eos_ids:
+            r.reason = "stop"
+            return None
+        text = self._decode(r.pending)
+        new = self._decode(ids)
+        if any(s in new for s in user_stops):
+            r.reason = "stop"
+            return None
+        end = text.rfind(self.cfg.stop)
+        start = text.rfind(self.cfg.open, 0, end) if end >= 0 else -1
+        if start < 0:  # a closing tag with no open block: plain text, generation goes on
+            return None
+        if r.calls >= self.cfg.max_calls:  # one block too many: not run, and the rollout ends here
+            r.reason = "stop"
+            return None
+        code = text[start + len(self.cfg.open) : end]
+        return code[1:] if code.startswith("\n") else code  # the fence's own line break: line 1 is the first code line
+
+    def _insert(self, r: _Rollout, code: str, res: CellResult | None, budget: int) -> None:
+        """Append a call's output (tool tokens: mask 0), or fail the rollout when the sandbox failed."""
+        r.calls += 1
+        if res is None:
+            r.failed, r.reason = True, "stop"
+            return
+        r.seconds += res.seconds
+        r.errors += res.status == "error"
+        r.timeouts += res.status == "timeout"
+        if res.status != "timeout":
+            r.cells.append((f"<cell {r.calls}>", code))
+        output = res.output if res.status != "timeout" else res.output + TIMEOUT.format(self.cfg.timeout_s)
+        ids = self._encode(output[: 8 * self.cfg.output_tokens + 8])  # a char is >= 1/8 token: cut cheaply first
+        if len(ids) > self.cfg.output_tokens:
+            output = self._decode(ids[: self.cfg.output_tokens]) + TRUNCATED
+        inserted = self._encode(output_block(self.cfg, output))
+        room = budget - len(r.tokens)
+        if len(inserted) >= room:
+            inserted, r.reason = inserted[:room], "length"
+        r.tokens += inserted
+        r.logprobs += [0.0] * len(inserted)
+        r.mask += [0] * len(inserted)
+        r.pending = []
+        r.final_start = len(r.tokens)
+
+    def _completion(self, r: _Rollout) -> ToolCompletion:
+        strip = lambda t: t[:-1] if t and t[-1] in self.eos_ids else t  # noqa: E731  text leaves out a final EOS
+        return ToolCompletion(r.tokens, r.logprobs, self._decode(strip(r.tokens)), r.reason or "stop", mask=r.mask,
+                              final_text=self._decode(strip(r.tokens[r.final_start :])), calls=r.calls,
+                              errors=r.errors, timeouts=r.timeouts, tool_seconds=r.seconds, failed=r.failed)
+
+
+def rollout_stats(c: ToolCompletion) -> tuple:
+    """What the step's tool metrics need from one rollout (small, to gather over ranks)."""
+    return c.calls, c.errors, c.timeouts, c.failed, c.tool_seconds
+
+
+def metrics(rollouts: list[tuple], per_rank: list[dict]) -> dict[str, float]:
+    """A step's tool metrics: `rollouts` = rollout_stats of every rollout, `per_rank` = each rank's
+    ToolSampler.last_stats (its sandbox-seconds and its wall time in tools)."""
+    calls = [r[0] for r in rollouts]
+    total, n = sum(calls), max(len(calls), 1)
+    return {
+        "tool_calls_mean": total / n,
+        "tool_calls_max": max(calls, default=0),
+        "tool_use_frac": sum(x > 0 for x in calls) / n,  # rollouts with at least one call
+        "tool_error_rate": sum(r[1] for r in rollouts) / total if total else 0.0,  # per call
+        "tool_timeout_rate": sum(r[2] for r in rollouts) / total if total else 0.0,
+        "tool_failed_frac": sum(r[3] for r in rollouts) / n,  # sandbox failures: reward None
+        "tool_exec_seconds": sum(r[4] for r in rollouts),  # the cells' own execution time
+        "sandbox_seconds": sum(s.get("sandbox_seconds", 0.0) for s in per_rank),
+        "time_tools": max((s.get("time_tools", 0.0) for s in per_rank), default=0.0),  # wall time of the step in tools
+        "tool_rounds": max((s.get("tool_rounds", 0) for s in per_rank), default=0),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# The user's tools file, for the system prompt
+
+
+def describe_tools(source: str) -> str:
+    """One line per top-level function of a tools file: its signature and the first line of its docstring."""
+    lines = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+            doc = (ast.get_docstring(node) or "").strip().splitlines()
+            lines.append(f"- {node.name}({ast.unparse(node.args)})" + (f": {doc[0]}" if doc else ""))
+    return "\n".join(lines)
+
+
+def system_prompt(tool_cfg: ToolConfig, base: str = "") -> str:
+    """The instruction that tells a chat model how to call the tool (and which functions it has)."""
+    text = (f"You can run Python code: write it between {tool_cfg.open} and {tool_cfg.close}. It runs in a "
+            f"persistent session, and its output (stdout and stderr) is shown to you between "
+            f"{tool_cfg.output_open.strip()} and {tool_cfg.output_close.strip()}. "
+            f"You can run code up to {tool_cfg.max_calls} times.")
+    funcs = describe_tools(tool_cfg.tools_source) if tool_cfg.tools_source else ""
+    if funcs:
+        text += "\nThese functions are already defined in the session:\n" + funcs
+    return f"{base}\n\n{text}" if base else text
+
+
+# ----------------------------------------------------------------------------------------------
+# Backends: run one cell per rollout, for many rollouts at once
+
+
+# The local session: replay the tools file and the earlier cells with their output discarded (also at
+# the file-descriptor level, for C code and subprocesses), then the new cell with stdout and stderr
+# together, as a terminal shows them. The last expression of the new cell is echoed, as in a notebook
+# (and as E2B's kernel does). The process's own stderr only carries ERROR_MARK: the last cell raised.
+ERROR_MARK = "__nanogrpo_cell_raised__"
+REPLAY = r'''
+import ast, io, json, os, random, sys, traceback
+random.seed(0)
+cells = json.load(open("_cells.json"))
+env = {"__name__": "__main__"}
+mark, out, null = os.dup(2), os.dup(1), os.open(os.devnull, os.O_WRONLY)
+
+def run(src, name, echo):
+    tree = ast.parse(src, name)
+    last = tree.body.pop() if echo and tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    exec(compile(tree, name, "exec"), env)
+    if last is not None:
+        value = eval(compile(ast.Expression(last.value), name, "eval"), env)
+        if value is not None:
+            print(repr(value))
+
+for i, (name, src) in enumerate(cells):
+    final = i == len(cells) - 1
+    os.dup2(out if final else null, 1)
+    os.dup2(out if final else null, 2)
+    sys.stdout = sys.stderr = sys.__stdout__ if final else io.StringIO()
+    try:
+        run(src, name, final)
+    except SystemExit:
+        pass
+    except BaseException as e:
+        if final:
+            frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename.startswith("<cell")]
+            if frames:
+                print("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)), end="")
+            print("".join(traceback.format_exception_only(type(e), e)), end="")
+            os.write(mark, b"MARK\n")
+    sys.stdout.flush()
+'''.replace("MARK", ERROR_MARK)
+
+
+class LocalCells:
+    """Cells through the local sandbox pool (bubblewrap), by replay; see the module docstring."""
+
+    def __init__(self, tool_cfg: ToolConfig, pool, python: str = "/usr/bin/python3"):
+        self.cfg, self.pool, self.python = tool_cfg, pool, python
+        self.seconds = 0.0
+
+    def _spec(self, prior: list[tuple[str, str]], cell: tuple[str, str]):
+        from nanogrpo.sandbox import ExecSpec, Limits
+
+        cells = ([("<tools>", self.cfg.tools_source)] if self.cfg.tools_source else []) + prior + [cell]
+        cpu = self.cfg.timeout_s * len(cells)  # every replayed cell gets the budget it ran within
+        return ExecSpec([self.python, "-I", "_replay.py"], files={"_replay.py": REPLAY, "_cells.json": json.dumps(cells)},
+                        limits=Limits(cpu_s=cpu, wall_s=max(20.0, 5 * cpu), out_bytes=1 << 20), clean=True)
+
+    def run(self, calls: list[tuple[int, list[tuple[str, str]], tuple[str, str]]]) -> list[CellResult | None]:
+        """calls: (rollout key, its earlier (name, code) cells, the new one) -> a CellResult each, None when
+        the sandbox failed."""
+
+        async def one(session, call):
+            _, prior, cell = call
+            res = await session.exec(self._spec(prior, cell))
+            raised = ERROR_MARK in res.stderr
+            status = "timeout" if res.status == "timeout" else "error" if raised or res.status != "ok" else "ok"
+            return CellResult(res.stdout + res.stderr.replace(ERROR_MARK + "\n", ""), status, res.time_s)
+
+        out = self.pool.map(one, calls)
+        self.seconds += sum(r.seconds for r in out if r is not None)
+        return out
+
+    def close(self, keys: list[int]) -> None:
+        pass  # nothing lives between calls
+
+    def pop_stats(self) -> dict[str, float]:
+        s, self.seconds = self.seconds, 0.0
+        return {"sandbox_seconds": s}
+
+
+class E2BCells:
+    """Cells on E2B: one sandbox per rollout (its Jupyter kernel keeps the state), killed when the
+    rollout ends; a sandbox that errors is killed, replaced and replayed, retried, then None."""
+
+    def __init__(self, tool_cfg: ToolConfig, concurrency: int = 16, retries: int = 2, api_key: str | None = None,
+                 template: str | None = None, sandbox_class=None):
+        import os
+
+        self.cfg, self.retries, self.template = tool_cfg, retries, template
+        self.api_key = api_key or os.environ.get("E2B_API_KEY")
+        self.sandbox_class = sandbox_class  # a fake in tests; e2b_code_interpreter.AsyncSandbox otherwise
+        self.live: dict[int, tuple[object, float]] = {}  # rollout key -> (sandbox, created at)
+        self.limit = concurrency
+        self.loop = asyncio.new_event_loop()  # sandboxes outlive a round: one loop for their lifetime
+        self.seconds, self.created = 0.0, 0
+
+    def _class(self):
+        if self.sandbox_class is not None:
+            return self.sandbox_class
+        from e2b_code_interpreter import AsyncSandbox  # the only import of e2b's kernel client
+
+        return AsyncSandbox
+
+    async def _open(self, key: int, prior: list[tuple[str, str]]):
+        sbx = await self._class().create(template=self.template, api_key=self.api_key, allow_internet_access=False)
+        self.live[key] = (sbx, time.time())
+        self.created += 1
+        for code in ([self.cfg.tools_source] if self.cfg.tools_source else []) + [c for _, c in prior]:  # replay, output ignored
+            await sbx.run_code(code, timeout=self.cfg.timeout_s)
+        return sbx
+
+    async def _kill(self, key: int) -> None:
+        sbx, born = self.live.pop(key, (None, 0.0))
+        if sbx is not None:
+            self.seconds += time.time() - born
+            try:
+                await asyncio.wait_for(sbx.kill(), 30)
+            except Exception:  # noqa: BLE001  already gone; E2B also expires it
+                pass
+
+    async def _one(self, gate, key: int, prior: list[tuple[str, str]], cell: tuple[str, str]) -> CellResult | None:
+        code = cell[1]
+        async with gate:
+            for attempt in range(self.retries + 1):
+                t0 = time.time()
+                try:
+                    sbx = self.live[key][0] if key in self.live else await self._open(key, prior)
+                    ex = await sbx.run_code(code, timeout=self.cfg.timeout_s)
+                except Exception as e:  # noqa: BLE001
+                    await self._kill(key)  # a timeout leaves the kernel busy; anything else is infrastructure
+                    if type(e).__name__ == "TimeoutException":
+                        return CellResult("", "timeout", time.time() - t0)
+                    await asyncio.sleep(0.5 * 2**attempt)
+                    continue
+                text = "".join(ex.logs.stdout) + "".join(ex.logs.stderr)
+                text += "".join(r.text + "\n" for r in ex.results if getattr(r, "text", None))
+                if ex.error is not None:
+                    text += f"{ex.error.name}: {ex.error.value}\n"
+                return CellResult(text, "error" if ex.error is not None else "ok", time.time() - t0)
+            return None
+
+    def run(self, calls: list[tuple[int, list[tuple[str, str]], tuple[str, str]]]) -> list[CellResult | None]:
+        async def all_calls():
+            gate = asyncio.Semaphore(self.limit)
+            return await asyncio.gather(*[self._one(gate, *c) for c in calls])
+
+        return self.loop.run_until_complete(all_calls())
+
+    def close(self, keys: list[int]) -> None:
+        keys = [k for k in keys if k in self.live]
+        if keys:
+            async def kill_all():
+                await asyncio.gather(*[self._kill(k) for k in keys])
+
+            self.loop.run_until_complete(kill_all())
+
+    def pop_stats(self) -> dict[str, float]:
+        s, self.seconds = self.seconds, 0.0
+        return {"sandbox_seconds": s}
+
+
+def make_cells(tool_cfg: ToolConfig, backend: str = "local", concurrency: int = 0, allow_unsandboxed: bool = False):
+    """The cell backend for `sandbox = local | e2b`. The local one shares the code rewards' pool, started
+    now so that missing isolation stops the run before any compute."""
+    if backend == "e2b":
+        return E2BCells(tool_cfg, concurrency=concurrency or 16)
+    from nanogrpo.sandbox import get_pool
+
+    pool = get_pool(backend="local", concurrency=concurrency or None, allow_unsandboxed=allow_unsandboxed).start()
+    return LocalCells(tool_cfg, pool)

@@ -1,0 +1,127 @@
+"""Does GRPO learn to use the tool? The tool task (nanogrpo/multiply.py) with and without tools, over seeds.
+
+    python scripts/bench_tools.py --seeds 3 --grpo-seeds 1 --steps 100    # 3 warm starts x 1 GRPO seed x 2 arms
+    python scripts/bench_tools.py --seeds 3 --jobs 2 key=value ...        # overrides go to train.py
+
+Warm start 0 is the committed model (models/tiny-multiply-tools); 1..N-1 are built here by
+`scripts/build_tiny_model.py --tools --seed S`. Each run is `train.py configs/multiply_tools.toml model=...
+seed=G tools=true|false` in a subprocess (log: OUT/ws{S}-g{G}-{arm}/train.log). Held-out accuracy is greedy, on
+200 held-out products that no training row or warm start contains; held-out tool use is the share of those
+answers that ran code. The "no tools" arm is the same recipe with code blocks left as plain text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_learning import read_metrics  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = ROOT / "models" / "tiny-multiply-tools"
+
+
+def warm_start(seed: int, out: Path, threads: int) -> Path:
+    if seed == 0:
+        return DEFAULT_MODEL
+    path = out / f"warm-start-{seed}"
+    if not (path / "warm_start.json").is_file():  # written last: a build that was cut off is redone
+        print(f"building warm start {seed} -> {path}", flush=True)
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "build_tiny_model.py"), "--tools", "--out", str(path),
+                        "--seed", str(seed)], check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": str(threads)},
+                       stdout=subprocess.DEVNULL)
+    return path
+
+
+def summary(out_dir: Path) -> dict:
+    rows = read_metrics(out_dir)
+    evals = [r for r in rows if r.get("heldout_accuracy") is not None]
+    steps = [r for r in rows if r["step"] >= 0 and "time_step" in r]
+    first, last = steps[:5], steps[-5:]
+    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+    use = lambda rs: mean([r["tool_use_frac"] for r in rs if "tool_use_frac" in r])  # noqa: E731  None without tools
+    return {"acc_start": evals[0]["heldout_accuracy"], "acc_end": evals[-1]["heldout_accuracy"],
+            "use_start": evals[0].get("heldout_tool_use"), "use_end": evals[-1].get("heldout_tool_use"),
+            "train_use_first": use(first), "train_use_last": use(last),
+            "time_tools": mean([r.get("time_tools", 0.0) for r in steps]), "time_step": mean([r["time_step"] for r in steps])}
+
+
+def pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def stats(xs: list[float]) -> str:
+    return (f"mean {100 * statistics.mean(xs):.1f} | min {100 * min(xs):.1f} | max {100 * max(xs):.1f} | "
+            f"std {100 * (statistics.stdev(xs) if len(xs) > 1 else 0.0):.1f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=3, help="warm starts (0 = the committed model)")
+    ap.add_argument("--grpo-seeds", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--jobs", type=int, default=1, help="runs at a time (cores split between them)")
+    ap.add_argument("--out", default="runs/bench-tools")
+    ap.add_argument("overrides", nargs="*", help="key=value, passed to every train.py run")
+    args = ap.parse_args()
+    out = ROOT / args.out
+    out.mkdir(parents=True, exist_ok=True)
+    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+
+    runs = []  # (warm seed, grpo seed, arm, out dir, command)
+    for s in range(args.seeds):
+        model = warm_start(s, out, threads)
+        for g in range(args.grpo_seeds):
+            for arm, flag in (("tools", "true"), ("no tools", "false")):
+                d = out / f"ws{s}-g{g}-{arm.replace(' ', '')}"
+                cmd = [sys.executable, str(ROOT / "train.py"), str(ROOT / "configs" / "multiply_tools.toml"), f"model={model}",
+                       f"seed={g}", f"tools={flag}", f"steps={args.steps}", f"eval_every={args.steps}", f"out_dir={d}",
+                       "save_final=false", *args.overrides]
+                runs.append((s, g, arm, d, cmd))
+    todo = [r for r in runs if not (r[3] / "metrics.jsonl").is_file() or len(read_metrics(r[3])) < args.steps + 1]
+    running, t0, minutes = [], time.time(), {}
+    while todo or running:
+        while todo and len(running) < args.jobs:
+            s, g, arm, d, cmd = todo.pop(0)
+            if d.exists():
+                import shutil
+
+                shutil.rmtree(d)  # an interrupted run starts over (its log would be refused by train.py)
+            d.mkdir(parents=True)
+            log = open(d.parent / f"{d.name}.log", "w")
+            running.append((subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), d, time.time()))
+            print(f"started {d.name}", flush=True)
+        for p, d, start in list(running):
+            if p.poll() is not None:
+                running.remove((p, d, start))
+                minutes[d] = (time.time() - start) / 60
+                print(f"finished {d.name} (exit {p.returncode}, {minutes[d]:.1f} min)", flush=True)
+                if p.returncode:
+                    sys.exit(f"{d.name} failed: see {d.parent / (d.name + '.log')}")
+        time.sleep(2)
+
+    print(f"\n{args.steps} GRPO steps per run; held-out: 200 products, greedy. Wall {(time.time() - t0) / 60:.1f} min.\n")
+    print("| warm start | GRPO seed | arm | held-out acc start -> end | held-out tool use start -> end | "
+          "train tool use first 5 -> last 5 steps | s/step (in tools) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    ends = {"tools": [], "no tools": []}
+    for s, g, arm, d, _ in runs:
+        m = summary(d)
+        ends[arm].append(m["acc_end"])
+        print(f"| {s} | {g} | {arm} | {100 * m['acc_start']:.1f} -> {100 * m['acc_end']:.1f} | "
+              f"{pct(m['use_start'])} -> {pct(m['use_end'])} | {pct(m['train_use_first'])} -> {pct(m['train_use_last'])} | "
+              f"{m['time_step']:.2f} ({m['time_tools']:.2f}) |")
+    print()
+    for arm, xs in ends.items():
+        print(f"{arm}: held-out accuracy at the end, {len(xs)} runs: {stats(xs)}")
+
+
+if __name__ == "__main__":
+    main()
