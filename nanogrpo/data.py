@@ -255,6 +255,15 @@ def load_rows(source: str, kind: str = "math", split: str = "train", n: int | No
 # Prompt text.
 
 DEFAULT_MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+# code rows (they have tests): the reward runs the last fenced block of the row's language
+DEFAULT_CODE_INSTRUCTION = "Write your complete solution in {language}, in one ```{language} code block at the end of your answer."
+
+
+def default_instruction(row: dict) -> str:
+    """The instruction appended to a chat prompt: the math one, or the code one for a code row."""
+    if "tests" in row:
+        return DEFAULT_CODE_INSTRUCTION.format(language=row.get("language") or "python")
+    return DEFAULT_MATH_INSTRUCTION
 
 # eval.py's math prompt (aime24, math500, amc23, gsm8k; nanogrpo/benchmarks.py takes it from here).
 # Source: lighteval's MATH query template, which open-r1 uses for its AIME 2024 / MATH-500 evaluations
@@ -270,12 +279,13 @@ MATH_TEMPLATE = (
 
 
 def format_prompt(row: dict, tokenizer, template: str = "raw", system_prompt: str | None = None,
-                  instruction: str | None = DEFAULT_MATH_INSTRUCTION) -> str:
+                  instruction: str | None = "auto") -> str:
     """The prompt text for one row.
 
     "raw": the problem text as it is (the tiny model continues "347+589=" with the digits).
     "chat": the tokenizer's chat template with an optional system message, the problem followed by
     `instruction` as the user turn, and the assistant header appended (add_generation_prompt).
+    `instruction` "auto" is default_instruction(row) (math, or code for a code row); None: none.
     "math_eval": as "chat", with eval.py's math prompt (lighteval's MATH template, nanogrpo/benchmarks.py)
     as the user turn, so a run trains on the prompt that eval.py scores it with."""
     if template == "raw":
@@ -289,9 +299,11 @@ def format_prompt(row: dict, tokenizer, template: str = "raw", system_prompt: st
 
 
 def prompt_messages(row: dict, template: str = "chat", system_prompt: str | None = None,
-                    instruction: str | None = DEFAULT_MATH_INSTRUCTION) -> list[dict]:
+                    instruction: str | None = "auto") -> list[dict]:
     """The chat messages of a "chat" / "math_eval" prompt (see format_prompt); sft.py appends the answer."""
     user = row["problem"]
+    if instruction == "auto":
+        instruction = default_instruction(row)
     if template == "math_eval":
         user, instruction = MATH_TEMPLATE.replace("{problem}", user), None
     if row.get("starter_code"):

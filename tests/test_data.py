@@ -188,6 +188,10 @@ def test_format_prompt_raw_and_chat():
     text = format_prompt({"problem": "1+1?"}, ChatTok(), "chat", system_prompt="Be brief.")
     assert text == "<system>Be brief.<user>1+1?\nPlease reason step by step, and put your final answer within \\boxed{}.<assistant>"
     assert format_prompt({"problem": "1+1?"}, ChatTok(), "chat", instruction=None) == "<user>1+1?<assistant>"
+    # a code row (it has tests) is asked for code in its language, not for a boxed answer
+    code = {"problem": "Print 1.", "tests": [{"input": "", "output": "1"}], "language": "cpp"}
+    text = format_prompt(code, ChatTok(), "chat")
+    assert "boxed" not in text and text.endswith("in one ```cpp code block at the end of your answer.<assistant>")
 
 
 # --- the prompt stream -------------------------------------------------------------------------

@@ -253,7 +253,7 @@ def assert_trainer_agrees(rollouts, tol):
 def test_torch_sampler_logprobs_equal_trainer_over_tool_turns():
     from nanogrpo.sampler import TorchSampler
 
-    assert_trainer_agrees(multi_turn_rollouts(TorchSampler(TOOL_MODEL)), tol=1e-4)
+    assert_trainer_agrees(multi_turn_rollouts(TorchSampler(TOOL_MODEL)), tol=1e-5)
 
 
 def test_vllm_sampler_logprobs_equal_trainer_over_tool_turns():
@@ -262,7 +262,7 @@ def test_vllm_sampler_logprobs_equal_trainer_over_tool_turns():
 
     sampler = VLLMSampler(TOOL_MODEL, "cpu", torch.float32, max_model_len=256, kv_cache_gb=0.05)
     try:
-        assert_trainer_agrees(multi_turn_rollouts(sampler), tol=2e-3)
+        assert_trainer_agrees(multi_turn_rollouts(sampler), tol=1e-4)
     finally:
         sampler.close()
 
@@ -361,7 +361,7 @@ def test_two_rank_tool_run(tmp_path):
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
-           "configs/multiply_tools.toml", f"out_dir={tmp_path}", "steps=2", "prompts_per_step=8", "group_size=8",
+           "configs/multiply_tools.toml", f"model={TOOL_MODEL}", f"out_dir={tmp_path}", "steps=2", "prompts_per_step=8", "group_size=8",
            "eval_every=2", "eval_size=8", "sandbox_concurrency=2", "skip_zero_advantage=false"]
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -393,3 +393,21 @@ def test_eval_with_tools_scores_the_answer_after_the_last_output(tmp_path):
     [pass1] = [v for k, v in t["metrics"].items() if k.startswith("pass@1")]
     assert pass1 == pytest.approx(sum(f.strip() == s["answer"] for f, s in zip(final, samples)) / 48)
     assert pass1 > 0  # the tool model copies some products right
+
+
+# The tool task's sweep (scripts/bench_tools.py --seeds 3 --grpo-seeds 2, README "Tools"): held-out accuracy
+# gained by step 30, least of the 6 runs with tools. The bound is half of it; without tools no run rose above
+# NO_TOOLS_MAX_SEEN, and the test allows twice that.
+GAIN_30_MIN = None
+NO_TOOLS_MAX_SEEN = None
+
+
+def test_grpo_learns_to_use_the_tool_and_not_without_it(tmp_path):
+    import train
+
+    base = [str(ROOT / "configs" / "multiply_tools.toml"), f"model={TOOL_MODEL}", "steps=30", "eval_every=30", "save_final=false"]
+    res = train.main([*base, f"out_dir={tmp_path / 'tools'}"])
+    assert res["heldout_accuracy_end"] > res["heldout_accuracy_start"] + GAIN_30_MIN / 2, res
+    assert res["heldout_tool_use_end"] > res["heldout_tool_use_start"] + GAIN_30_MIN / 2, res
+    plain = train.main([*base, "tools=false", f"out_dir={tmp_path / 'plain'}"])
+    assert plain["heldout_accuracy_end"] <= max(2 * NO_TOOLS_MAX_SEEN, 0.02), plain
