@@ -176,8 +176,8 @@ class ToolSampler:
             t_tools += time.time() - t0
             for (i, code), res in zip(calls, results):
                 self._insert(rolls[i], code, res, budget)
-            running = [i for i, r in enumerate(rolls) if not r.reason]
-            self.cells.close([i for i, _ in calls if rolls[i].reason])  # sessions of rollouts that just ended
+            self.cells.close([i for i in running if rolls[i].reason])  # the sessions of rollouts that just ended
+            running = [i for i in running if not rolls[i].reason]
             if not running:
                 break
             rounds += 1
@@ -197,11 +197,11 @@ class ToolSampler:
         r.logprobs += lps
         r.mask += [1] * len(ids)
         r.pending += ids
-        if len(ids) < len(seg.token_ids) or seg.finish_reason == "length" or len(r.tokens) >= budget:
-            r.reason = "length" if len(r.tokens) >= budget else "stop"
-            return None
         if ids and ids[-1] in self.eos_ids:
             r.reason = "stop"
+            return None
+        if len(ids) < len(seg.token_ids) or seg.finish_reason == "length" or len(r.tokens) >= budget:
+            r.reason = "length"  # the whole rollout's budget is spent (a cut segment, or the round's cap)
             return None
         text = self._decode(r.pending)
         new = self._decode(ids)

@@ -396,18 +396,21 @@ def test_eval_with_tools_scores_the_answer_after_the_last_output(tmp_path):
 
 
 # The tool task's sweep (scripts/bench_tools.py --seeds 3 --grpo-seeds 2, README "Tools"): held-out accuracy
-# gained by step 30, least of the 6 runs with tools. The bound is half of it; without tools no run rose above
-# NO_TOOLS_MAX_SEEN, and the test allows twice that.
-GAIN_30_MIN = None
+# gained by step 50 (the sweep's half-way eval), least of the 6 runs with tools. The bound is half of it;
+# without tools no run rose above NO_TOOLS_MAX_SEEN, and the test allows twice that.
+GAIN_50_MIN = None
 NO_TOOLS_MAX_SEEN = None
 
 
 def test_grpo_learns_to_use_the_tool_and_not_without_it(tmp_path):
     import train
 
-    base = [str(ROOT / "configs" / "multiply_tools.toml"), f"model={TOOL_MODEL}", "steps=30", "eval_every=30", "save_final=false"]
+    # the sweep's recipe to its half-way eval, at a constant lr (its cosine is still above 0.5 of the peak
+    # there): the test's run learns at least as fast as the sweep's did by step 50
+    base = [str(ROOT / "configs" / "multiply_tools.toml"), f"model={TOOL_MODEL}", "steps=50", "eval_every=50",
+            "lr_schedule=constant", "save_final=false"]
     res = train.main([*base, f"out_dir={tmp_path / 'tools'}"])
-    assert res["heldout_accuracy_end"] > res["heldout_accuracy_start"] + GAIN_30_MIN / 2, res
-    assert res["heldout_tool_use_end"] > res["heldout_tool_use_start"] + GAIN_30_MIN / 2, res
+    assert res["heldout_accuracy_end"] > res["heldout_accuracy_start"] + GAIN_50_MIN / 2, res
+    assert res["heldout_tool_use_end"] > res["heldout_tool_use_start"] + GAIN_50_MIN / 2, res
     plain = train.main([*base, "tools=false", f"out_dir={tmp_path / 'plain'}"])
     assert plain["heldout_accuracy_end"] <= max(2 * NO_TOOLS_MAX_SEEN, 0.02), plain
