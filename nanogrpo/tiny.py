@@ -211,23 +211,53 @@ def build_tiny_model(
 
 
 def build_tool_model(
-    out_dir: str | Path, steps: int = 400, tool_frac: float = 0.2, seed: int = 0, batch_size: int = 64,
-    lr: float = 1e-3, log_every: int = 0,
+    out_dir: str | Path, max_steps: int = 1500, tool_frac: float = 0.2, seed: int = 0, target_acc: float = 0.04,
+    batch_size: int = 64, lr: float = 1e-3, log_every: int = 0,
 ) -> tuple[Path, object, object, list[float]]:
     """The tool task's model (nanogrpo/multiply.py): a random tiny model, warm-started on multiplication
     rows of which `tool_frac` show the tool format (code, its output as context only, the copied answer)
-    and the rest answer directly. Returns (dir, model, tokenizer, losses)."""
-    from nanogrpo.multiply import warm_start_rows
+    and the rest answer directly. Returns (dir, model, tokenizer, losses).
+
+    It stops once the sampled (temperature 1) accuracy with the tool, on 256 train-split products run
+    through the real tool loop (tools.ToolSampler, local sandbox), reaches `target_acc`; checked every
+    50 steps from step 200. A fixed 300 steps left one seed of three copying no product right (every
+    GRPO reward 0, nothing learned), while the other two learned (README "With tools")."""
+    from nanogrpo.multiply import multiply_rows, warm_start_rows
     from nanogrpo.tools import ToolConfig
 
     out = build_random_model_dir(out_dir, seed=seed)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(out)
     model = Qwen2ForCausalLM.from_pretrained(out)
     torch.manual_seed(seed)
-    rows = warm_start_rows(steps * batch_size, seed, tool_frac, ToolConfig())
-    losses = supervised(model, tokenizer, rows, steps, batch_size, lr, log_every)
+    rows = warm_start_rows(max_steps * batch_size, seed, tool_frac, ToolConfig())
+    val = multiply_rows("train", 256, seed=20_000 + seed)
+
+    def reached(step: int, ema: float) -> bool:
+        if (step + 1) % 50 or step + 1 < 200:
+            return False
+        model.save_pretrained(out)
+        acc, use = tool_accuracy(out, val, temperature=1.0, seed=step)
+        if log_every:
+            print(f"warm start step {step:4d}  sampled accuracy with the tool {acc:.3f} (tool use {use:.2f})", flush=True)
+        return acc >= target_acc
+
+    losses = supervised(model, tokenizer, rows, max_steps, batch_size, lr, log_every, reached)
     model.save_pretrained(out)
     return out, model, tokenizer, losses
+
+
+def tool_accuracy(model_dir, rows: list[dict], temperature: float, seed: int = 0, max_new_tokens: int = 96):
+    """(exact-match accuracy of the answer after the last tool output, share of answers that ran code),
+    one sample per row through the real tool loop (PyTorch sampler, local sandbox)."""
+    from nanogrpo import tools
+    from nanogrpo.sampler import SamplingParams, TorchSampler
+
+    cfg = tools.ToolConfig()
+    sampler = tools.ToolSampler(TorchSampler(str(model_dir)), cfg, tools.make_cells(cfg))
+    prompts = [sampler.tokenizer.encode(r["problem"]) for r in rows]
+    outs = [g[0] for g in sampler.generate(prompts, 1, SamplingParams(max_new_tokens, temperature, seed=seed))]
+    acc = sum(tools.answer_text(c).strip() == r["answer"] for c, r in zip(outs, rows)) / len(rows)
+    return acc, sum(c.calls > 0 for c in outs) / len(rows)
 
 
 @torch.no_grad()

@@ -46,7 +46,9 @@ def summary(out_dir: Path) -> dict:
     first, last = steps[:5], steps[-5:]
     mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
     use = lambda rs: mean([r["tool_use_frac"] for r in rs if "tool_use_frac" in r])  # noqa: E731  None without tools
+    mid = evals[len(evals) // 2] if len(evals) > 2 else None  # eval_every = steps / 2: the half-way point too
     return {"acc_start": evals[0]["heldout_accuracy"], "acc_end": evals[-1]["heldout_accuracy"],
+            "acc_mid": mid and mid["heldout_accuracy"], "mid_step": mid and mid["step"],
             "use_start": evals[0].get("heldout_tool_use"), "use_end": evals[-1].get("heldout_tool_use"),
             "train_use_first": use(first), "train_use_last": use(last),
             "time_tools": mean([r.get("time_tools", 0.0) for r in steps]), "time_step": mean([r["time_step"] for r in steps])}
@@ -82,7 +84,7 @@ def main() -> None:
             for arm, flag in (("tools", "true"), ("no tools", "false")):
                 d = out / f"ws{s}-g{g}-{arm.replace(' ', '')}"
                 cmd = [sys.executable, str(ROOT / "train.py"), str(ROOT / "configs" / "multiply_tools.toml"), f"model={model}",
-                       f"seed={g}", f"tools={flag}", f"steps={args.steps}", f"eval_every={args.steps}", f"out_dir={d}",
+                       f"seed={g}", f"tools={flag}", f"steps={args.steps}", f"eval_every={args.steps // 2}", f"out_dir={d}",
                        "save_final=false", *args.overrides]
                 runs.append((s, g, arm, d, cmd))
     todo = [r for r in runs if not (r[3] / "metrics.jsonl").is_file() or len(read_metrics(r[3])) < args.steps + 1]
@@ -108,19 +110,21 @@ def main() -> None:
         time.sleep(2)
 
     print(f"\n{args.steps} GRPO steps per run; held-out: 200 products, greedy. Wall {(time.time() - t0) / 60:.1f} min.\n")
-    print("| warm start | GRPO seed | arm | held-out acc start -> end | held-out tool use start -> end | "
+    print("| warm start | GRPO seed | arm | held-out acc start -> half-way -> end | held-out tool use start -> end | "
           "train tool use first 5 -> last 5 steps | s/step (in tools) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    ends = {"tools": [], "no tools": []}
+    ends, mids = {"tools": [], "no tools": []}, {"tools": [], "no tools": []}
     for s, g, arm, d, _ in runs:
         m = summary(d)
         ends[arm].append(m["acc_end"])
-        print(f"| {s} | {g} | {arm} | {100 * m['acc_start']:.1f} -> {100 * m['acc_end']:.1f} | "
+        mids[arm].append(m["acc_mid"])
+        print(f"| {s} | {g} | {arm} | {100 * m['acc_start']:.1f} -> {100 * m['acc_mid']:.1f} -> {100 * m['acc_end']:.1f} | "
               f"{pct(m['use_start'])} -> {pct(m['use_end'])} | {pct(m['train_use_first'])} -> {pct(m['train_use_last'])} | "
               f"{m['time_step']:.2f} ({m['time_tools']:.2f}) |")
     print()
-    for arm, xs in ends.items():
-        print(f"{arm}: held-out accuracy at the end, {len(xs)} runs: {stats(xs)}")
+    for arm in ends:
+        print(f"{arm}: held-out accuracy half-way, {len(mids[arm])} runs: {stats(mids[arm])}")
+        print(f"{arm}: held-out accuracy at the end, {len(ends[arm])} runs: {stats(ends[arm])}")
 
 
 if __name__ == "__main__":

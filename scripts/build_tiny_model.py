@@ -30,8 +30,10 @@ def main():
     ap.add_argument("--eval-rows", type=int, default=500, help="held-out rows to report accuracy on")
     ap.add_argument("--tools", action="store_true", help="the tool task's model (nanogrpo/multiply.py): "
                     "--tool-steps steps on multiplication rows, --tool-frac of them in the tool format")
-    ap.add_argument("--tool-steps", type=int, default=300)
+    ap.add_argument("--tool-steps", type=int, default=1500, help="most supervised steps of the tool warm start")
     ap.add_argument("--tool-frac", type=float, default=0.2)
+    ap.add_argument("--tool-target-acc", type=float, default=0.04,
+                    help="stop at this sampled accuracy with the tool (train split, real tool loop)")
     args = ap.parse_args()
 
     import platform
@@ -82,29 +84,26 @@ def build_tools(args) -> None:
     import torch
     import transformers
 
-    from nanogrpo import data, tools
-    from nanogrpo.rewards import exact_reward
-    from nanogrpo.sampler import SamplingParams, TorchSampler
-    from nanogrpo.tiny import build_tool_model
+    from nanogrpo import data
+    from nanogrpo.tiny import build_tool_model, tool_accuracy
 
     t0 = time.time()
-    out, _, _, losses = build_tool_model(args.out, args.tool_steps, args.tool_frac, args.seed, log_every=50)
+    out, _, _, losses = build_tool_model(args.out, args.tool_steps, args.tool_frac, args.seed, args.tool_target_acc,
+                                         log_every=50)
     secs = time.time() - t0
     rows = data.load_rows("multiply", split="test", n=args.eval_rows)
-    cfg = tools.ToolConfig()
-    sampler = tools.ToolSampler(TorchSampler(str(out)), cfg, tools.make_cells(cfg))
-    prompts = [sampler.tokenizer.encode(r["problem"]) for r in rows]
-    info = {"task": "multiply", "seed": args.seed, "steps": args.tool_steps, "tool_frac": args.tool_frac,
+    info = {"task": "multiply", "seed": args.seed, "max_steps": args.tool_steps, "tool_frac": args.tool_frac,
+            "target_acc": args.tool_target_acc, "steps_run": len(losses), "reached_target": len(losses) < args.tool_steps,
             "final_loss": round(losses[-1], 4), "heldout_rows": len(rows)}
     for name, temperature in (("greedy", 0.0), ("sampled_t1", 1.0)):
-        outs = [g[0] for g in sampler.generate(prompts, 1, SamplingParams(96, temperature, seed=args.seed))]
-        info[f"heldout_{name}"] = sum(exact_reward(tools.answer_text(c), r["answer"]) for c, r in zip(outs, rows)) / len(rows)
-        info[f"tool_use_{name}"] = sum(c.calls > 0 for c in outs) / len(rows)
+        info[f"heldout_{name}"], info[f"tool_use_{name}"] = tool_accuracy(out, rows, temperature, seed=args.seed)
     info.update({"seconds": round(secs), "torch": torch.__version__, "transformers": transformers.__version__,
                  "cpu": platform.processor() or platform.machine()})
     write_info(out, info)
     print(f"wrote {out}: {len(losses)} warm-start steps in {secs:.0f}s, final loss {losses[-1]:.3f}")
     print(" ".join(f"{k} {v:.3f}" for k, v in info.items() if k.startswith(("heldout_", "tool_use_")) and k != "heldout_rows"))
+    if not info["reached_target"]:
+        print(f"WARNING: the warm start never reached --tool-target-acc {args.tool_target_acc} in {args.tool_steps} steps")
 
 
 if __name__ == "__main__":

@@ -372,9 +372,32 @@ def test_two_rank_tool_run(tmp_path):
     assert all(m["tool_failed_frac"] == 0 and m["sandbox_seconds"] > 0 for m in steps)
 
 
-def test_eval_with_tools_scores_the_answer_after_the_last_output(tmp_path):
-    """evaluate() (eval.py --tools) runs the tool loop: its pass@1 and tool-use rate equal what the saved
-    samples say, scored by hand on the text after the last tool output."""
+class CopySampler(ScriptSampler):
+    """Writes the product's code for "a*b=", then copies the number in the tool output it was given; for
+    prompts whose a is odd it adds 1 (a wrong answer). Deterministic: the exact pass@1 is known."""
+
+    def __init__(self, tokenizer):
+        super().__init__(tokenizer, [])
+
+    def generate(self, prompts, n, params):
+        out = []
+        for p in prompts:
+            text = self.tokenizer.decode(p)
+            a, b = (int(x) for x in text.split("=")[0].split("*"))
+            if self.out_tag not in text:
+                self.script = [block(f"print({a}*{b})")]
+            else:
+                shown = int(text.rsplit(self.out_tag, 1)[1].split("\n")[0])
+                self.script = [f"{shown + a % 2}<EOS>"] * 2
+            out.append(super().generate([p], n, params)[0])
+        return out
+
+
+def test_eval_with_tools_scores_the_answer_after_the_last_output(tmp_path, tokenizer):
+    """evaluate() (eval.py --tools) runs the tool loop and scores the text after the last tool output:
+    with a sampler that copies the output right for even a and wrong for odd a, pass@1 is exactly the
+    share of even a. The real tool model through the same path: pass@1 and tool use equal what its
+    saved samples say."""
     import json
 
     from nanogrpo import data
@@ -383,16 +406,21 @@ def test_eval_with_tools_scores_the_answer_after_the_last_output(tmp_path):
 
     rows = data.load_rows("multiply", split="test", n=24)
     task = Task("multiply", "math", rows, 2, lambda r: r["problem"])
+    cfg = tools.ToolConfig()
+    scripted = tools.ToolSampler(CopySampler(tokenizer), cfg, tools.make_cells(cfg, "local", 2))
+    res = evaluate(TOOL_MODEL, [task], sampler=scripted, temperature=1.0, top_p=1.0, max_new_tokens=96)
+    even = sum(int(r["problem"].split("*")[0]) % 2 == 0 for r in rows) / len(rows)
+    assert 0 < even < 1 and res["tasks"]["multiply"]["metrics"]["pass@1:n=2"] == pytest.approx(even)
+    assert res["tasks"]["multiply"]["tool_use"] == 1.0
+
     res = evaluate(TOOL_MODEL, [task], sampler_kind="torch", device="cpu", temperature=1.0, top_p=1.0, max_new_tokens=96,
-                   out=str(tmp_path / "r.json"), tool_cfg=tools.ToolConfig())
+                   out=str(tmp_path / "r.json"), tool_cfg=cfg)
     samples = [json.loads(x) for x in (tmp_path / "r.samples.jsonl").read_text().splitlines()]
     assert len(samples) == 48 and any(s["tool_calls"] for s in samples)
     t = res["tasks"]["multiply"]
     assert t["tool_use"] == sum(s["tool_calls"] > 0 for s in samples) / 48
     final = [s["completion"].rsplit(FENCE.output_close, 1)[-1] if s["tool_calls"] else s["completion"] for s in samples]
-    [pass1] = [v for k, v in t["metrics"].items() if k.startswith("pass@1")]
-    assert pass1 == pytest.approx(sum(f.strip() == s["answer"] for f, s in zip(final, samples)) / 48)
-    assert pass1 > 0  # the tool model copies some products right
+    assert t["metrics"]["pass@1:n=2"] == pytest.approx(sum(f.strip() == s["answer"] for f, s in zip(final, samples)) / 48)
 
 
 # The tool task's sweep (scripts/bench_tools.py --seeds 3 --grpo-seeds 2, README "Tools"): held-out accuracy
@@ -414,3 +442,18 @@ def test_grpo_learns_to_use_the_tool_and_not_without_it(tmp_path):
     assert res["heldout_tool_use_end"] > res["heldout_tool_use_start"] + GAIN_50_MIN / 2, res
     plain = train.main([*base, "tools=false", f"out_dir={tmp_path / 'plain'}"])
     assert plain["heldout_accuracy_end"] <= max(2 * NO_TOOLS_MAX_SEEN, 0.02), plain
+
+
+def test_warm_start_rows_are_the_rollout_format_with_the_output_unscored(tokenizer):
+    """The tool model's supervised rows show exactly what a rollout looks like (the same tags and output
+    block the loop inserts), and their labels score the code and the answer, never the tool output."""
+    from nanogrpo.multiply import warm_start_rows
+    from nanogrpo.tiny import _encode_batch
+
+    [row] = warm_start_rows(1, 0, tool_frac=1.0, tool_cfg=FENCE)
+    a, b = (int(x) for x in row["problem"][:-1].split("*"))
+    ids, lab = _encode_batch(tokenizer, [row])
+    output = tools.output_block(FENCE, f"{a * b}\n")
+    assert tokenizer.decode(ids[0]) == f"{a}*{b}=" + block(f"print({a}*{b})") + output + f"{a * b}<|endoftext|>"
+    scored = tokenizer.decode([t for t, l in zip(ids[0].tolist(), lab[0].tolist()) if l != -100])
+    assert scored == block(f"print({a}*{b})") + f"{a * b}<|endoftext|>"  # the output block is context only
