@@ -30,16 +30,18 @@ DEFAULT_MODEL = ROOT / "models" / "tiny-arithmetic"
 TARGET_GAIN = 0.30  # the bar (issue 10): every run gains at least +30 held-out points within 10 minutes
 
 
-def warm_start(seed: int, out: Path, threads: int) -> Path:
-    """The warm-started model for this seed: the committed one for 0, else built here (kept for re-use)."""
+def warm_start(seed: int, out: Path, threads: int, committed: Path = DEFAULT_MODEL, build_args: tuple = (),
+               quiet: bool = False) -> Path:
+    """The warm-started model for this seed: the committed one for 0, else built here by
+    scripts/build_tiny_model.py [build_args] (kept for re-use). scripts/bench_tools.py uses it too."""
     if seed == 0:
-        return DEFAULT_MODEL
+        return committed
     path = out / f"warm-start-{seed}"
     if not (path / "warm_start.json").is_file():  # written last: a build that was cut off is redone
         print(f"building warm start {seed} -> {path}", flush=True)
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "build_tiny_model.py"), "--out", str(path), "--seed", str(seed)],
-                       check=True, cwd=ROOT, env=env)
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "build_tiny_model.py"), *build_args, "--out", str(path),
+                        "--seed", str(seed)], check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL if quiet else None)
     return path
 
 

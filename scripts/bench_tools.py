@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_learning  # noqa: E402
 from bench_learning import read_metrics  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,15 +29,7 @@ DEFAULT_MODEL = ROOT / "models" / "tiny-multiply-tools"
 
 
 def warm_start(seed: int, out: Path, threads: int) -> Path:
-    if seed == 0:
-        return DEFAULT_MODEL
-    path = out / f"warm-start-{seed}"
-    if not (path / "warm_start.json").is_file():  # written last: a build that was cut off is redone
-        print(f"building warm start {seed} -> {path}", flush=True)
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "build_tiny_model.py"), "--tools", "--out", str(path),
-                        "--seed", str(seed)], check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": str(threads)},
-                       stdout=subprocess.DEVNULL)
-    return path
+    return bench_learning.warm_start(seed, out, threads, DEFAULT_MODEL, ("--tools",), quiet=True)
 
 
 def summary(out_dir: Path) -> dict:
