@@ -81,17 +81,17 @@ TASKS = tuple(DEFAULT_N)
 LCB_V5 = (date(2024, 8, 1), date(2025, 2, 1))  # the "v5" window of the DeepSeek-R1 tables
 
 
-def _math_prompt(row: dict) -> str:
+def math_prompt(row: dict) -> str:
     return MATH_TEMPLATE.replace("{problem}", row["problem"])
 
 
-def _lcb_prompt(row: dict) -> str:
+def lcb_prompt(row: dict) -> str:
     if row.get("starter_code"):
         return LCB_WITH_STARTER.format(problem=row["problem"], starter_code=row["starter_code"])
     return LCB_WITHOUT_STARTER.format(problem=row["problem"])
 
 
-def _humaneval_prompt(row: dict) -> str:
+def humaneval_prompt(row: dict) -> str:
     return HUMANEVAL_TEMPLATE.format(problem=row["starter_code"].strip())
 
 
@@ -160,12 +160,12 @@ def load_task(spec: str, data_dir: str | Path | None = None, limit: int | None =
     data = Path(data_dir) if data_dir else DEFAULT_DATA_DIR
     if name in MATH_FILES or (path and name not in DEFAULT_N):
         rows = load_math_rows(Path(path) if path else data / MATH_FILES[name])
-        task = Task(name, "math", rows, DEFAULT_N.get(name, 1), _math_prompt)
+        task = Task(name, "math", rows, DEFAULT_N.get(name, 1), math_prompt)
     elif name == "humaneval":
-        task = Task(name, "code", load_humaneval_rows(path or None), DEFAULT_N[name], _humaneval_prompt)
+        task = Task(name, "code", load_humaneval_rows(path or None), DEFAULT_N[name], humaneval_prompt)
     elif name == "lcb":
         rows = load_lcb_rows(Path(path) if path else data / "lcb.jsonl")
-        task = Task(name, "code", rows, DEFAULT_N[name], _lcb_prompt, LCB_SYSTEM,
+        task = Task(name, "code", rows, DEFAULT_N[name], lcb_prompt, LCB_SYSTEM,
                     meta={"window": [str(d) for d in LCB_V5]})
     else:
         raise ValueError(f"unknown eval task {name!r}: expected one of {', '.join(TASKS)} or NAME=PATH.jsonl")

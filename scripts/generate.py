@@ -63,7 +63,7 @@ def prompts(kind: str, template: str):
     if template == "raw":
         return (lambda row: row["problem"]), None
     if kind == "code":
-        return benchmarks._lcb_prompt, benchmarks.LCB_SYSTEM
+        return benchmarks.lcb_prompt, benchmarks.LCB_SYSTEM
     return (lambda row: data.prompt_messages(row, template)[-1]["content"]), None
 
 

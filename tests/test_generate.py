@@ -136,7 +136,7 @@ def test_code_prompt_is_evals_and_bad_code_settings_are_refused(tmp_path):
     g = gen()
     user, system = g.prompts("code", "chat")  # eval.py's LiveCodeBench prompt, with its system message
     row = {"problem": "Add.", "starter_code": "def add(a, b):"}
-    assert user(row) == benchmarks._lcb_prompt(row) and system == benchmarks.LCB_SYSTEM
+    assert user(row) == benchmarks.lcb_prompt(row) and system == benchmarks.LCB_SYSTEM
     assert g.prompts("code", "raw")[0](row) == "Add." and g.prompts("code", "raw")[1] is None
     for bad, why in (([code_task(tmp_path, "cpp")], "asks for Python"), (["arithmetic"], "built-in"),
                      ([code_task(tmp_path), "--template", "math_eval"], "--template chat or raw")):
