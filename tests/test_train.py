@@ -150,7 +150,6 @@ def test_vllm_sampler_resumes_with_the_checkpoint_weights(warm_model_dir, tmp_pa
     assert gaps[1] < 1e-4 and gaps[3] < 1e-4, gaps
 
 
-
 @pytest.mark.slow
 def test_vllm_run_exits_cleanly(warm_model_dir, tmp_path):
     """train.py shuts the vLLM engine down before the process group: left to the interpreter's exit, the
@@ -162,6 +161,7 @@ def test_vllm_run_exits_cleanly(warm_model_dir, tmp_path):
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Traceback" not in r.stderr and "Invalid process group" not in r.stderr, r.stderr[-3000:]
+
 
 def test_benchmarks_every_n_steps_equal_eval_py_on_the_checkpoint(warm_model_dir, tmp_path):
     """eval_benchmarks runs eval.py's evaluate() with the trainer's synced sampler: the eval after the
