@@ -1,7 +1,7 @@
 """Supervised fine-tuning: `python sft.py [CONFIG.toml] [key=value ...]`, or the same under `torchrun`.
 
 The R1 "cold start" (and any warm start) on the modules train.py uses: the same config (nanogrpo/config.py;
-`sft_max_len` is the one key of its own), the same FSDP2 policy (model.py), the same packing (packing.py),
+`sft_max_len` and `sft_stop_accuracy` are its own keys), the same FSDP2 policy (model.py), the same packing (packing.py),
 checkpoints (checkpoint.py: HF directories, exact resume) and metrics line (log.py). `lora_rank` > 0 trains
 LoRA adapters on a frozen base, as train.py does (nanogrpo/lora.py): the checkpoint holds the merged weights
 and lora/adapters.safetensors.
@@ -10,10 +10,17 @@ Rows (`task`: a .jsonl / .parquet file or a Hub dataset id, `task_columns` to re
   - chat: {"messages": [{"role": "user", "content": ...}, {"role": "assistant", "content": ...}, ...]}
     (the OpenR1-Math-220k form), rendered with the model's chat template;
   - problem + solution (or answer): the prompt train.py would give the problem (`template`: raw | chat |
-    math_eval, `system_prompt`), then the solution as the assistant turn.
+    math_eval, `system_prompt`), then the solution as the assistant turn;
+  - a rollout: problem + segments [[text, scored], ...]: the prompt train.py samples from, each piece,
+    then EOS; an unscored piece (a tool's output: read, never written) is context only.
 Only assistant tokens are scored: for chat rows, the characters each assistant turn adds to the rendered
 conversation (its content and the template's end-of-turn), found by rendering the conversation up to
-that turn; for raw rows, the answer and EOS.
+that turn; for raw rows, the answer and EOS; for rollouts, the scored pieces and EOS.
+
+Held-out accuracy every `eval_every` steps (and at the start and the end) is train.py's, through
+nanogrpo/evaluate.py (`eval_task`, `eval_size`, `eval_temperature`, the tool loop with `tools`);
+`sft_stop_accuracy` > 0 ends the run, saved, after the first eval that reaches it (the tiny models'
+warm starts: configs/tiny_warm_start.toml).
 
 One step: this rank's share of `prompts_per_step` rows (data.PromptStream: sharded, resumable) ->
 padding-free micro-batches of at most `micro_batch_tokens` tokens (packing.plan; 0 = sft_max_len) ->
@@ -33,6 +40,7 @@ import torch
 from nanogrpo import checkpoint, data, dist, hub, packing
 from nanogrpo import config as C
 from nanogrpo import model as M
+from nanogrpo.evaluate import encode_prompts, heldout_accuracy, heldout_rows, trainer_sampler
 from nanogrpo.log import Logger
 from nanogrpo.optim import make_optimizer
 
@@ -60,8 +68,22 @@ def target_text(row: dict, where: str = "row") -> str:
         value = row.get(key)
         if isinstance(value, (str, int, float)) and not isinstance(value, bool) and str(value).strip():
             return str(value)
-    raise data.DataError(f"{where}: an SFT row needs 'messages', or 'problem' with 'solution' or 'answer'; "
-                         f"keys: {sorted(row)}")
+    raise data.DataError(f"{where}: an SFT row needs 'messages', or 'problem' with 'solution', 'answer' or "
+                         f"'segments'; keys: {sorted(row)}")
+
+
+def row_segments(row: dict, where: str = "row") -> list[tuple[str, bool]] | None:
+    """A rollout row's completion as (text, scored) pieces, checked; None when the row has no 'segments'.
+    Unscored text (a tool's output: the model reads it, never writes it) is context only."""
+    if "segments" not in row:
+        return None
+    segs = row["segments"]
+    if not (isinstance(segs, list) and segs and all(isinstance(x, (list, tuple)) and len(x) == 2 and isinstance(x[0], str)
+                                                   and isinstance(x[1], bool) for x in segs)):
+        raise data.DataError(f"{where}: 'segments' must be a non-empty list of [text, scored] pairs (str, bool)")
+    if not any(scored for _, scored in segs):
+        raise data.DataError(f"{where}: 'segments' has no scored piece: nothing to learn from")
+    return [(text, scored) for text, scored in segs]
 
 
 def encode_chat(messages: list[dict], tokenizer, where: str = "row") -> tuple[list[int], list[bool]]:
@@ -89,19 +111,24 @@ def encode_chat(messages: list[dict], tokenizer, where: str = "row") -> tuple[li
 def encode_row(row: dict, tokenizer, cfg: C.Config, where: str = "row") -> tuple[list[int], list[bool]]:
     """(ids, scored) of one row, cut to sft_max_len tokens."""
     messages = row_messages(row, cfg, where)
-    if messages is None:
-        answer = target_text(row, where)
-        if "problem" not in row:
-            raise data.DataError(f"{where}: an SFT row needs 'messages', or 'problem' with 'solution' or 'answer'")
-        if cfg.template == "raw":  # no chat template: the problem text, then the answer and EOS
-            prompt = tokenizer(row["problem"])["input_ids"]
-            target = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-            ids, scored = prompt + target, [False] * len(prompt) + [True] * len(target)
-        else:
-            prompt = data.prompt_messages(row, cfg.template, cfg.system_prompt or None)
-            ids, scored = encode_chat(prompt + [{"role": "assistant", "content": answer}], tokenizer, where)
-    else:
+    if messages is not None:
         ids, scored = encode_chat(messages, tokenizer, where)
+    else:
+        if "problem" not in row:
+            raise data.DataError(f"{where}: an SFT row needs 'messages', or 'problem' with 'solution', 'answer' "
+                                 "or 'segments'")
+        segments = row_segments(row, where)
+        if segments is None and cfg.template != "raw":  # the answer as the assistant turn of a chat
+            prompt = data.prompt_messages(row, cfg.template, cfg.system_prompt or None)
+            ids, scored = encode_chat(prompt + [{"role": "assistant", "content": target_text(row, where)}],
+                                      tokenizer, where)
+        else:  # the rollout format: the prompt train.py samples from, then the completion and EOS
+            ids = encode_prompts([row], tokenizer, cfg)[0]
+            scored = [False] * len(ids)
+            for text, s in segments or [(target_text(row, where), True)]:
+                piece = tokenizer(text, add_special_tokens=False)["input_ids"]
+                ids, scored = ids + piece, scored + [s] * len(piece)
+            ids, scored = ids + [tokenizer.eos_token_id], scored + [True]
     return ids[: cfg.sft_max_len], scored[: cfg.sft_max_len]
 
 
@@ -197,7 +224,7 @@ def load_sft_rows(cfg: C.Config) -> list[tuple[str, dict]]:
     if not records:
         raise data.DataError(f"{cfg.task}: the dataset is empty")
     for where, row in records:
-        if row_messages(row, cfg, where) is None:
+        if row_messages(row, cfg, where) is None and row_segments(row, where) is None:
             target_text(row, where)
     return records
 
@@ -216,6 +243,10 @@ def main(argv: list[str]) -> dict:
                             "or choose another out_dir (nothing there is overwritten)")
 
     records = load_sft_rows(cfg)
+    eval_rows = heldout_rows(cfg) if cfg.eval_every else []  # eval_task, or a built-in task's held-out split
+    if cfg.sft_stop_accuracy and not eval_rows:
+        raise C.ConfigError("config key 'sft_stop_accuracy' stops at a held-out accuracy, but this run measures none: "
+                            "set eval_every > 0 and eval_task (a file of held-out problems with answers)")
     cfg.model = hub.model_dir(cfg.model)  # a Hub id: its snapshot in the HF cache
     tokenizer = M.load_tokenizer(cfg.model)
     encode_row(records[0][1], tokenizer, cfg, records[0][0])  # template problems show up now, not mid-run
@@ -230,6 +261,13 @@ def main(argv: list[str]) -> dict:
     # rows are (where, row) pairs so an error mid-run still names the file and line
     stream = data.PromptStream(records, cfg.prompts_per_step, rank, world, cfg.seed)
     start = checkpoint.resume(resume_from, policy, optimizer, scheduler, stream)
+    # held-out accuracy through train.py's path (prompts, sampler, tool loop, rewards); the sampler is
+    # given the trained weights before each eval
+    sampler = trainer_sampler(cfg, str(resume_from or cfg.model), device, dtype) if eval_rows else None
+
+    def evaluate_now() -> dict:
+        sampler.sync_weights(M.iter_full_params(policy))
+        return heldout_accuracy(sampler, tokenizer, eval_rows, cfg)
 
     if dist.is_main():
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
@@ -239,6 +277,8 @@ def main(argv: list[str]) -> dict:
                 + (f" | resumed from {resume_from}" if resume_from else ""))
     logger = Logger(cfg.out_dir, cfg.steps, start, cfg.wandb_project, cfg.wandb_run_name, vars(cfg))
     last_metrics: dict = {}
+    if sampler is not None and start == 0:
+        logger.log(-1, evaluate_now())
     for step in range(start, cfg.steps):
         t0 = time.time()
         lr = scheduler.get_last_lr()[0]
@@ -250,14 +290,25 @@ def main(argv: list[str]) -> dict:
         last_metrics = {**stats, "lr": lr, "seq_len_mean": sum(lengths) / len(lengths),
                         "truncated_frac": sum(n >= cfg.sft_max_len for n in lengths) / len(lengths),
                         "time_step": seconds, "tokens_per_s": sum(lengths) / seconds}
-        logger.log(step, last_metrics, cfg.log_every)
         last = step + 1 == cfg.steps
+        if sampler is not None and ((step + 1) % cfg.eval_every == 0 or last):
+            last_metrics.update(evaluate_now())
+            # sft_stop_accuracy: this step is the last (a warm start that should leave room for RL)
+            if cfg.sft_stop_accuracy and last_metrics["heldout_accuracy"] >= cfg.sft_stop_accuracy:
+                last = True
+                logger.event(f"held-out accuracy {last_metrics['heldout_accuracy']:.3f} reached sft_stop_accuracy "
+                             f"{cfg.sft_stop_accuracy} after step {step + 1}: stopping")
+        logger.log(step, last_metrics, cfg.log_every)
         if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final):
             path = checkpoint.save(cfg.out_dir, step + 1, policy, optimizer, scheduler, tokenizer,
                                    {"data": stream.state_dict()}, cfg.keep_checkpoints)
             logger.event(f"saved {path}")
+        if last:
+            break
     logger.close()
-    return last_metrics
+    if sampler is not None:
+        sampler.close()
+    return {**last_metrics, "steps_run": step + 1 if start < cfg.steps else start}
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ push the new weights into the sampler -> metrics -> checkpoint. The algorithm li
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import tempfile
@@ -16,12 +15,13 @@ from pathlib import Path
 
 import torch
 
-from nanogrpo import checkpoint, data, dist, grpo, hub, lora, rewards, tools
+from nanogrpo import checkpoint, data, dist, grpo, hub, lora, tools
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.log import Logger
 from nanogrpo.optim import make_optimizer
-from nanogrpo.evaluate import evaluate, make_sampler
+from nanogrpo.evaluate import (code_opts, encode_prompts, evaluate, heldout_accuracy, heldout_rows, mean_valid,
+                               score_rollouts, trainer_sampler)
 from nanogrpo.sampler import SamplingParams
 
 
@@ -51,12 +51,7 @@ def load_task(cfg: C.Config) -> tuple[list[dict], list[dict]]:
         raise C.ConfigError(f"reward=code runs each row's tests, but task '{cfg.task}' is a built-in math task "
                             "without tests: use a code dataset (DESIGN.md's code schema) or reward=exact / math")
     where = {"subset": cfg.task_subset or None, "columns": data.parse_columns(cfg.task_columns)}  # Hub datasets / renames
-    train = data.load_rows(cfg.task, kind, split=cfg.task_split, seed=cfg.seed, **where)
-    if cfg.eval_task:
-        held = data.load_rows(cfg.eval_task, kind, split="test", seed=cfg.seed)
-    else:
-        held = data.load_rows(cfg.task, kind, split="test", seed=cfg.seed) if cfg.task in data.BUILTIN_TASKS else []
-    return train, held
+    return data.load_rows(cfg.task, kind, split=cfg.task_split, seed=cfg.seed, **where), heldout_rows(cfg)
 
 
 # A run whose every reward is None (none_frac 1) learns nothing; this many such steps in a row stop it.
@@ -74,54 +69,6 @@ def check_rewards_alive(history: list[float], cfg: C.Config) -> None:
     if len(history) >= ALL_NONE_STEPS and all(x == 1.0 for x in history[-ALL_NONE_STEPS:]):
         raise C.ConfigError(f"every reward was None for {ALL_NONE_STEPS} steps in a row (reward={cfg.reward}): "
                             f"nothing is learned, so the run stops. Likely cause: {NONE_CAUSES.get(cfg.reward, '?')}")
-
-
-def encode(rows: list[dict], tokenizer, cfg: C.Config) -> list[list[int]]:
-    system = cfg.system_prompt
-    if cfg.tools and cfg.template != "raw":  # a chat model is told how to run code (and which functions it has)
-        system = tools.system_prompt(tools.ToolConfig.from_config(cfg), cfg.system_prompt)
-    return [data.encode_prompt(r, tokenizer, cfg.template, system_prompt=system or None) for r in rows]
-
-
-def code_opts(cfg: C.Config) -> dict:
-    return {"backend": cfg.sandbox, "concurrency": cfg.sandbox_concurrency or None, "binary": cfg.code_binary,
-            "allow_unsandboxed": cfg.allow_unsandboxed}
-
-
-def score(completions: list, rows: list[dict], cfg: C.Config, prefilled_think: bool = False):
-    """Rewards (None = could not be computed) and per-component values; `correct` is the main reward == 1.
-    With tools the accuracy reward reads the text after the last tool output, and a rollout whose
-    sandbox failed gets None."""
-    total, parts = rewards.score_batch([c.text for c in completions], rows, cfg.reward, cfg.format_weight,
-                                       prefilled_think=prefilled_think, code_opts=code_opts(cfg),
-                                       answer_texts=[tools.answer_text(c) for c in completions])
-    for i, c in enumerate(completions):
-        if getattr(c, "failed", False):
-            total[i] = parts["accuracy"][i] = None
-    main = parts.get("accuracy", total)
-    correct = [None if r is None else float(r == 1.0) for r in main]
-    return total, parts, correct
-
-
-def mean_valid(xs) -> float:
-    v = [x for x in xs if x is not None]
-    return sum(v) / len(v) if v else math.nan
-
-
-def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg: C.Config, prefilled_think: bool = False) -> dict:
-    """Accuracy on held-out rows, one sample per problem at eval_temperature; rows split over ranks.
-    With tools, also the share of answers that ran code."""
-    mine = rows[dist.rank() :: dist.world_size()]
-    prompts = encode(mine, tokenizer, cfg)
-    params = SamplingParams(cfg.max_new_tokens, cfg.eval_temperature, cfg.top_p, tuple(cfg.stop), seed=cfg.seed + 12345)
-    outs = sampler.generate(prompts, 1, params) if prompts else []
-    _, _, correct = score([o[0] for o in outs], mine, cfg, prefilled_think)
-    used = [float(getattr(o[0], "calls", 0) > 0) for o in outs]
-    counts = torch.tensor([sum(c or 0.0 for c in correct), sum(used), len(correct)], dtype=torch.float64)
-    dist.all_reduce(counts)
-    n = counts[2].clamp(min=1)
-    got = {"heldout_accuracy": (counts[0] / n).item()}
-    return {**got, "heldout_tool_use": (counts[1] / n).item()} if cfg.tools else got
 
 
 def load_benchmarks(cfg: C.Config) -> list:
@@ -192,11 +139,7 @@ def main(argv: list[str]) -> dict:
     optimizer, scheduler = make_optimizer(policy.parameters(), cfg, cfg.steps * cfg.mu)
     stream = data.PromptStream(train_rows, cfg.prompts_per_step, rank, world, cfg.seed)
     start = checkpoint.resume(resume_from, policy, optimizer, scheduler, stream)
-    sampler = make_sampler(cfg.sampler, weights, str(device), dtype)
-    if cfg.tools:  # rollouts run code mid-answer (nanogrpo/tools.py); the sandbox starts now, before any compute
-        tool_cfg = tools.ToolConfig.from_config(cfg)
-        sampler = tools.ToolSampler(sampler, tool_cfg, tools.make_cells(tool_cfg, cfg.sandbox, cfg.sandbox_concurrency,
-                                                                         cfg.allow_unsandboxed))
+    sampler = trainer_sampler(cfg, weights, device, dtype)  # with tools=true, the tool loop (its sandbox starts now)
 
     out = Path(cfg.out_dir)
     if dist.is_main():
@@ -206,7 +149,6 @@ def main(argv: list[str]) -> dict:
     dist.print0(f"world size {world} | device {device} | {len(train_rows)} train / {len(eval_rows)} held-out rows"
                 + (f" | resumed from {resume_from}" if resume_from else ""))
     logger = Logger(cfg.out_dir, cfg.steps, start, cfg.wandb_project, cfg.wandb_run_name, vars(cfg))
-    eval_rows = eval_rows[: cfg.eval_size]
 
     def evaluations(step: int) -> dict:  # held-out accuracy on the task's split, then eval.py's benchmarks
         got = heldout_accuracy(sampler, tokenizer, eval_rows, cfg, prefilled_think) if eval_rows else {}
@@ -225,7 +167,7 @@ def main(argv: list[str]) -> dict:
     for step in range(start, cfg.steps):
         t_step = time.time()
         rows = stream.next_batch()  # this rank's prompts_per_step / world rows
-        prompts = encode(rows, tokenizer, cfg)
+        prompts = encode_prompts(rows, tokenizer, cfg)
 
         # 1. sample a group per prompt
         t0 = time.time()
@@ -237,7 +179,7 @@ def main(argv: list[str]) -> dict:
         # 2. rewards (None = could not be computed)
         t0 = time.time()
         flat = [(p, r, c) for p, r, g in zip(prompts, rows, groups) for c in g]
-        total, parts, correct = score([c for _, _, c in flat], [r for _, r, _ in flat], cfg, prefilled_think)
+        total, parts, correct = score_rollouts([c for _, _, c in flat], [r for _, r, _ in flat], cfg, prefilled_think)
         t_reward = time.time() - t0
 
         # 3. advantages over the whole step: every rank sees all rewards (groups never span ranks)
@@ -297,7 +239,7 @@ def main(argv: list[str]) -> dict:
     logger.close()
     # the vLLM engine shuts down now, while the process group it tears down still exists (left to the
     # interpreter's exit, after dist.close(), its shutdown raised "Invalid process group specified")
-    getattr(sampler, "close", lambda: None)()
+    sampler.close()
     if results:
         dist.print0(" | ".join(f"{k} {v:.3f}" for k, v in results.items()))
     return results

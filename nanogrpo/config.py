@@ -101,8 +101,9 @@ class Config:
     micro_batch_tokens: int = 0  # > 0: padding-free, sequences packed into rows of at most this many tokens (use on GPU); 0 = padded
 
     # --- SFT (sft.py; it reads task, template, system_prompt, the optimisation keys, prompts_per_step as rows
-    #     per step, micro_batch_tokens as the packing budget, and the checkpoint / logging keys) ---
+    #     per step, micro_batch_tokens as the packing budget, the eval keys, and the checkpoint / logging keys) ---
     sft_max_len: int = 4096  # tokens per example (prompt + answer); longer examples are cut to this many
+    sft_stop_accuracy: float = 0.0  # > 0: the run ends at the first eval (eval_every) whose held-out accuracy reaches this; 0 = run all steps
 
     # --- logging, eval, checkpoints ---
     log_every: int = 1  # print a line every N steps (metrics.jsonl gets every step)
@@ -185,7 +186,7 @@ RANGES = {
     "top_p": "(0, 1]", "eval_temperature": "[0, inf)", "log_every": "[1, inf)",
     "eval_every": "[0, inf)", "save_every": "[0, inf)", "eval_size": "[1, inf)", "keep_checkpoints": "[0, inf)",
     "sandbox_concurrency": "[0, 256]", "micro_batch_tokens": "[0, inf)", "max_tool_calls": "[0, inf)",
-    "tool_output_tokens": "[1, inf)", "tool_timeout_s": "(0, 600]",
+    "tool_output_tokens": "[1, inf)", "tool_timeout_s": "(0, 600]", "sft_stop_accuracy": "[0, 1]",
 }
 
 

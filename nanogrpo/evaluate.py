@@ -8,6 +8,7 @@ defaults live in nanogrpo/benchmarks.py; the metrics (pass@k) there too.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from nanogrpo import benchmarks, hub, rewards, tools
+from nanogrpo import benchmarks, data, hub, rewards, tools
+from nanogrpo import dist as ndist
 from nanogrpo.benchmarks import Task
 from nanogrpo.sampler import Sampler, SamplingParams, TorchSampler
 
@@ -62,6 +64,78 @@ def make_sampler(kind: str, model_dir: str, device: str, dtype: torch.dtype, **k
         return VLLMSampler(model_dir, device=device, dtype=dtype, **kwargs)
     raise ValueError(f"unknown sampler kind {kind!r}: expected 'torch', 'vllm' or 'auto'")
 
+# ----------------------------------------------------------------------------------------------
+# The trainers' held-out accuracy (train.py, sft.py): a Config's prompts, rewards and sampler
+
+
+def trainer_sampler(cfg, weights: str, device, dtype: torch.dtype) -> Sampler:
+    """The sampler a trainer generates with (`sampler`), wrapped in the tool loop when `tools` is on; the
+    sandbox starts now, before any compute."""
+    sampler = make_sampler(cfg.sampler, weights, str(device), dtype)
+    if cfg.tools:  # rollouts run code mid-answer (nanogrpo/tools.py)
+        tool_cfg = tools.ToolConfig.from_config(cfg)
+        sampler = tools.ToolSampler(sampler, tool_cfg, tools.make_cells(tool_cfg, cfg.sandbox, cfg.sandbox_concurrency,
+                                                                         cfg.allow_unsandboxed))
+    return sampler
+
+
+def heldout_rows(cfg) -> list[dict]:
+    """The rows `eval_every` measures held-out accuracy on: `eval_task`, else the built-in task's own
+    held-out split, else none; the first `eval_size` of them."""
+    kind = "code" if cfg.reward == "code" else "math"
+    if cfg.eval_task:
+        return data.load_rows(cfg.eval_task, kind, split="test", seed=cfg.seed)[: cfg.eval_size]
+    if cfg.task in data.BUILTIN_TASKS:
+        return data.load_rows(cfg.task, kind, split="test", seed=cfg.seed)[: cfg.eval_size]
+    return []
+
+
+def encode_prompts(rows: list[dict], tokenizer, cfg) -> list[list[int]]:
+    system = cfg.system_prompt
+    if cfg.tools and cfg.template != "raw":  # a chat model is told how to run code (and which functions it has)
+        system = tools.system_prompt(tools.ToolConfig.from_config(cfg), cfg.system_prompt)
+    return [data.encode_prompt(r, tokenizer, cfg.template, system_prompt=system or None) for r in rows]
+
+
+def code_opts(cfg) -> dict:
+    return {"backend": cfg.sandbox, "concurrency": cfg.sandbox_concurrency or None, "binary": cfg.code_binary,
+            "allow_unsandboxed": cfg.allow_unsandboxed}
+
+
+def score_rollouts(completions: list, rows: list[dict], cfg, prefilled_think: bool = False):
+    """Rewards (None = could not be computed) and per-component values; `correct` is the main reward == 1.
+    With tools the accuracy reward reads the text after the last tool output, and a rollout whose
+    sandbox failed gets None."""
+    total, parts = rewards.score_batch([c.text for c in completions], rows, cfg.reward, cfg.format_weight,
+                                       prefilled_think=prefilled_think, code_opts=code_opts(cfg),
+                                       answer_texts=[tools.answer_text(c) for c in completions])
+    for i, c in enumerate(completions):
+        if getattr(c, "failed", False):
+            total[i] = parts["accuracy"][i] = None
+    main = parts.get("accuracy", total)
+    correct = [None if r is None else float(r == 1.0) for r in main]
+    return total, parts, correct
+
+
+def mean_valid(xs) -> float:
+    v = [x for x in xs if x is not None]
+    return sum(v) / len(v) if v else math.nan
+
+
+def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg, prefilled_think: bool = False) -> dict:
+    """Accuracy on held-out rows, one sample per problem at eval_temperature; rows split over ranks.
+    With tools, also the share of answers that ran code."""
+    mine = rows[ndist.rank() :: ndist.world_size()]
+    prompts = encode_prompts(mine, tokenizer, cfg)
+    params = SamplingParams(cfg.max_new_tokens, cfg.eval_temperature, cfg.top_p, tuple(cfg.stop), seed=cfg.seed + 12345)
+    outs = sampler.generate(prompts, 1, params) if prompts else []
+    _, _, correct = score_rollouts([o[0] for o in outs], mine, cfg, prefilled_think)
+    used = [float(getattr(o[0], "calls", 0) > 0) for o in outs]
+    counts = torch.tensor([sum(c or 0.0 for c in correct), sum(used), len(correct)], dtype=torch.float64)
+    ndist.all_reduce(counts)
+    n = counts[2].clamp(min=1)
+    got = {"heldout_accuracy": (counts[0] / n).item()}
+    return {**got, "heldout_tool_use": (counts[1] / n).item()} if cfg.tools else got
 
 
 def prompt_ids(task: Task, row: dict, tokenizer, tool_cfg: tools.ToolConfig | None = None) -> tuple[list[int], bool]:

@@ -13,7 +13,7 @@ it can write the product as code and copy what the sandbox prints:
 
 The scored answer is the text after the last tool output (nanogrpo/tools.py: answer_text), compared
 exactly (reward = "exact"). `warm_start_rows` are the supervised rows of the tool model's short warm
-start (nanogrpo/tiny.py: build_tool_model): most answer directly (and are wrong for the model, which
+start (scripts/build_tiny_model.py --tools: an sft.py run): most answer directly (and are wrong for the model, which
 cannot learn the products), `tool_frac` of them show the tool format once, so GRPO starts from a
 model that calls the tool now and then and must learn that calling it pays.
 

@@ -60,6 +60,7 @@ class Sampler(Protocol):
     def sync_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None: ...
     def sleep(self) -> None: ...
     def wake(self) -> None: ...
+    def close(self) -> None: ...  # release engines and memory; the sampler is not used after it
 
 
 def _eos_ids(model, tokenizer) -> set[int]:
@@ -309,4 +310,7 @@ class TorchSampler:
     def wake(self) -> None:
         if self.device.type != "cpu":
             self.model.to(self.device)
+
+    def close(self) -> None:  # nothing outside this process to release (the vLLM sampler's engine is)
+        pass
 

@@ -151,8 +151,8 @@ class ToolSampler:
     def wake(self) -> None:
         self.sampler.wake()
 
-    def close(self) -> None:  # the vLLM engine (the PyTorch sampler has nothing to close)
-        getattr(self.sampler, "close", lambda: None)()
+    def close(self) -> None:
+        self.sampler.close()
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)

@@ -131,8 +131,7 @@ def main() -> None:
             secs, tokens = timed_generate(sampler, prompts, args.n, params)
             sync = timed_sync(sampler, model, args.sync_repeats)
             rows.append((label, kind, start, tokens, secs, tokens / secs, size_mb, sync, floor))
-            if hasattr(sampler, "close"):
-                sampler.close()
+            sampler.close()
             del sampler
         del model
 

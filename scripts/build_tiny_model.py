@@ -1,39 +1,83 @@
-"""Build the tiny CPU model: BPE tokenizer + random 4-layer Qwen2, warm-started on 3-digit addition.
+"""Build the tiny CPU models: BPE tokenizer + random 4-layer Qwen2, then a supervised warm start that is an
+ordinary sft.py run (configs/tiny_warm_start.toml; --tools: configs/tiny_tools_warm_start.toml).
 
     python scripts/build_tiny_model.py --out runs/tiny [--seed 0] [--steps 3000] [--target-acc 0.15]
     python scripts/build_tiny_model.py --out models/tiny-arithmetic    # rebuild the committed default, on purpose
-    python scripts/build_tiny_model.py --tools --out models/tiny-multiply-tools   # the tool task's model (issue 11)
+    python scripts/build_tiny_model.py --tools --out models/tiny-multiply-tools   # the tool task's model
 
-Writes a normal Hugging Face directory (from_pretrained loads it), `warm_start.json` (the recipe, the steps it
-took, the accuracy reached, the package versions) and `SHA256SUMS` (scripts/setup.sh and the tests check the
-committed model against it), and prints the held-out accuracy reached, greedy and sampled at temperature 1.
-The warm start stops once sampled accuracy on a train-split validation slice reaches --target-acc (0 or less:
-run all --steps), leaving room for GRPO. Its outcome depends on the CPU's kernels and package versions, which
-is why the default model is committed rather than rebuilt by the set-up.
+Steps: the random model (nanogrpo/tiny.py) and its rows go to OUT.build/ (the warm-start rows, and the
+train-split validation rows the stop measures: never a held-out problem); `sft.py CONFIG model=... task=...
+eval_task=... sft_stop_accuracy=TARGET` trains until the sampled (T=1) validation accuracy reaches the target
+(0 or less: all --steps); OUT is the random model's directory with
+the last checkpoint's weights. Then OUT gets `warm_start.json` (the
+recipe, the steps it took, the accuracy reached on held-out rows, the package versions) and `SHA256SUMS`
+(scripts/setup.sh and the tests check the committed models against it); OUT.build/ (the sft.py run: config,
+metrics.jsonl) is removed unless --keep-build. The outcome depends on the CPU's kernels and package
+versions, which is why the default models are committed rather than rebuilt by the set-up.
 """
 
 import argparse
+import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def warm_start(out: Path, seed: int, steps: int, target: float, tools: bool = False, tool_frac: float = 0.2,
+               keep_build: bool = False) -> dict:
+    """The random model, its rows, the sft.py run, OUT. Returns sft.main's last metrics (steps_run, sft_loss,
+    heldout_accuracy at the last eval)."""
+    import sft
+    from nanogrpo import tiny
+    from nanogrpo.data import arithmetic_rows
+    from nanogrpo.multiply import multiply_rows, warm_start_rows
+    from nanogrpo.tools import ToolConfig
+
+    build = out.with_name(out.name + ".build")
+    if build.exists():
+        shutil.rmtree(build)
+    build.mkdir(parents=True)
+    random_dir = tiny.build_random_model_dir(build / "random", seed=seed)
+    if tools:
+        rows = warm_start_rows(steps * 64, seed, tool_frac, ToolConfig())
+        val = multiply_rows("train", 256, seed=20_000 + seed)
+    else:
+        rows = tiny.curriculum_rows(steps * 64, seed)
+        val = arithmetic_rows("train", 512, seed=10_000 + seed)
+    config = ROOT / "configs" / ("tiny_tools_warm_start.toml" if tools else "tiny_warm_start.toml")
+    metrics = sft.main([str(config), f"model={random_dir}", f"task={write_jsonl(build / 'rows.jsonl', rows)}",
+                        f"eval_task={write_jsonl(build / 'val.jsonl', val)}", f"out_dir={build / 'sft'}",
+                        f"seed={seed}", f"steps={steps}", f"sft_stop_accuracy={max(target, 0.0)}"])
+    # OUT: the random model's directory as tiny.py wrote it (config, tokenizer files), with the trained weights
+    last = sorted((build / "sft" / "checkpoints").glob("step_*"))[-1]
+    out.mkdir(parents=True, exist_ok=True)
+    for f in random_dir.iterdir():
+        shutil.copy2(last / f.name if f.name == "model.safetensors" else f, out / f.name)
+    if not keep_build:
+        shutil.rmtree(build)
+    return metrics
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="output directory (created)")
-    ap.add_argument("--steps", type=int, default=3000, help="most supervised steps (batch 64)")
-    ap.add_argument("--target-acc", type=float, default=0.15, help="stop at this train-split sampled accuracy")
+    ap.add_argument("--steps", type=int, default=None, help="most supervised steps (64 rows each); default: the config's")
+    ap.add_argument("--target-acc", type=float, default=None,
+                    help="stop at this train-split sampled accuracy (0: run all steps); default: the config's")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-rows", type=int, default=500, help="held-out rows to report accuracy on")
-    ap.add_argument("--tools", action="store_true", help="the tool task's model (nanogrpo/multiply.py): "
-                    "--tool-steps steps on multiplication rows, --tool-frac of them in the tool format")
-    ap.add_argument("--tool-steps", type=int, default=1500, help="most supervised steps of the tool warm start")
-    ap.add_argument("--tool-frac", type=float, default=0.2)
-    ap.add_argument("--tool-target-acc", type=float, default=0.04,
-                    help="stop at this sampled accuracy with the tool (train split, real tool loop)")
+    ap.add_argument("--tools", action="store_true", help="the tool task's model (nanogrpo/multiply.py)")
+    ap.add_argument("--tool-frac", type=float, default=0.2, help="share of tool-format rows (--tools)")
+    ap.add_argument("--keep-build", action="store_true", help="keep OUT.build/ (random model, rows, the sft.py run)")
     args = ap.parse_args()
 
     import platform
@@ -41,69 +85,56 @@ def main():
     import torch
     import transformers
 
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    from nanogrpo.data import arithmetic_rows
-    from nanogrpo.tiny import build_tiny_model, evaluate_accuracy
+    from nanogrpo import config as C
 
-    if args.tools:
-        return build_tools(args)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    recipe = C.load([str(ROOT / "configs" / ("tiny_tools_warm_start.toml" if args.tools else "tiny_warm_start.toml"))])
+    steps = args.steps if args.steps is not None else recipe.steps
+    target = args.target_acc if args.target_acc is not None else recipe.sft_stop_accuracy
+    out = Path(args.out)
     t0 = time.time()
-    target = args.target_acc if args.target_acc > 0 else None
-    out, model, tok, losses = build_tiny_model(args.out, args.steps, target, args.seed, log_every=100)
+    m = warm_start(out, args.seed, steps, target, args.tools, args.tool_frac, args.keep_build)
     secs = time.time() - t0
-    test = arithmetic_rows("test", args.eval_rows)
-    greedy = evaluate_accuracy(model, tok, test, temperature=0.0)
-    sampled = evaluate_accuracy(model, tok, test, temperature=1.0, n=4)
-    info = {"seed": args.seed, "max_steps": args.steps, "target_acc": args.target_acc, "steps_run": len(losses),
-            "final_loss": round(losses[-1], 4), "heldout_rows": len(test), "heldout_greedy": greedy,
-            "heldout_sampled_t1_n4": sampled,
-            "reached_target": target is None or len(losses) < args.steps, "seconds": round(secs), "torch": torch.__version__,
-            "transformers": transformers.__version__, "cpu": platform.processor() or platform.machine()}
+    info = {"task": "multiply" if args.tools else "arithmetic", "seed": args.seed, "max_steps": steps,
+            "target_acc": target, **({"tool_frac": args.tool_frac} if args.tools else {}),
+            "steps_run": m["steps_run"], "reached_target": target <= 0 or m.get("heldout_accuracy", 0.0) >= target,
+            "val_sampled_t1": round(m.get("heldout_accuracy", float("nan")), 4), "final_loss": round(m["sft_loss"], 4)}
+    info.update(heldout(out, args.tools, args.eval_rows, args.seed))
+    info.update({"seconds": round(secs), "torch": torch.__version__, "transformers": transformers.__version__,
+                 "cpu": platform.processor() or platform.machine()})
     write_info(out, info)
-    print(f"wrote {out}: {len(losses)} warm-start steps in {secs:.0f}s, final loss {losses[-1]:.3f}")
-    print(f"held-out accuracy ({len(test)} rows): greedy {greedy:.3f}  sampled@T=1 {sampled:.3f}")
+    print(f"wrote {out}: {m['steps_run']} warm-start steps in {secs:.0f}s, final loss {m['sft_loss']:.3f}")
+    print(" ".join(f"{k} {v:.3f}" for k, v in info.items() if k.startswith(("heldout_", "tool_use_")) and k != "heldout_rows"))
     if not info["reached_target"]:
-        print(f"WARNING: the warm start never reached --target-acc {args.target_acc} in {args.steps} steps: the model "
-              "may still be on the loss plateau, from which GRPO does not learn (raise --steps)")
+        print(f"WARNING: the warm start never reached --target-acc {target} in {steps} steps: the model may still be "
+              "on the loss plateau, from which GRPO does not learn (raise --steps)")
+
+
+def heldout(out: Path, tools: bool, n: int, seed: int) -> dict:
+    """Held-out accuracy of OUT (rows no warm start trains on): greedy and sampled at T=1; with tools, through
+    the real tool loop, with the share of answers that ran code."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from nanogrpo import data, tiny
+
+    if tools:
+        rows, got = data.load_rows("multiply", split="test", n=n), {"heldout_rows": n}
+        for name, temperature in (("greedy", 0.0), ("sampled_t1", 1.0)):
+            got[f"heldout_{name}"], got[f"tool_use_{name}"] = tiny.tool_accuracy(out, rows, temperature, seed=seed)
+        return got
+    model, tok = AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
+    test = data.arithmetic_rows("test", n)
+    return {"heldout_rows": n, "heldout_greedy": tiny.evaluate_accuracy(model, tok, test, temperature=0.0),
+            "heldout_sampled_t1_n4": tiny.evaluate_accuracy(model, tok, test, temperature=1.0, n=4)}
 
 
 def write_info(out: Path, info: dict) -> None:
     """warm_start.json (the recipe and what it reached), then SHA256SUMS over every file."""
     import hashlib
-    import json
 
     (out / "warm_start.json").write_text(json.dumps(info, indent=1) + "\n")
     files = sorted(p for p in out.iterdir() if p.is_file() and p.name != "SHA256SUMS")
     (out / "SHA256SUMS").write_text("".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n" for p in files))
-
-
-def build_tools(args) -> None:
-    """The tool task's model, and its held-out accuracy and tool-use rate with the tool (local sandbox)."""
-    import platform
-
-    import torch
-    import transformers
-
-    from nanogrpo import data
-    from nanogrpo.tiny import build_tool_model, tool_accuracy
-
-    t0 = time.time()
-    out, _, _, losses = build_tool_model(args.out, args.tool_steps, args.tool_frac, args.seed, args.tool_target_acc,
-                                         log_every=50)
-    secs = time.time() - t0
-    rows = data.load_rows("multiply", split="test", n=args.eval_rows)
-    info = {"task": "multiply", "seed": args.seed, "max_steps": args.tool_steps, "tool_frac": args.tool_frac,
-            "target_acc": args.tool_target_acc, "steps_run": len(losses), "reached_target": len(losses) < args.tool_steps,
-            "final_loss": round(losses[-1], 4), "heldout_rows": len(rows)}
-    for name, temperature in (("greedy", 0.0), ("sampled_t1", 1.0)):
-        info[f"heldout_{name}"], info[f"tool_use_{name}"] = tool_accuracy(out, rows, temperature, seed=args.seed)
-    info.update({"seconds": round(secs), "torch": torch.__version__, "transformers": transformers.__version__,
-                 "cpu": platform.processor() or platform.machine()})
-    write_info(out, info)
-    print(f"wrote {out}: {len(losses)} warm-start steps in {secs:.0f}s, final loss {losses[-1]:.3f}")
-    print(" ".join(f"{k} {v:.3f}" for k, v in info.items() if k.startswith(("heldout_", "tool_use_")) and k != "heldout_rows"))
-    if not info["reached_target"]:
-        print(f"WARNING: the warm start never reached --tool-target-acc {args.tool_target_acc} in {args.tool_steps} steps")
 
 
 if __name__ == "__main__":

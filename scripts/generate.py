@@ -160,8 +160,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print(f"generate: batch {k}/{len(todo)} ({start + len(chunk)}/{len(rows)} problems), kept {kept} of "
                   f"{drawn} generations ({rejected} wrong, {unscored} unscored), {elapsed:.0f}s, "
                   f"eta {elapsed / k * (len(todo) - k):.0f}s", file=sys.stderr)
-        if hasattr(sampler, "close"):  # the vLLM engine holds memory (and processes) until closed
-            sampler.close()
+        sampler.close()  # the vLLM engine holds memory (and processes) until closed
 
     result = sorted(read_done(out).values(), key=lambda r: r["index"])
     if args.sft:

@@ -94,6 +94,9 @@ class AnswerWheel:
         return [[Completion([1, 2], [0.0, 0.0], ANSWERS[(sum(p) + j) % len(ANSWERS)], "stop") for j in range(n)]
                 for p in prompts]
 
+    def close(self):
+        pass
+
 
 @pytest.mark.skipif(not bwrap_available(), reason="bubblewrap (apt-get install bubblewrap) missing")
 def test_code_rows_keep_exactly_the_passing_programs_and_count_sandbox_failures_apart(tiny_model_dir, tmp_path,

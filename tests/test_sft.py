@@ -86,6 +86,25 @@ def test_bad_rows_are_named(tmp_path):
     cfg = C.load([f"task={write_rows(tmp_path / 'b.jsonl', [{'problem': 'p', 'solution': 's'}, {'problem': 'q'}])}"])
     with pytest.raises(data.DataError, match=r"b.jsonl:2: an SFT row needs"):
         sft.load_sft_rows(cfg)
+    for bad, why in (([["x", 1]], "pairs"), ([], "pairs"), ([["x", False]], "no scored piece")):
+        cfg = C.load([f"task={write_rows(tmp_path / 'c.jsonl', [{'problem': 'p', 'segments': bad}])}"])
+        with pytest.raises(data.DataError, match=rf"c.jsonl:1: 'segments' .*{why}"):
+            sft.load_sft_rows(cfg)
+
+
+def test_segment_rows_are_a_rollout_with_only_the_scored_pieces_scored(tiny_model_dir):
+    """{"problem", "segments": [[text, scored], ...]}: the prompt train.py samples from, each piece's tokens,
+    EOS; unscored pieces (a tool's output) are context only. Against ids built by hand."""
+    tok = M.load_tokenizer(tiny_model_dir)
+    row = {"problem": "12*3=", "segments": [["print(12*3)", True], ["36", False], ["36", True]]}
+    ids, scored = sft.encode_row(row, tok, C.Config())
+    pieces = [(tok("12*3=")["input_ids"], False)] + [(tok(t, add_special_tokens=False)["input_ids"], s)
+                                                    for t, s in row["segments"]] + [([tok.eos_token_id], True)]
+    assert ids == [t for p, _ in pieces for t in p]
+    assert scored == [s for p, s in pieces for _ in p]
+    # an answer row on the raw template is the same as one scored piece
+    assert sft.encode_row({"problem": "12*3=", "answer": "36"}, tok, C.Config()) == sft.encode_row(
+        {"problem": "12*3=", "segments": [["36", True]]}, tok, C.Config())
 
 
 def naive_hf(model_dir, examples):
@@ -219,3 +238,44 @@ def test_lora_trains_only_the_adapters_saves_merged_weights_and_resumes_exactly(
     keys = FileSystemReader(str(ckpt_a / "optim")).read_metadata().state_dict_metadata
     state = [k for k in keys if k.startswith("optim.state.")]
     assert state and all(".lora_A." in k or ".lora_B." in k for k in state), state[:3]
+
+
+def sums_file(path: Path, n: int, seed: int) -> Path:
+    return write_rows(path, data.arithmetic_rows("train", n, seed=seed))
+
+
+def metric_lines(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_in_run_eval_equals_train_py_and_the_stop_ends_the_run_at_the_first_eval_that_reaches_it(warm_model_dir, tmp_path):
+    """eval_every measures held-out accuracy through train.py's path: at step 0 the two give the same
+    number. sft_stop_accuracy ends the run after the first eval that reaches it (and saves it there); a
+    run whose evals never reach it runs every step."""
+    import train
+
+    task = sums_file(tmp_path / "sums.jsonl", 64, seed=5)
+    common = [f"model={warm_model_dir}", f"task={task}", "eval_task=arithmetic", "eval_size=64", "eval_every=1",
+              "prompts_per_step=16", "lr=3e-4", "warmup_steps=1", "seed=2", "device=cpu", "log_every=1"]
+    full = sft.main([*common, "steps=5", f"out_dir={tmp_path / 'full'}", "sft_stop_accuracy=1.0"])
+    lines = metric_lines(tmp_path / "full")
+    start, accs = lines[0]["heldout_accuracy"], [x["heldout_accuracy"] for x in lines[1:]]
+    assert full["steps_run"] == 5 and len(accs) == 5 and len(set(accs)) > 1, accs  # the evals see the model change
+    grpo = train.main([f"model={warm_model_dir}", "task=arithmetic", "eval_size=64", "eval_every=1", "steps=1",
+                       "seed=2", "device=cpu", "prompts_per_step=2", "group_size=2", "save_final=false",
+                       f"out_dir={tmp_path / 'grpo'}"])
+    assert grpo["heldout_accuracy_start"] == start
+
+    target = max(accs)  # reached first at step k: the run stops there
+    k = accs.index(target) + 1
+    stopped = sft.main([*common, "steps=5", f"out_dir={tmp_path / 'stop'}", f"sft_stop_accuracy={target}"])
+    assert stopped["steps_run"] == k and stopped["heldout_accuracy"] == target
+    assert [x["heldout_accuracy"] for x in metric_lines(tmp_path / "stop")[1:]] == accs[:k]
+    assert [p.name for p in (tmp_path / "stop" / "checkpoints").glob("step_*")] == [f"step_{k:06d}"]
+
+
+def test_stop_accuracy_needs_an_eval(tmp_path):
+    with pytest.raises(C.ConfigError, match="sft_stop_accuracy"):
+        sft.main([f"task={sums_file(tmp_path / 's.jsonl', 4, 0)}", "sft_stop_accuracy=0.5",
+                  f"out_dir={tmp_path / 'o'}", "device=cpu"])

@@ -6,15 +6,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nanogrpo.data import arithmetic_rows, heldout_pairs
-from nanogrpo.tiny import (
-    build_tiny_model,
-    build_tokenizer,
-    curriculum_rows,
-    evaluate_accuracy,
-    sample,
-    tiny_config,
-    warm_start,
-)
+from nanogrpo.tiny import build_tokenizer, curriculum_rows, evaluate_accuracy, sample, tiny_config
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -71,24 +65,33 @@ def test_evaluate_accuracy_counts_exact_matches(tok):
     assert evaluate_accuracy(model, tok, rows, 1.0, n=2, seed=4) == evaluate_accuracy(model, tok, rows, 1.0, n=2, seed=4)
 
 
-def test_warm_start_reduces_loss(tok):
-    losses = warm_start(random_model(tok), tok, steps=30, batch_size=16, seed=0)
-    assert len(losses) == 30
-    assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5
+@pytest.fixture(scope="module")
+def builder():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import build_tiny_model
+
+    return build_tiny_model
 
 
-def test_build_tiny_model_writes_a_loadable_dir(tmp_path):
-    out, model, tokenizer, losses = build_tiny_model(tmp_path / "m", steps=2, target_acc=None)
-    assert len(losses) == 2
-    reloaded = AutoModelForCausalLM.from_pretrained(out)
-    ids = torch.tensor([tokenizer("347+589=")["input_ids"]])
-    assert torch.allclose(reloaded(ids).logits, model(ids).logits, atol=1e-5)
+def test_warm_start_is_an_sft_run_that_writes_a_loadable_seeded_model(builder, tmp_path):
+    """scripts/build_tiny_model.py: the random model, then sft.py on the curriculum rows; OUT is an HF
+    directory holding the last checkpoint's weights, and the same seed gives the same bytes."""
+    from nanogrpo.tiny import build_random_model_dir
 
-
-def test_warm_start_is_seeded(tok):
-    a = warm_start(random_model(tok), tok, steps=5, batch_size=8, seed=3)
-    b = warm_start(random_model(tok), tok, steps=5, batch_size=8, seed=3)
-    assert a == b
+    m = builder.warm_start(tmp_path / "a", seed=3, steps=4, target=0.0, keep_build=True)
+    assert m["steps_run"] == 4 and m["sft_loss"] > 0 and "heldout_accuracy" in m
+    run = tmp_path / "a.build" / "sft"
+    assert len([json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]) == 5  # start eval + 4 steps
+    ckpt = run / "checkpoints" / "step_000004" / "model.safetensors"
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == ckpt.read_bytes()
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "a")
+    rand = AutoModelForCausalLM.from_pretrained(build_random_model_dir(tmp_path / "r", seed=3))
+    assert not torch.equal(model.model.embed_tokens.weight, rand.model.embed_tokens.weight)  # it trained
+    builder.warm_start(tmp_path / "b", seed=3, steps=4, target=0.0)
+    assert (tmp_path / "b" / "model.safetensors").read_bytes() == (tmp_path / "a" / "model.safetensors").read_bytes()
+    assert not (tmp_path / "b.build").exists()
 
 
 def test_curriculum_rows_are_correct_and_never_held_out():

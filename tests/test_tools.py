@@ -1,6 +1,7 @@
 """Tool-integrated rollouts (nanogrpo/tools.py): the loop, the sandbox sessions, the masked update,
 sampler-vs-trainer log-probs over multi-turn rollouts, E2B at its boundary, train.py end to end."""
 
+import json
 import os
 import subprocess
 import sys
@@ -57,6 +58,9 @@ class ScriptSampler:
         pass
 
     def wake(self):
+        pass
+
+    def close(self):
         pass
 
 
@@ -170,15 +174,15 @@ class FailingCells:
 
 
 def test_sandbox_failure_gives_a_none_reward_never_zero(tokenizer):
-    import train
     from nanogrpo import config as C
+    from nanogrpo import evaluate
 
     cfg = tools.ToolConfig()
     sampler = tools.ToolSampler(ScriptSampler(tokenizer, [block("print(4)"), "4<EOS>"]), cfg, FailingCells())
     [[c]] = sampler.generate([tokenizer.encode("2+2=")], 1, SamplingParams(100, 1.0))
     assert c.failed and c.calls == 1
     ok = tools.ToolCompletion([1], [0.0], "4", "stop", mask=[1], final_text="4")
-    total, parts, correct = train.score([c, ok], [{"answer": "4"}] * 2, C.Config(tools=True))
+    total, parts, correct = evaluate.score_rollouts([c, ok], [{"answer": "4"}] * 2, C.Config(tools=True))
     assert total == [None, 1.0] and correct == [None, 1.0]
 
 
@@ -446,14 +450,17 @@ def test_grpo_learns_to_use_the_tool_and_not_without_it(tmp_path):
 
 def test_warm_start_rows_are_the_rollout_format_with_the_output_unscored(tokenizer):
     """The tool model's supervised rows show exactly what a rollout looks like (the same tags and output
-    block the loop inserts), and their labels score the code and the answer, never the tool output."""
+    block the loop inserts), and sft.py scores the code and the answer, never the tool output."""
+    import sft
+    from nanogrpo import config as C
     from nanogrpo.multiply import warm_start_rows
-    from nanogrpo.tiny import _encode_batch
 
-    [row] = warm_start_rows(1, 0, tool_frac=1.0, tool_cfg=FENCE)
+    [row] = json.loads(json.dumps(warm_start_rows(1, 0, tool_frac=1.0, tool_cfg=FENCE)))  # as written to a file
     a, b = (int(x) for x in row["problem"][:-1].split("*"))
-    ids, lab = _encode_batch(tokenizer, [row])
+    ids, scored = sft.encode_row(row, tokenizer, C.Config(tools=True))
     output = tools.output_block(FENCE, f"{a * b}\n")
-    assert tokenizer.decode(ids[0]) == f"{a}*{b}=" + block(f"print({a}*{b})") + output + f"{a * b}<|endoftext|>"
-    scored = tokenizer.decode([t for t, l in zip(ids[0].tolist(), lab[0].tolist()) if l != -100])
-    assert scored == block(f"print({a}*{b})") + f"{a * b}<|endoftext|>"  # the output block is context only
+    assert tokenizer.decode(ids) == f"{a}*{b}=" + block(f"print({a}*{b})") + output + f"{a * b}<|endoftext|>"
+    # the prompt is what a rollout starts from
+    assert ids[: len(tokenizer.encode(row["problem"]))] == tokenizer.encode(row["problem"])
+    kept = tokenizer.decode([t for t, s in zip(ids, scored) if s])
+    assert kept == block(f"print({a}*{b})") + f"{a * b}<|endoftext|>"  # the output block is context only
