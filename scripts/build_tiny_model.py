@@ -27,6 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+ROWS = {False: 3000 * 64, True: 1500 * 64}  # warm-start rows (arithmetic, tools): what the models were built from
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -47,11 +50,13 @@ def warm_start(out: Path, seed: int, steps: int, target: float, tools: bool = Fa
         shutil.rmtree(build)
     build.mkdir(parents=True)
     random_dir = tiny.build_random_model_dir(build / "random", seed=seed)
+    # a fixed number of rows (one epoch of ROWS[tools]); a longer run cycles them (data.PromptStream), so the
+    # most steps never changes what a run that stops earlier sees: raising it only lets a slow seed go on
     if tools:
-        rows = warm_start_rows(steps * 64, seed, tool_frac, ToolConfig())
+        rows = warm_start_rows(ROWS[tools], seed, tool_frac, ToolConfig())
         val = multiply_rows("train", 256, seed=20_000 + seed)
     else:
-        rows = tiny.curriculum_rows(steps * 64, seed)
+        rows = tiny.curriculum_rows(ROWS[tools], seed)
         val = arithmetic_rows("train", 512, seed=10_000 + seed)
     config = ROOT / "configs" / ("tiny_tools_warm_start.toml" if tools else "tiny_warm_start.toml")
     metrics = sft.main([str(config), f"model={random_dir}", f"task={write_jsonl(build / 'rows.jsonl', rows)}",

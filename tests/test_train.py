@@ -61,12 +61,14 @@ def test_resume_continues_exactly(warm_model_dir, tmp_path):
     AutoModelForCausalLM.from_pretrained(checkpoint.latest(str(cut)))
 
 
-# The learning test's bound, from the sweep in docs/learning.md (`scripts/bench_learning.py --seeds 5
-# --grpo-seeds 2`, 2026-11-23): the held-out gain at step 600 of the default recipe over its 10 runs (5 warm
-# starts x 2 GRPO seeds) was +17.0 to +54.6 points; from the committed model +32.2 and +41.2. The test asks for
-# half the least of all 10: another CPU's kernels move the trajectory the way another seed does, and the
-# slowest warm start's seeds stayed above twice this, while an update that stopped learning stays near 0.
-GAIN_600_MIN = 0.170
+# The learning test's bound, from the sweep in the README (`scripts/bench_learning.py --seeds 5 --grpo-seeds 2`,
+# 2026-11-23 evening, warm starts built by sft.py): the held-out gain at step 600 of the default recipe from the
+# 4 warm starts that reached the warm-start target (x 2 GRPO seeds) was +13.6 to +44.0 points; from the
+# committed model +39.4 and +43.8. (Warm start 3 stopped at the old 3,000-step cap short of its target and
+# gained +2.8 / +4.0: a start GRPO cannot use, which the 6,000-step cap is there to avoid.) The test asks for
+# half the least of the 8: another CPU's kernels move the trajectory the way another seed does, while an
+# update that stopped learning stays near 0.
+GAIN_600_MIN = 0.136
 LEARN_BOUND = GAIN_600_MIN / 2
 
 
