@@ -82,12 +82,11 @@ def trainer_sampler(cfg, weights: str, device, dtype: torch.dtype) -> Sampler:
 def heldout_rows(cfg) -> list[dict]:
     """The rows `eval_every` measures held-out accuracy on: `eval_task`, else the built-in task's own
     held-out split, else none; the first `eval_size` of them."""
+    source = cfg.eval_task or (cfg.task if cfg.task in data.BUILTIN_TASKS else "")
+    if not source:
+        return []
     kind = "code" if cfg.reward == "code" else "math"
-    if cfg.eval_task:
-        return data.load_rows(cfg.eval_task, kind, split="test", seed=cfg.seed)[: cfg.eval_size]
-    if cfg.task in data.BUILTIN_TASKS:
-        return data.load_rows(cfg.task, kind, split="test", seed=cfg.seed)[: cfg.eval_size]
-    return []
+    return data.load_rows(source, kind, split="test", seed=cfg.seed)[: cfg.eval_size]
 
 
 def encode_prompts(rows: list[dict], tokenizer, cfg) -> list[list[int]]:

@@ -30,6 +30,10 @@ sys.path.insert(0, str(ROOT))
 ROWS = {False: 3000 * 64, True: 1500 * 64}  # warm-start rows (arithmetic, tools): what the models were built from
 
 
+def recipe_path(tools: bool) -> Path:
+    return ROOT / "configs" / ("tiny_tools_warm_start.toml" if tools else "tiny_warm_start.toml")
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -58,8 +62,7 @@ def warm_start(out: Path, seed: int, steps: int, target: float, tools: bool = Fa
     else:
         rows = tiny.curriculum_rows(ROWS[tools], seed)
         val = arithmetic_rows("train", 512, seed=10_000 + seed)
-    config = ROOT / "configs" / ("tiny_tools_warm_start.toml" if tools else "tiny_warm_start.toml")
-    metrics = sft.main([str(config), f"model={random_dir}", f"task={write_jsonl(build / 'rows.jsonl', rows)}",
+    metrics = sft.main([str(recipe_path(tools)), f"model={random_dir}", f"task={write_jsonl(build / 'rows.jsonl', rows)}",
                         f"eval_task={write_jsonl(build / 'val.jsonl', val)}", f"out_dir={build / 'sft'}",
                         f"seed={seed}", f"steps={steps}", f"sft_stop_accuracy={max(target, 0.0)}"])
     # OUT: the random model's directory as tiny.py wrote it (config, tokenizer files), with the trained weights
@@ -93,7 +96,7 @@ def main():
     from nanogrpo import config as C
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    recipe = C.load([str(ROOT / "configs" / ("tiny_tools_warm_start.toml" if args.tools else "tiny_warm_start.toml"))])
+    recipe = C.load([str(recipe_path(args.tools))])
     steps = args.steps if args.steps is not None else recipe.steps
     target = args.target_acc if args.target_acc is not None else recipe.sft_stop_accuracy
     out = Path(args.out)
