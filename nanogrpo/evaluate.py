@@ -24,20 +24,6 @@ from nanogrpo.sampler import Sampler, SamplingParams, TorchSampler
 MAX_NEW_TOKENS_CAP = 32768  # the reference evaluations' generation budget for reasoning models
 
 
-def _dist():
-    """(rank, world size, all_gather_object) from torch.distributed if a group is up, else single process."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        def gather(obj):
-            out = [None] * dist.get_world_size()
-            dist.all_gather_object(out, obj)
-            return out
-
-        return dist.get_rank(), dist.get_world_size(), gather
-    return 0, 1, lambda obj: [obj]
-
-
 def _log(msg: str, rank: int) -> None:
     if rank == 0:
         print(msg, file=sys.stderr, flush=True)
@@ -238,7 +224,7 @@ def evaluate(
     tools.ToolSampler (train.py with tools = true) evaluates with its tools.
     `tool_cfg`: run the tool loop (nanogrpo/tools.py) on the `sandbox` backend, for any task.
     """
-    rank, world, gather = _dist()
+    rank, world, gather = ndist.rank(), ndist.world_size(), ndist.all_gather_object
     model_dir = hub.model_dir(model_dir)  # a Hub id: its snapshot in the HF cache
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and world > 1:
