@@ -155,7 +155,9 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r, gain in zip(done, gains):
         ws = json.loads((models[r["ws"]] / "warm_start.json").read_text())
-        name = f"{r['ws']}{' (committed)' if r['ws'] == 0 else ''} ({ws['steps_run']})"
+        tries = len(ws.get("attempts", [])) or 1  # build_tiny_model.py retries a run that missed its target
+        name = (f"{r['ws']}{' (committed)' if r['ws'] == 0 else ''} ({ws['steps_run']}"
+                f"{f', attempt {tries}' if tries > 1 else ''}{'' if ws['reached_target'] else ', target missed'})")
         hit = f"step {r['to_target'][1]}, {r['to_target'][0] / 60:.1f} min" if "to_target" in r else "never"
         print(f"| {name} | {r['g']} | {r['before']:.3f} | {r['after']:.3f} | {gain:+.1f} pts | {hit} | {r['seconds'] / 60:.1f} min |")
     std = statistics.stdev(gains) if len(gains) > 1 else 0.0

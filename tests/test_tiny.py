@@ -80,9 +80,10 @@ def test_warm_start_is_an_sft_run_that_writes_a_loadable_seeded_model(builder, t
     directory holding the last checkpoint's weights, and the same seed gives the same bytes."""
     from nanogrpo.tiny import build_random_model_dir
 
-    m = builder.warm_start(tmp_path / "a", seed=3, steps=4, target=0.0, keep_build=True)
+    m = builder.warm_start(tmp_path / "a", seed=3, steps=4, target=0.0, keep_build=True, attempts=3)
     assert m["steps_run"] == 4 and m["sft_loss"] > 0 and "heldout_accuracy" in m
-    run = tmp_path / "a.build" / "sft"
+    assert [a["sft_seed"] for a in m["attempts"]] == [3]  # target 0 is reached at once: no second attempt
+    run = tmp_path / "a.build" / "sft-1"
     assert len([json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]) == 5  # start eval + 4 steps
     ckpt = run / "checkpoints" / "step_000004" / "model.safetensors"
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == ckpt.read_bytes()
@@ -92,6 +93,20 @@ def test_warm_start_is_an_sft_run_that_writes_a_loadable_seeded_model(builder, t
     builder.warm_start(tmp_path / "b", seed=3, steps=4, target=0.0)
     assert (tmp_path / "b" / "model.safetensors").read_bytes() == (tmp_path / "a" / "model.safetensors").read_bytes()
     assert not (tmp_path / "b.build").exists()
+
+
+def test_a_warm_start_that_misses_its_target_is_retried_with_the_rows_in_another_order(builder, tmp_path):
+    """An unreachable target: every attempt runs to the cap, each from the same random model with another sft
+    seed; OUT holds the last attempt's weights, and the first attempt is the run a single attempt would be."""
+    one = builder.warm_start(tmp_path / "one", seed=3, steps=2, target=1.0)
+    m = builder.warm_start(tmp_path / "two", seed=3, steps=2, target=1.0, keep_build=True, attempts=2)
+    assert [(a["sft_seed"], a["steps_run"]) for a in m["attempts"]] == [(3, 2), (1003, 2)]
+    assert m["attempts"][0] == one["attempts"][0] and m["heldout_accuracy"] < 1.0
+    runs = tmp_path / "two.build"
+    first, last = (runs / f"sft-{k}" / "checkpoints" / "step_000002" / "model.safetensors" for k in (1, 2))
+    weights = (tmp_path / "two" / "model.safetensors").read_bytes()
+    assert weights == last.read_bytes() != first.read_bytes()  # another order: other weights
+    assert first.read_bytes() == (tmp_path / "one" / "model.safetensors").read_bytes()
 
 
 def test_curriculum_rows_are_correct_and_never_held_out():
