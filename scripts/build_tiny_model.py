@@ -11,9 +11,10 @@ eval_task=... sft_stop_accuracy=TARGET` trains until the sampled (T=1) validatio
 (0 or less: all --steps). A run that misses it is followed by another from the same random model, the rows in
 another order (--attempts, default 3; see warm_start). OUT is the random model's directory with the last run's
 last checkpoint's weights. Then OUT gets `warm_start.json` (the recipe, each attempt, the steps it took, the
-accuracy reached on held-out rows, the package versions) and `SHA256SUMS` (scripts/setup.sh and the tests check the committed models against it); OUT.build/ (the sft.py runs: config,
-metrics.jsonl) is removed unless --keep-build. The outcome depends on the CPU's kernels and package
-versions, which is why the default models are committed rather than rebuilt by the set-up.
+accuracy reached on held-out rows, the package versions) and `SHA256SUMS` (scripts/setup.sh and the tests
+check the committed models against it); OUT.build/ (the sft.py runs: config, metrics.jsonl) is removed unless
+--keep-build. The outcome depends on the CPU's kernels and package versions, which is why the default models
+are committed rather than rebuilt by the set-up.
 """
 
 import argparse
@@ -43,7 +44,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 def warm_start(out: Path, seed: int, steps: int, target: float, tools: bool = False, tool_frac: float = 0.2,
                keep_build: bool = False, attempts: int = 1) -> dict:
     """The random model, its rows, the sft.py run(s), OUT. Returns the last run's sft.main metrics (steps_run,
-    sft_loss, heldout_accuracy at the last eval) and `attempts`: one entry per run.
+    sft_loss, heldout_accuracy at the last eval), `attempts` (one entry per run) and `reached_target`.
 
     An attempt that ends without reaching `target` is followed, up to `attempts` runs, by another sft.py run
     from the same random model on the same rows in another order (sft seed + ATTEMPT_SEED_STRIDE). A seed can
@@ -77,7 +78,8 @@ def warm_start(out: Path, seed: int, steps: int, target: float, tools: bool = Fa
                             f"out_dir={run}", f"seed={sft_seed}", f"steps={steps}", f"sft_stop_accuracy={max(target, 0.0)}"])
         acc = metrics.get("heldout_accuracy", 0.0)
         tries.append({"sft_seed": sft_seed, "steps_run": metrics["steps_run"], "val_sampled_t1": round(acc, 4)})
-        if target <= 0 or acc >= target:
+        reached = target <= 0 or acc >= target
+        if reached:
             break
         if k + 1 < attempts:
             print(f"attempt {k + 1} of {attempts} ended at sampled accuracy {acc:.3f} < target {target} after "
@@ -90,7 +92,7 @@ def warm_start(out: Path, seed: int, steps: int, target: float, tools: bool = Fa
         shutil.copy2(last / f.name if f.name == "model.safetensors" else f, out / f.name)
     if not keep_build:
         shutil.rmtree(build)
-    return {**metrics, "attempts": tries}
+    return {**metrics, "attempts": tries, "reached_target": reached}
 
 
 def main():
@@ -127,8 +129,7 @@ def main():
     secs = time.time() - t0
     info = {"task": "multiply" if args.tools else "arithmetic", "seed": args.seed, "max_steps": steps,
             "target_acc": target, **({"tool_frac": args.tool_frac} if args.tools else {}),
-            "steps_run": m["steps_run"], "attempts": m["attempts"],
-            "reached_target": target <= 0 or m.get("heldout_accuracy", 0.0) >= target,
+            "steps_run": m["steps_run"], "attempts": m["attempts"], "reached_target": m["reached_target"],
             "val_sampled_t1": round(m.get("heldout_accuracy", float("nan")), 4), "final_loss": round(m["sft_loss"], 4)}
     info.update(heldout(out, args.tools, args.eval_rows, args.seed))
     info.update({"seconds": round(secs), "torch": torch.__version__, "transformers": transformers.__version__,

@@ -83,6 +83,7 @@ def test_warm_start_is_an_sft_run_that_writes_a_loadable_seeded_model(builder, t
     m = builder.warm_start(tmp_path / "a", seed=3, steps=4, target=0.0, keep_build=True, attempts=3)
     assert m["steps_run"] == 4 and m["sft_loss"] > 0 and "heldout_accuracy" in m
     assert [a["sft_seed"] for a in m["attempts"]] == [3]  # target 0 is reached at once: no second attempt
+    assert m["reached_target"]
     run = tmp_path / "a.build" / "sft-1"
     assert len([json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]) == 5  # start eval + 4 steps
     ckpt = run / "checkpoints" / "step_000004" / "model.safetensors"
@@ -101,7 +102,7 @@ def test_a_warm_start_that_misses_its_target_is_retried_with_the_rows_in_another
     one = builder.warm_start(tmp_path / "one", seed=3, steps=2, target=1.0)
     m = builder.warm_start(tmp_path / "two", seed=3, steps=2, target=1.0, keep_build=True, attempts=2)
     assert [(a["sft_seed"], a["steps_run"]) for a in m["attempts"]] == [(3, 2), (1003, 2)]
-    assert m["attempts"][0] == one["attempts"][0] and m["heldout_accuracy"] < 1.0
+    assert m["attempts"][0] == one["attempts"][0] and m["heldout_accuracy"] < 1.0 and not m["reached_target"]
     runs = tmp_path / "two.build"
     first, last = (runs / f"sft-{k}" / "checkpoints" / "step_000002" / "model.safetensors" for k in (1, 2))
     weights = (tmp_path / "two" / "model.safetensors").read_bytes()
