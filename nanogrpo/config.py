@@ -27,9 +27,9 @@ class Config:
     model: str = "models/tiny-arithmetic"  # HF model directory (the default is committed; scripts/build_tiny_model.py rebuilds it), or a Hub id (owner/name: downloaded to the HF cache; HF_HUB_OFFLINE=1 reads the cache only)
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "auto"  # auto (bf16 params on GPU with fp32 reduce, fp32 on CPU) | float32 | bfloat16
-    activation_checkpointing: bool = False  # recompute decoder layers in backward to save memory
+    activation_checkpointing: bool = False  # keep only each decoder layer's input for backward and recompute the layer there (memory for time: scripts/bench_memory.py)
     compile: bool = False  # torch.compile each decoder layer (measured, not assumed: docs/throughput.md)
-    attention: str = "auto"  # auto (flash_attention_2 on GPU when installed, else sdpa) | sdpa | flex_attention | flash_attention_2
+    attention: str = "auto"  # auto (flash_attention_2 on GPU when installed, else sdpa) | sdpa (torch SDPA, one causal call per packed sequence: no (T, T) mask) | flex_attention | flash_attention_2
     logprob_chunk: int = 512  # tokens per chunk for the lm_head + log-softmax (bounds the fp32 logits)
 
     # --- data and rewards ---

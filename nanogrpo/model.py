@@ -4,24 +4,35 @@
 lm_head + log-softmax: calling the submodules from outside the root would skip FSDP's all-gather of
 the root's parameters (embeddings, final norm, lm_head).
 
-Packed rows (several sequences back to back, see nanogrpo/packing.py) are passed with
-`attention_mask=None` and `position_ids` restarting at 0 per sequence. transformers (tested: 5.19)
-turns such position ids into a block-diagonal causal mask for SDPA / FlexAttention
-(`masking_utils.find_packed_sequence_indices`) and into varlen `cu_seqlens` for flash_attention_2;
-tests/test_packing.py pins that packed and padded log-probs and gradients agree.
+Attention in the trainer (`attention`, `pick_attention`): on GPU with flash-attn installed,
+flash_attention_2, whose varlen kernels take a packed row's sequence boundaries from its position ids.
+Everywhere else `SEGMENT_SDPA`, registered below through transformers' public AttentionInterface:
+torch's SDPA with `is_causal`, one call per sequence of a packed row and one call per right-padded
+micro-batch. It never builds a (T, T) mask. transformers' own "sdpa" turns a packed row into a dense
+block-diagonal (T, T) mask, so attention cost the square of the row (4096 tokens: 10x the per-sequence
+cost on CPU, and most of a packed micro-batch's time). tests/test_packing.py pins packed == padded and
+tests/test_model.py pins SEGMENT_SDPA == transformers' sdpa.
+
+The policy stays in eval mode: no dropout, so the trainer's log-probs are the sampler's
+(dropout would make the ratio to the sampler's log-probs random). Activation checkpointing is
+therefore ours (`_recomputed`), not transformers' `gradient_checkpointing_enable`, which only acts
+in train mode.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.utils.checkpoint import checkpoint
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
+from transformers.masking_utils import AttentionMaskInterface
 from transformers.utils import logging as hf_logging
 
 from nanogrpo import lora
@@ -100,20 +111,55 @@ def load_model(path: str, dtype: torch.dtype = torch.float32, device="cpu", attn
     return model.to(device)
 
 
+SEGMENT_SDPA = "nanogrpo_segment_sdpa"
+
+
+def _segment_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, segments=None,
+                  **kwargs):
+    """Causal attention without a mask: query (B, H, T, D), key / value (B, KV, T, D) -> (B, T, H, D).
+
+    `segments` None: one causal SDPA call over each row. The trainer's rows are right-padded, so every
+    real token only sees real tokens before it; what the padding positions compute is never read.
+    `segments` (S+1,) (packed row, B = 1): the sequences' boundaries; one causal call per sequence.
+    """
+    if getattr(module, "sliding_window", None):  # a window the causal call would not apply
+        raise ValueError(f"attention {SEGMENT_SDPA!r} has no sliding window; use attention=flex_attention "
+                         "or flash_attention_2 for this model")
+    sdpa = functools.partial(F.scaled_dot_product_attention, dropout_p=dropout, scale=scaling, is_causal=True,
+                             enable_gqa=query.shape[1] != key.shape[1])
+    if segments is None:
+        out = sdpa(query, key, value)
+    else:
+        b = segments.tolist()
+        out = torch.cat([sdpa(query[:, :, s:e], key[:, :, s:e], value[:, :, s:e]) for s, e in zip(b[:-1], b[1:])], 2)
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(SEGMENT_SDPA, torch.compiler.disable(_segment_sdpa))  # compile: a graph break, not a recompile per layout
+AttentionMaskInterface.register(SEGMENT_SDPA, lambda *args, **kwargs: None)  # the mask is the segments: none is built
+
+
 def pick_attention(name: str, device: torch.device) -> str:
-    """"auto": flash_attention_2 on GPU when flash-attn is installed (varlen kernels: a packed row costs
-    the sum of its sequences' attention, not the square of the row), else SDPA (on a packed row SDPA
-    gets a dense block-diagonal (T, T) mask: correct, but it computes the masked-out blocks)."""
-    if name != "auto":
-        return name
-    if torch.device(device).type == "cuda":
+    """The transformers attention implementation for the config's `attention`. "auto": flash_attention_2
+    on GPU when flash-attn is installed (varlen kernels), else SEGMENT_SDPA; "sdpa" is SEGMENT_SDPA too."""
+    if name == "auto" and torch.device(device).type == "cuda":
         try:
             import flash_attn  # noqa: F401
 
             return "flash_attention_2"
         except ImportError:
             pass
-    return "sdpa"
+    return SEGMENT_SDPA if name in ("auto", "sdpa") else name
+
+
+def _segment_bounds(position_ids: torch.Tensor) -> torch.Tensor:
+    """(S+1,) start of each sequence of a packed (1, T) row (where its position restarts at 0), then T."""
+    starts = (position_ids[0] == 0).nonzero().flatten()
+    return torch.cat([starts, starts.new_tensor([position_ids.shape[1]])])
+
+
+def _right_padded(attention_mask: torch.Tensor) -> bool:
+    return bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all() and attention_mask[:, 0].all())
 
 
 def _chunk_logprobs(lm_head: nn.Module, h: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool):
@@ -148,9 +194,16 @@ class Policy(nn.Module):
         `positions` (K,): only these slots of the flattened (B*(T-1)) predictions go through the
         lm_head (the completion tokens; prompt and padding need none), and the result is (1, K).
         """
+        kw = {}
+        if self.hf.config._attn_implementation == SEGMENT_SDPA:
+            if position_ids is not None:
+                kw["segments"] = _segment_bounds(position_ids)
+            elif attention_mask is not None and not _right_padded(attention_mask):
+                raise ValueError("the trainer's padded rows must be right-padded (real tokens first, then padding)")
+            attention_mask = None  # packed: the segments; right-padded: causal alone (see _segment_sdpa)
         # use_cache=False: with a KV cache object transformers skips the packed-sequence mask
         h = self.hf.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          use_cache=False).last_hidden_state  # (B, T, H)
+                          use_cache=False, **kw).last_hidden_state  # (B, T, H)
         h, targets = h[:, :-1], input_ids[:, 1:]
         if positions is not None:
             h = h.reshape(-1, h.shape[-1])[positions].unsqueeze(0)  # (1, K, H)
@@ -213,21 +266,34 @@ def wrap_policy(hf: nn.Module, dtype: torch.dtype, chunk_size: int, activation_c
     (FSDP2 exempts it: its embeddings / lm_head are needed again at once in backward); prefetch is
     FSDP2's default (backward gathers the previous layer while the current one computes).
     """
-    if activation_checkpointing:
-        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     hf.config.use_cache = False
-    if compile:
-        for layer in hf.model.layers:
+    for layer in hf.model.layers:
+        if compile:
             layer.forward = torch.compile(layer.forward)
-    policy = Policy(hf, chunk_size)
+        if activation_checkpointing:
+            layer.forward = _recomputed(layer.forward)
+    policy = Policy(hf, chunk_size).eval()  # no dropout: see the module docstring
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype != torch.float32 else MixedPrecisionPolicy()
     for layer in hf.model.layers:
         fully_shard(layer, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     fully_shard(policy, mp_policy=mp)
     if not trainable:
         policy.requires_grad_(False)
-        policy.eval()
     return policy
+
+
+def _recomputed(forward):
+    """A decoder layer's forward that keeps only its inputs for backward and runs again there (activation
+    checkpointing): the layer's activations exist for one layer at a time. It sits inside the layer's
+    __call__, so FSDP's hooks (all-gather before, reshard after) stay outside it."""
+
+    @functools.wraps(forward)
+    def run(*args, **kwargs):
+        if not torch.is_grad_enabled():
+            return forward(*args, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    return run
 
 
 def iter_full_params(policy: Policy, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:

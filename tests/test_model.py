@@ -59,3 +59,96 @@ def test_missing_model_dir_is_a_clear_error(tmp_path):
     (tmp_path / "enc" / "config.json").write_text(json.dumps({"architectures": ["BertModel"]}))
     with pytest.raises(ValueError, match="not a causal LM"):
         M.load_model(str(tmp_path / "enc"))
+
+
+def _saved_bytes_per_token(policy, lengths: tuple[int, int]) -> tuple[float, int]:
+    """Bytes of activations kept for backward per token (the slope between two lengths, so the weights
+    the matmuls keep cancel out), and how many times each decoder layer's MLP ran in forward + backward."""
+    calls = []
+    # a pre-hook: a recompute stops as soon as it has what backward needs, before the MLP returns
+    hooks = [layer.mlp.register_forward_pre_hook(lambda *a: calls.append(1)) for layer in policy.hf.model.layers]
+    saved = []
+    for T in lengths:
+        ids = torch.randint(2, 200, (2, T), generator=torch.Generator().manual_seed(T))
+        total, seen = 0, set()
+
+        def pack(t):
+            nonlocal total
+            key = t.untyped_storage().data_ptr()
+            if key not in seen:
+                seen.add(key)
+                total += t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            logp, _ = policy(ids, torch.ones_like(ids))
+        logp.sum().backward()
+        saved.append(total)
+    for h in hooks:
+        h.remove()
+    return (saved[1] - saved[0]) / (2 * (lengths[1] - lengths[0])), len(calls) // len(lengths)
+
+
+def test_activation_checkpointing_recomputes_each_layer_and_keeps_the_gradients(tiny_model_dir):
+    """With the knob on, each decoder layer runs twice (forward, then again in backward) and keeps only its
+    input: the activations kept per token shrink. The log-probs and the gradients are those without it."""
+    device = dist.init("cpu")
+    runs = {}
+    for ckpt in (False, True):
+        policy = M.make_policy(tiny_model_dir, device, torch.float32, chunk_size=4, activation_checkpointing=ckpt)
+        per_token, mlp_calls = _saved_bytes_per_token(policy, (16, 48))
+        policy.zero_grad()
+        ids = torch.randint(2, 200, (3, 20), generator=torch.Generator().manual_seed(0))
+        logp, _ = policy(ids, torch.ones_like(ids))
+        (logp * torch.linspace(-1, 1, logp.shape[1])).sum().backward()
+        grads = {n: q.grad.full_tensor().clone() for n, q in policy.named_parameters()}
+        runs[ckpt] = (per_token, mlp_calls, logp.detach(), grads)
+    layers = M.load_model(tiny_model_dir).config.num_hidden_layers
+    hidden = M.load_model(tiny_model_dir).config.hidden_size
+    assert runs[False][1] == layers  # each MLP once per forward + backward
+    assert runs[True][1] == 2 * layers  # ... and once more in backward: recomputed
+    # kept per token: each layer's input, the final norm's input and output, the lm_head's input (hidden
+    # fp32 floats each), rotary cos / sin, and nothing inside a layer
+    assert runs[True][0] <= (layers + 4) * hidden * 4, runs[True][0]
+    assert runs[True][0] < runs[False][0] / 3, (runs[True][0], runs[False][0])
+    torch.testing.assert_close(runs[True][2], runs[False][2], atol=0, rtol=0)
+    for n, g in runs[False][3].items():
+        torch.testing.assert_close(runs[True][3][n], g, atol=1e-6, rtol=1e-5, msg=n)
+
+
+def test_segment_sdpa_equals_transformers_sdpa_without_a_mask(tiny_untied_model_dir, monkeypatch):
+    """The trainer's attention (packed: one causal SDPA call per sequence; padded: one per micro-batch)
+    gives transformers' SDPA log-probs, and never hands SDPA a mask."""
+    device = dist.init("cpu")
+    policy = M.make_policy(tiny_untied_model_dir, device, torch.float32, chunk_size=5, activation_checkpointing=False)
+    assert policy.hf.config._attn_implementation == M.SEGMENT_SDPA
+    reference = M.load_model(tiny_untied_model_dir)  # transformers' sdpa (a dense mask for packed rows)
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda q, k, v, **kw: calls.append((q.shape[2], kw.get("attn_mask"))) or sdpa(q, k, v, **kw))
+    g = torch.Generator().manual_seed(2)
+    lengths = [7, 3, 12, 5]
+    seqs = [torch.randint(2, 200, (n,), generator=g) for n in lengths]
+    # padded, right-padded rows
+    ids = torch.ones(len(seqs), max(lengths), dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)], attn[i, : len(s)] = s, 1
+    got, _ = policy(ids, attn)
+    layers = reference.config.num_hidden_layers
+    assert calls == [(max(lengths), None)] * layers
+    want, _ = M.token_logprobs(reference, ids, attn)
+    for i, n in enumerate(lengths):
+        torch.testing.assert_close(got[i, : n - 1], want[i, : n - 1], atol=1e-5, rtol=0)
+    # packed: the sequences back to back, positions restarting
+    calls.clear()
+    row = torch.cat(seqs)[None]
+    pos = torch.cat([torch.arange(n) for n in lengths])[None]
+    got, _ = policy(row, None, position_ids=pos)
+    assert calls == [(n, None) for n in lengths] * layers
+    want, _ = M.token_logprobs(reference, row, None, position_ids=pos)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    # a left-padded row is not the trainer's layout: refused, not silently wrong
+    with pytest.raises(ValueError, match="right-padded"):
+        policy(ids, attn.flip(1))
