@@ -50,11 +50,16 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import logging
+import re
+import signal
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nanogrpo.sampler import Completion, SamplingParams
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -79,13 +84,19 @@ class ToolConfig:
         """The stop string that closes a block (see the module docstring for the fence rule)."""
         return self.close + "\n" if self.close in self.open else self.close
 
+    @property
+    def output_chars(self) -> int:
+        """The most characters of a cell's output that are tokenized (cut cheaply first: a token is taken to
+        span at most 8 characters); backends keep one more, so that a longer output is marked as cut."""
+        return 8 * self.output_tokens + 8
+
 
 @dataclass
 class ToolCompletion(Completion):
     mask: list[int] = field(default_factory=list)  # per token: 1 sampled by the model, 0 tool output
     final_text: str = ""  # what the model wrote after its last tool output: the answer that is scored
     calls: int = 0
-    errors: int = 0  # cells that raised
+    errors: int = 0  # cells that raised or ended their interpreter
     timeouts: int = 0
     tool_seconds: float = 0.0  # sandbox execution time of this rollout's cells
     failed: bool = False  # the sandbox itself failed: the reward must be None
@@ -107,9 +118,60 @@ TIMEOUT = "TimeoutError: the cell ran longer than {:g} s and was stopped"
 
 @dataclass
 class CellResult:
-    output: str  # stdout and stderr as the model sees them (before truncation)
-    status: str  # ok | error | timeout
+    output: str  # stdout and stderr as the model sees them (before truncation; at most output_chars + 1)
+    status: str  # ok | error | timeout | exited (the cell ended its interpreter: the session restarts)
     seconds: float  # sandbox time this call cost
+    note: str = ""  # what the sandbox says about the cell, shown after the (cut) output
+
+
+def session_after(cells: list[tuple[str, str]], cell: tuple[str, str], res: CellResult) -> list[tuple[str, str]]:
+    """The cells a session replays after this call. A timed-out cell is left out (replaying it would time out
+    every later call); a cell that ended its interpreter restarts the session, as a notebook kernel restarts:
+    what earlier cells defined is gone (the tools file is always run first)."""
+    if res.status == "exited":
+        return []
+    return cells if res.status == "timeout" else cells + [cell]
+
+
+class ToolTokens:
+    """Token ids of what goes back to the model. Text from the sandbox is plain text, never a control token,
+    whatever it says (a program can print '<|endoftext|>' or '<|im_end|>'): special tokens are split
+    (`split_special_tokens`), and an added marker the tokenizer still matches (Qwen's '<tool_call>',
+    '<|fim_prefix|>': added, not special) or a tokenizer that ignores the flag has such text spelled out
+    one character at a time. The output tags are the user's: tokenized as configured."""
+
+    def __init__(self, tokenizer, tool_cfg: ToolConfig):
+        self.tokenizer, self.cfg = tokenizer, tool_cfg
+        added = {i: t.content for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()}
+        # every special token, and every added one that is not whitespace (some tokenizers add space runs)
+        self.control = set(tokenizer.all_special_ids) | {i for i, c in added.items() if c.strip()}
+        words = {c for i, c in added.items() if i in self.control} | set(tokenizer.all_special_tokens)
+        words = sorted((w for w in words if len(w) > 1), key=len, reverse=True)
+        self._words = re.compile("|".join(map(re.escape, words))) if words else None
+        tags = self._encode(tool_cfg.output_open) + self._encode(tool_cfg.output_close)
+        self._plain_tags = self.control.isdisjoint(tags)
+
+    def _encode(self, text: str, split: bool = False) -> list[int]:
+        kw = {"split_special_tokens": True} if split else {}
+        return self.tokenizer(text, add_special_tokens=False, **kw)["input_ids"] if text else []
+
+    def plain(self, text: str) -> list[int]:
+        ids = self._encode(text, split=True)
+        if self.control.isdisjoint(ids) or self._words is None:
+            return ids
+        out, pos = [], 0
+        for m in self._words.finditer(text):
+            out += self._encode(text[pos : m.start()], split=True)
+            out += [i for ch in m.group() for i in self._encode(ch, split=True)]
+            pos = m.end()
+        return out + self._encode(text[pos:], split=True)
+
+    def block(self, output: str) -> list[int]:
+        """The ids of output_block(output). With plain tags (the default fences) the block is one text,
+        tokenized as the warm-start rows are; tags holding control tokens keep them."""
+        if self._plain_tags:
+            return self.plain(output_block(self.cfg, output))
+        return self._encode(self.cfg.output_open) + self.plain(output.rstrip("\n")) + self._encode(self.cfg.output_close)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -139,6 +201,7 @@ class ToolSampler:
     def __init__(self, sampler, tool_cfg: ToolConfig, cells):
         self.sampler, self.cfg, self.cells = sampler, tool_cfg, cells
         self.tokenizer, self.eos_ids = sampler.tokenizer, sampler.eos_ids
+        self.tokens = ToolTokens(self.tokenizer, tool_cfg)
         self.last_stats: dict[str, float] = {}
 
     # the weights and memory are the wrapped sampler's
@@ -156,9 +219,6 @@ class ToolSampler:
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-    def _encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[ToolCompletion]]:
         params.check()
@@ -228,15 +288,14 @@ class ToolSampler:
             r.failed, r.reason = True, "stop"
             return
         r.seconds += res.seconds
-        r.errors += res.status == "error"
+        r.errors += res.status in ("error", "exited")
         r.timeouts += res.status == "timeout"
-        if res.status != "timeout":
-            r.cells.append((f"<cell {r.calls}>", code))
-        output = res.output if res.status != "timeout" else res.output + TIMEOUT.format(self.cfg.timeout_s)
-        ids = self._encode(output[: 8 * self.cfg.output_tokens + 8])  # a char is >= 1/8 token: cut cheaply first
-        if len(ids) > self.cfg.output_tokens:
-            output = self._decode(ids[: self.cfg.output_tokens]) + TRUNCATED
-        inserted = self._encode(output_block(self.cfg, output))
+        r.cells = session_after(r.cells, (f"<cell {r.calls}>", code), res)
+        output = self._cut(res.output)
+        note = TIMEOUT.format(self.cfg.timeout_s) if res.status == "timeout" else res.note
+        if note:  # after the cut: the model always reads how its cell ended
+            output += ("\n" if output and not output.endswith("\n") else "") + note
+        inserted = self.tokens.block(output)
         room = budget - len(r.tokens)
         if len(inserted) >= room:
             inserted, r.reason = inserted[:room], "length"
@@ -245,6 +304,14 @@ class ToolSampler:
         r.mask += [0] * len(inserted)
         r.pending = []
         r.final_start = len(r.tokens)
+
+    def _cut(self, output: str) -> str:
+        """The output cut to `output_tokens`, with a marker when anything was left out."""
+        head = output[: self.cfg.output_chars]
+        ids = self.tokens.plain(head)
+        if len(ids) > self.cfg.output_tokens or len(head) < len(output):
+            return self._decode(ids[: self.cfg.output_tokens]) + TRUNCATED
+        return output
 
     def _completion(self, r: _Rollout) -> ToolCompletion:
         strip = lambda t: t[:-1] if t and t[-1] in self.eos_ids else t  # noqa: E731  text leaves out a final EOS
@@ -309,15 +376,19 @@ def system_prompt(tool_cfg: ToolConfig, base: str = "") -> str:
 
 # The local session: replay the tools file and the earlier cells with their output discarded (also at
 # the file-descriptor level, for C code and subprocesses), then the new cell with stdout and stderr
-# together, as a terminal shows them. The last expression of the new cell is echoed, as in a notebook
-# (and as E2B's kernel does). The process's own stderr only carries ERROR_MARK: the last cell raised.
-ERROR_MARK = "__nanogrpo_cell_raised__"
-REPLAY = r'''
+# together, line by line, as a terminal shows them. The last expression of the new cell is echoed, as in a
+# notebook (and as E2B's kernel does). The process's own stderr only carries MARK lines: which cell starts,
+# that the last one raised, that all of them ran; without "done" the interpreter ended inside a cell.
+MARK = "__nanogrpo_replay__"
+REPLAY = r"""
 import ast, io, json, os, random, sys, traceback
 random.seed(0)
 cells = json.load(open("_cells.json"))
 env = {"__name__": "__main__"}
 mark, out, null = os.dup(2), os.dup(1), os.open(os.devnull, os.O_WRONLY)
+
+def note(event):
+    os.write(mark, ("MARK " + event + "\n").encode())
 
 def run(src, name, echo):
     tree = ast.parse(src, name)
@@ -330,8 +401,11 @@ def run(src, name, echo):
 
 for i, (name, src) in enumerate(cells):
     final = i == len(cells) - 1
+    note(f"cell {i}")
     os.dup2(out if final else null, 1)
     os.dup2(out if final else null, 2)
+    if final:  # what the cell printed before ending its interpreter (os._exit, a signal) is not lost
+        sys.__stdout__.reconfigure(line_buffering=True)
     sys.stdout = sys.stderr = sys.__stdout__ if final else io.StringIO()
     try:
         run(src, name, final)
@@ -343,9 +417,26 @@ for i, (name, src) in enumerate(cells):
             if frames:
                 print("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)), end="")
             print("".join(traceback.format_exception_only(type(e), e)), end="")
-            os.write(mark, b"MARK\n")
+            note("raised")
     sys.stdout.flush()
-'''.replace("MARK", ERROR_MARK)
+note("done")
+""".replace("MARK", MARK)
+
+
+def session_seed(key: int) -> int:
+    """PYTHONHASHSEED of a rollout's session: fixed for the rollout, so every replay iterates a set of strings
+    in the order the model saw (a forked warm interpreter has its slot's seed, which differs between slots)."""
+    return 1 + key % (2**32 - 1)
+
+
+def exit_note(code: int, cells: list[tuple[str, str]], at: int) -> str:
+    """What the model reads when the interpreter ended inside cell `at` of this replay."""
+    try:
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    except ValueError:
+        how = f"was killed by signal {-code}"
+    where = "" if at == len(cells) - 1 else f" while the session re-ran {cells[at][0]}, so this cell did not run"
+    return f"[the interpreter {how}{where}; the session was restarted: what earlier cells defined is gone]"
 
 
 class LocalCells:
@@ -355,24 +446,46 @@ class LocalCells:
         self.cfg, self.pool, self.python = tool_cfg, pool, python
         self.seconds = 0.0
 
-    def _spec(self, prior: list[tuple[str, str]], cell: tuple[str, str]):
+    def _cells(self, prior: list[tuple[str, str]], cell: tuple[str, str]) -> list[tuple[str, str]]:
+        return ([("<tools>", self.cfg.tools_source)] if self.cfg.tools_source else []) + prior + [cell]
+
+    def _spec(self, cells: list[tuple[str, str]], seed: int):
         from nanogrpo.sandbox import ExecSpec, Limits
 
-        cells = ([("<tools>", self.cfg.tools_source)] if self.cfg.tools_source else []) + prior + [cell]
         cpu = self.cfg.timeout_s * len(cells)  # every replayed cell gets the budget it ran within
-        return ExecSpec([self.python, "-I", "_replay.py"], files={"_replay.py": REPLAY, "_cells.json": json.dumps(cells)},
-                        limits=Limits(cpu_s=cpu, wall_s=max(20.0, 5 * cpu), out_bytes=1 << 20), clean=True)
+        # -s, not -I: a fresh interpreter that reads PYTHONHASHSEED (the runner's environment is scrubbed anyway)
+        return ExecSpec([self.python, "-s", "_replay.py"], files={"_replay.py": REPLAY, "_cells.json": json.dumps(cells)},
+                        limits=Limits(cpu_s=cpu, wall_s=max(20.0, 5 * cpu), out_bytes=1 << 20), clean=True,
+                        hash_seed=seed)
+
+    def _result(self, res, cells: list[tuple[str, str]]) -> CellResult | None:
+        events, rest = [], []
+        for line in res.stderr.splitlines(keepends=True):
+            if line.startswith(MARK + " "):
+                events.append(line[len(MARK) + 1 :].strip())
+            else:
+                rest.append(line)
+        text = (res.stdout + "".join(rest))[: self.cfg.output_chars + 1]  # what the model can be shown, and 1 more
+        # a cell can write to the marker fd too: a forged line only misleads its own rollout, never raises
+        started = [int(e[5:]) for e in events if re.fullmatch(r"cell \d{1,6}", e) and int(e[5:]) < len(cells)]
+        if res.status == "timeout":
+            return CellResult(text, "timeout", res.time_s)
+        if not started:  # the replay never reached a cell: the sandbox's interpreter failed, not the model
+            log.warning("tool session: the replay did not start (%s): %s", res.status, res.stderr[-500:])
+            return None
+        if "done" in events or res.status == "output_limit":  # ran to the end, or was stopped for its output
+            raised = "raised" in events or res.status != "ok"
+            return CellResult(text, "error" if raised else "ok", res.time_s)
+        return CellResult(text, "exited", res.time_s, note=exit_note(res.exit_code, cells, started[-1]))
 
     def run(self, calls: list[tuple[int, list[tuple[str, str]], tuple[str, str]]]) -> list[CellResult | None]:
         """calls: (rollout key, its earlier (name, code) cells, the new one) -> a CellResult each, None when
         the sandbox failed."""
 
         async def one(session, call):
-            _, prior, cell = call
-            res = await session.exec(self._spec(prior, cell))
-            raised = ERROR_MARK in res.stderr
-            status = "timeout" if res.status == "timeout" else "error" if raised or res.status != "ok" else "ok"
-            return CellResult(res.stdout + res.stderr.replace(ERROR_MARK + "\n", ""), status, res.time_s)
+            key, prior, cell = call
+            cells = self._cells(prior, cell)
+            return self._result(await session.exec(self._spec(cells, session_seed(key))), cells)
 
         out = self.pool.map(one, calls)
         self.seconds += sum(r.seconds for r in out if r is not None)
@@ -444,6 +557,7 @@ class E2BCells:
                 text += "".join(r.text + "\n" for r in ex.results if getattr(r, "text", None))
                 if ex.error is not None:
                     text += f"{ex.error.name}: {ex.error.value}\n"
+                text = text[: self.cfg.output_chars + 1]  # what the model can be shown, and 1 more (it was cut)
                 return CellResult(text, "error" if ex.error is not None else "ok", time.time() - t0)
             return None
 

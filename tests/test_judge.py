@@ -5,6 +5,7 @@ import pytest
 
 from helpers import attacks as A
 from nanogrpo.sandbox import SandboxPool, code_rewards, extract_code, judge_many, stdio_match, validate_problem
+from nanogrpo.sandbox.judge import _value_matches, excerpt, values_equal
 from nanogrpo.sandbox.local import bwrap_available
 
 needs_sandbox = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap missing")
@@ -139,6 +140,74 @@ def test_call_mode_tuple_equals_list_and_bool_is_not_int(pool):
     assert reward(pool, "def f(a):\n    return True", call("f", [([1], 1)])) == 0.0
 
 
+@pytest.mark.parametrize("got,want", [(123456789013, 123456789012), (10**18 + 999_999_999, 10**18),
+                                      (2**1100 + 1, 2**1100), ([1, [2, 10**20 + 1]], [1, [2, 10**20]])])
+def test_call_mode_integers_compare_exactly(got, want):
+    assert not values_equal(got, want) and values_equal(want, want)
+
+
+@pytest.mark.parametrize("got,want", [(0.1 + 0.2, 0.3), (3, 3.0), (10**18, 1e18), (1e18, 10**18 + 1)])
+def test_call_mode_a_float_on_either_side_keeps_a_tolerance(got, want):
+    assert values_equal(got, want)
+
+
+@pytest.mark.parametrize("got,want", [(2**1100, 1.5), (1.5, 2**1100), (10**400, float("inf")), (-(10**400), -1e308)])
+def test_comparing_an_int_past_the_float_range_with_a_float_is_false_not_an_error(got, want):
+    assert values_equal(got, want) is False
+
+
+@pytest.mark.parametrize("payload", [{"value": {"__t": "complex", "v": [10**400, 0]}}, {"value": {"__t": "set", "v": [[1]]}},
+                                     {"value": {"__t": "bytes", "v": 5}}, {"nothing": 1}, {"value": {"__t": "tuple"}}])
+def test_a_payload_that_cannot_be_decoded_or_compared_is_simply_wrong(payload):
+    assert _value_matches(payload, "0") is False
+
+
+@needs_sandbox
+@pytest.mark.parametrize("name,prog,want", A.WRONG_NUMBERS, ids=[w[0] for w in A.WRONG_NUMBERS])
+def test_wrong_numbers_score_zero_never_none(pool, name, prog, want):
+    v = judge_many([prog], [call("f", [([], want)])], pool=pool)[0]
+    assert v is not None and v.reward == 0.0 and v.status == "wrong_answer"
+    assert reward(pool, f"def f():\n    return {want!r}", call("f", [([], want)])) == 1.0  # the right value passes
+
+
+# -- what a Verdict keeps of the outputs -------------------------------------------------------
+def test_excerpt_keeps_head_and_tail_within_the_bound():
+    text = "".join(f"{i}\n" for i in range(100_000))
+    e = excerpt(text, 4096)
+    assert len(e) <= 4096 and e.startswith("0\n1\n") and e.endswith("99999\n") and str(len(text)) in e
+    assert excerpt("short", 4096) == "short"
+
+
+@needs_sandbox
+def test_verdict_keeps_a_bounded_excerpt_of_a_20mb_output(pool):
+    import sys
+
+    v = judge_many([A.PRINT_20MB], [stdio([("", "x")], time_limit_s=5)], pool=pool)[0]
+    r = v.results[0]
+    assert v.reward == 0.0 and r.status == "output_limit"
+    assert len(r.stdout) <= A.KEPT and len(r.stderr) <= A.KEPT and r.stdout.startswith("x") and r.stderr.startswith("y")
+    assert sys.getsizeof(r.stdout) + sys.getsizeof(r.stderr) < 4 * A.KEPT  # bytes held, not 14 MB
+    v = judge_many([A.PRINT_20MB], [stdio([("", "x")], time_limit_s=5)], pool=pool, kept_output_chars=100)[0]
+    assert len(v.results[0].stdout) <= 100
+
+
+@needs_sandbox
+def test_the_whole_output_is_compared_before_it_is_cut(pool):
+    """3 MB of stdio output and a 300,000-element call-mode value: one wrong element in the middle (far from
+    the kept head and tail) still fails, and the right answers pass."""
+    n = 400_000
+    want = "\n".join(map(str, range(n)))
+    right = f"print('\\n'.join(map(str, range({n}))))"
+    wrong = f"r = list(map(str, range({n})))\nr[{n // 2}] = '-1'\nprint('\\n'.join(r))"
+    vs = judge_many([right, wrong], [stdio([("", want)], time_limit_s=5)] * 2, pool=pool)
+    assert [v.reward for v in vs] == [1.0, 0.0]
+    p = call("f", [([], list(range(300_000)))], time_limit_s=5)
+    vs = judge_many(["def f():\n    return list(range(300_000))",
+                     "def f():\n    r = list(range(300_000))\n    r[150_000] = -1\n    return r"], [p, p], pool=pool)
+    assert [v.reward for v in vs] == [1.0, 0.0]
+    assert all(len(r.stdout) <= A.KEPT for v in vs for r in v.results)
+
+
 @needs_sandbox
 def test_custom_eq_cannot_pass_call_mode(pool):
     assert reward(pool, A.CUSTOM_EQ_CALL, call("add", [([1, 2], 3)])) == 0.0
@@ -217,7 +286,7 @@ def test_cpp_program_deleting_its_binary_is_a_real_zero(pool):
 
 
 @needs_sandbox
-@pytest.mark.parametrize("forged", A.FORGED_LINES)
+@pytest.mark.parametrize("forged", A.FORGED_LINES, ids=[f[:40] for f in A.FORGED_LINES])
 def test_forged_harness_line_is_a_real_zero(pool, forged):
     from nanogrpo.sandbox.harness import MARK
 

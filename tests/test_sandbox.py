@@ -175,3 +175,27 @@ def test_forked_interpreter_behaves_like_a_fresh_one(pool, code):
 def test_untrusted_code_has_no_capabilities(pool):
     v = run(pool, A.CAPABILITIES, stdio(A.NO_CAPS))
     assert v.reward == 1.0, v.results[0].stdout
+
+
+def test_hash_seed_gives_every_slot_the_same_string_hashes(pool):
+    """ExecSpec.hash_seed: a fresh interpreter with PYTHONHASHSEED, so str hashes and set order are the same on
+    every slot (a forked warm interpreter has its slot's seed; tool sessions replay on any slot)."""
+    from nanogrpo.sandbox import ExecSpec
+
+    code = "print(hash('nanogrpo'), list({'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'}))"
+
+    async def one(session, seed):
+        r = await session.exec(ExecSpec(["/usr/bin/python3", "-s", "-c", code], hash_seed=seed))
+        return r.status, r.stdout
+
+    outs = pool.map(one, [5] * 6 + [6])  # six at once: both slots
+    assert outs[0][0] == "ok" and len(set(outs[:6])) == 1
+    assert outs[6] != outs[0]  # the seed is what decides
+
+
+def test_hash_seed_is_refused_with_flags_that_ignore_it():
+    from nanogrpo.sandbox import runner
+
+    for argv in (["/usr/bin/python3", "-I", "main.py"], ["/usr/bin/python3", "-sE", "main.py"]):
+        with pytest.raises(ValueError, match="ignore PYTHONHASHSEED"):
+            runner.seeded({"argv": argv, "env": {}, "fresh_interpreter": False}, 5)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import attacks as A
 from nanogrpo import grpo, tools
 from nanogrpo.sampler import Completion, SamplingParams
 
@@ -160,6 +161,72 @@ def test_tools_file_is_loaded_and_described(tokenizer, local_cells, tmp_path):
     assert inserted_texts(tokenizer, c)[0] == FENCE.output_open + "42" + FENCE.output_close
     assert tools.describe_tools(src) == "- double(x: int): Twice x."
     assert "double(x: int)" in tools.system_prompt(tools.ToolConfig(tools_source=src))
+
+
+# ---- sessions show the model exactly what happened (issue 26; the cases live in tests/helpers/attacks.py) ----
+
+
+def test_replays_of_a_session_show_the_set_order_the_model_saw(tokenizer, local_cells):
+    """A session has one PYTHONHASHSEED: its calls print a set of strings in one order on every slot (the
+    pool has 2), so a replay computes what the model was shown."""
+    cfg = tools.ToolConfig(timeout_s=2.0)
+    cells = local_cells(cfg)
+    outs = [r.output for r in cells.run([(7, [], ("<cell 1>", A.SET_ORDER))] * 8)]  # one session, both slots
+    assert len(set(outs)) == 1 and "apple" in outs[0]
+    script = [block(A.SET_ORDER), block("print(list(s))"), block("print(list(s))"), "done<EOS>"]
+    sampler = tools.ToolSampler(ScriptSampler(tokenizer, script, cfg.output_open), cfg, cells)
+    for c in (c for g in sampler.generate([tokenizer.encode("Q:")], 4, SamplingParams(600, 1.0, seed=0)) for c in g):
+        shown = inserted_texts(tokenizer, c)
+        assert c.calls == 3 and len(set(shown)) == 1, shown  # each call re-ran the set: the same text
+
+
+EXIT_SHOWN = {"os._exit(0)": "exited with code 0", "os._exit(3)": "exited with code 3",
+              "SIGKILL itself": "was killed by SIGKILL"}
+
+
+@pytest.mark.parametrize("how", list(EXIT_SHOWN))
+def test_a_cell_that_ends_its_interpreter_is_reported_and_the_session_restarts(tokenizer, local_cells, how):
+    script = [block("x = 41\nprint('before')"), block(A.EXIT_CELLS[how]), block("print('after', 'x' in globals())"),
+              "done<EOS>"]
+    c, _ = run_script(tokenizer, local_cells, script)
+    outs = inserted_texts(tokenizer, c)
+    assert c.calls == 3 and not c.failed and c.errors == 1 and c.final_text == "done"
+    assert outs[1].startswith(FENCE.output_open + "bye\n[the interpreter " + EXIT_SHOWN[how]), outs[1]
+    assert "the session was restarted" in outs[1]
+    assert outs[2] == FENCE.output_open + "after False" + FENCE.output_close  # runs, in the restarted session
+
+
+def test_tool_output_never_becomes_special_tokens(tokenizer, local_cells):
+    c, _ = run_script(tokenizer, local_cells, [block(A.SPECIAL_TOKENS), "done<EOS>"])
+    fed_back = [t for t, m in zip(c.token_ids, c.mask) if m == 0]
+    assert set(tokenizer.all_special_ids) == {0, 1} and not set(fed_back) & set(tokenizer.all_special_ids)
+    assert inserted_texts(tokenizer, c) == [FENCE.output_open + "a<|endoftext|>b<|pad|>c<|im_end|>d" + FENCE.output_close]
+    assert c.calls == 1 and c.final_text == "done" and c.finish_reason == "stop"
+
+
+def test_added_markers_in_tool_output_are_plain_text_and_the_tags_stay_as_configured():
+    """An added token that is not special (Qwen's <tool_call>) is still matched with split_special_tokens:
+    it is spelled out. An added run of spaces is ordinary text and stays. Tags with control tokens keep them."""
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(TOOL_MODEL)
+    tok.add_tokens([AddedToken("<tool_call>", special=False, normalized=False), AddedToken("    ", normalized=False)])
+    marker, spaces = tok.convert_tokens_to_ids(["<tool_call>", "    "])
+    plain = tools.ToolTokens(tok, tools.ToolConfig())
+    text = "x <tool_call> y <|endoftext|>    z"
+    ids = plain.plain(text)
+    assert {marker, 0, 1}.isdisjoint(ids) and spaces in ids and tok.decode(ids) == text
+    cfg = tools.ToolConfig(output_open="<tool_call>\n", output_close="\n<|endoftext|>")
+    ids = tools.ToolTokens(tok, cfg).block("a <tool_call> b\n")
+    assert ids.count(marker) == 1 and ids[0] == marker and ids[-1] == 0 and ids.count(0) == 1
+    assert tok.decode(ids) == "<tool_call>\na <tool_call> b\n<|endoftext|>"
+
+
+@pytest.mark.parametrize("case", A.TOOL_CASES, ids=[c.name for c in A.TOOL_CASES])
+def test_tool_red_team_cases_are_shown_as_they_happened(tokenizer, local_cells, case):
+    got = case.run(local_cells(tools.ToolConfig(timeout_s=2.0)), tokenizer)
+    assert not case.escaped(got), got
 
 
 class FailingCells:

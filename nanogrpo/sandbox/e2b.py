@@ -82,7 +82,7 @@ class E2BWorker:
     async def exec(self, job: str, spec: ExecSpec) -> ExecResult:
         req = {"op": "exec", "job": job, "files": spec.files, "argv": spec.argv, "stdin": spec.stdin,
                "limits": spec.limits.as_dict(), "clean": spec.clean,
-               "fresh_interpreter": spec.fresh_interpreter}
+               "fresh_interpreter": spec.fresh_interpreter, "hash_seed": spec.hash_seed}
         return ExecResult(**await self._call(req, spec.limits.wall_s + self.command_slack_s))
 
     async def end_job(self, job: str) -> None:

@@ -2,7 +2,9 @@
 
 A test passes only if the program finishes within its limits, exits 0 and its output matches.
 stdio: LiveCodeBench rules (`stdio_match`). call / assert: values come out of the sandbox as tagged
-JSON (see harness.py) and are compared here, outside it.
+JSON (see harness.py) and are compared here, outside it (integers exactly, floats within 1e-9). Output
+that cannot be decoded or compared is a wrong answer (0); None is only for the sandbox failing. Each
+test is judged on its whole output; the Verdict keeps an excerpt (`kept_output_chars`).
 """
 import json
 import math
@@ -30,6 +32,7 @@ class JudgeOptions:
     compile_mem_mb: int = 2048
     out_bytes: int = 8 << 20
     node_extra_address_space_mb: int = 4096  # V8 reserves address space it never touches
+    kept_output_chars: int = 4096  # of each test's stdout and stderr, kept in the Verdict for logs (head + tail)
 
 
 # Ranges a row's limits must lie in (a negative memory limit used to switch the limit off).
@@ -117,9 +120,18 @@ def _plain(v):
     return v
 
 
+def _numbers_equal(got, want) -> bool:
+    if type(got) is int and type(want) is int:  # exact: a tolerance passes 123456789013 for 123456789012
+        return got == want
+    try:  # a float on either side keeps a tolerance (0.1 + 0.2 is 0.3)
+        return got == want or math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9)
+    except OverflowError:  # an int past the float range (2**1100) is close to no float
+        return False
+
+
 def values_equal(got, want) -> bool:
     if type(got) in (int, float) and type(want) in (int, float):  # bool excluded on purpose
-        return got == want or math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9)
+        return _numbers_equal(got, want)
     if isinstance(got, list) and isinstance(want, list):
         return len(got) == len(want) and all(values_equal(g, w) for g, w in zip(got, want))
     if isinstance(got, dict) and isinstance(want, dict):
@@ -140,11 +152,33 @@ def harness_payload(res: ExecResult):
 
 def _value_matches(payload, expected: str) -> bool:
     """The harness's value equals the expected JSON; a malformed (forged) payload is simply wrong."""
+    return _compares(lambda: values_equal(_plain(decode(payload["value"])), _plain(json.loads(expected))))
+
+
+def _compares(compare) -> bool:
+    """compare(), where the program's output is on one side: any failure to decode or compare it (KeyError,
+    a value nested thousands deep, OverflowError from complex(10**400, 0), ...) is the program's loss, a
+    wrong answer, never an exception (which the pool would turn into None, "could not judge")."""
     try:
-        got = decode(payload["value"])
-        return values_equal(_plain(got), _plain(json.loads(expected)))
-    except (KeyError, ValueError, TypeError, RecursionError):  # e.g. a value nested thousands deep
+        return bool(compare())
+    except Exception:  # noqa: BLE001  untrusted output: no error of decoding or comparing it is the sandbox's
         return False
+
+
+def excerpt(text: str, limit: int) -> str:
+    """At most `limit` characters of `text`: its head and tail around a line saying how long it was. A Verdict
+    keeps this much of each output, for logs: the full output (up to out_bytes each) lives only while its
+    test is judged, so trainer memory does not grow with what programs print."""
+    if len(text) <= limit:
+        return text
+    cut = f"\n[... {len(text)} characters; the middle is left out ...]\n"
+    half = max(limit - len(cut), 0) // 2
+    return (text[:half] + cut + text[len(text) - half:])[:limit]
+
+
+def _kept(res: ExecResult, opts: JudgeOptions) -> ExecResult:
+    return replace(res, stdout=excerpt(res.stdout, opts.kept_output_chars),
+                   stderr=excerpt(res.stderr, opts.kept_output_chars))
 
 
 # -- running ---------------------------------------------------------------------------------
@@ -197,19 +231,19 @@ async def judge(session, code: str | None, problem: dict, opts: JudgeOptions | N
     mode = problem.get("mode", "stdio")
     results: list[ExecResult] = []
     if mode == "assert":
-        results.append(await _judge_assert(session, code, problem, lim, opts))
+        results.append(_kept(await _judge_assert(session, code, problem, lim, opts), opts))
         return _reward(results, 1, opts)
     if mode == "stdio":
         prep = await _prepare(session, code, problem, opts, lim)
         if isinstance(prep, ExecResult):
-            return _reward([prep], len(tests), opts)
+            return _reward([_kept(prep, opts)], len(tests), opts)
         argv, files = prep
         if problem.get("language") == "javascript":
             lim = replace(lim, mem_mb=lim.mem_mb + opts.node_extra_address_space_mb)
     for i, t in enumerate(tests):
         if mode == "stdio":
             res = await session.exec(ExecSpec(argv, files if i == 0 else {}, t["input"], lim))
-            res = _graded(res, res.status == "ok" and stdio_match(res.stdout, t["output"]))
+            res = _graded(res, res.status == "ok" and _compares(lambda: stdio_match(res.stdout, t["output"])))
         else:  # call: the argument list goes in, the value comes out and is compared here
             call = {"fn_name": problem["fn_name"], "args": json.loads(t["input"])}
             files = {"call.json": json.dumps(call), "harness.py": HARNESS_SRC}
@@ -221,7 +255,7 @@ async def judge(session, code: str | None, problem: dict, opts: JudgeOptions | N
             if res.status == "ok" and payload is None:
                 res = replace(res, status="runtime_error")  # exited 0 before the harness answered
             res = _graded(res, ok)
-        results.append(res)
+        results.append(_kept(res, opts))  # judged on the whole output; an excerpt is kept
         if opts.stop_at_first_failure and res.status != "passed":
             break
     return _reward(results, len(tests), opts)

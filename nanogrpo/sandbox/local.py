@@ -137,7 +137,7 @@ class LocalWorker:
     async def exec(self, job: str, spec: ExecSpec) -> ExecResult:
         rep = await self._call({"op": "exec", "job": job, "files": spec.files, "argv": spec.argv,
                                 "stdin": spec.stdin, "limits": spec.limits.as_dict(), "clean": spec.clean,
-                                "fresh_interpreter": spec.fresh_interpreter})
+                                "fresh_interpreter": spec.fresh_interpreter, "hash_seed": spec.hash_seed})
         return ExecResult(**rep)
 
     async def end_job(self, job: str) -> None:

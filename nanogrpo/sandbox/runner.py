@@ -7,12 +7,14 @@ a new session and execs the program. Namespaces are made once per slot, not per 
 interpreter (`run_inprocess`), which skips the interpreter's start-up.
 
 Requests: {"op": "probe"} | {"op": "exec", "job": str, "files": {name: text}, "argv": [...],
-"stdin": str, "limits": {...}} | {"op": "end", "job": str}. Replies are one JSON object each.
+"stdin": str, "limits": {...}, "clean"?, "fresh_interpreter"?, "hash_seed"?} | {"op": "end", "job": str}.
+Replies are one JSON object each.
 Also usable once from a command line (`runner.py once REQUEST.json`): the E2B backend does that.
 """
 import atexit
 import gc
 import io
+import itertools
 import json
 import os
 import resource
@@ -143,6 +145,8 @@ def run_exec(req, uid, launcher=None):
     # Only trusted fields go to the child's launcher (the zygote never holds a program's data).
     spec = {"argv": req["argv"], "cwd": cwd, "stdin": stdin_path, "limits": lim,
             "fresh_interpreter": bool(req.get("fresh_interpreter")), "env": dict(ENV, HOME=cwd, TMPDIR=cwd)}
+    if req.get("hash_seed") is not None:
+        seeded(spec, int(req["hash_seed"]))
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     exc_r, exc_w = os.pipe2(os.O_CLOEXEC)  # tells the parent that exec itself failed (an infra error)
@@ -239,6 +243,16 @@ def run_exec(req, uid, launcher=None):
         kind = "ok"
     return {"status": kind, "exit_code": code, "stdout": stdout, "stderr": stderr,
             "time_s": wall, "cpu_s": cpu}
+
+
+def seeded(spec, seed):
+    """A fixed string-hash seed: only a fresh interpreter reads PYTHONHASHSEED (a forked warm one keeps the
+    runner's, which differs from slot to slot), and only without -I / -E, which ignore the environment."""
+    options = itertools.takewhile(lambda a: a.startswith("-") and a not in ("-c", "-m"), spec["argv"][1:])
+    if any(a[1:2] != "-" and ("I" in a or "E" in a) for a in options):  # -I, -E, or a cluster like -sI
+        raise ValueError(f"hash_seed with {spec['argv']}: -I and -E ignore PYTHONHASHSEED")
+    spec["env"]["PYTHONHASHSEED"] = str(seed)
+    spec["fresh_interpreter"] = True
 
 
 BASE_NICE = os.getpriority(os.PRIO_PROCESS, 0)  # what every execution starts with (it can only raise it)

@@ -43,6 +43,9 @@ class ExecSpec:
     limits: Limits = field(default_factory=Limits)
     clean: bool = False                               # empty the job directory first
     fresh_interpreter: bool = False  # exec python3 even where the warm runner could fork it (see runner.py)
+    # PYTHONHASHSEED of a fresh interpreter (str hashes, so set order, the same on every slot and every run;
+    # a forked warm interpreter has its slot's). argv must not pass -I or -E: they ignore it (runner.py).
+    hash_seed: int | None = None
 
 
 @dataclass

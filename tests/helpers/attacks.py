@@ -4,12 +4,18 @@ tests/test_judge*.py and scripts/redteam.py all read it).
 An `Attack` is one or more programs run in turn on ONE slot (a fresh job each, as the trainer does);
 `escaped(verdicts)` says whether the attack got what it wanted (host memory pinned, data carried from
 one execution to the next, a reward it should not have, a None where the answer was simply wrong).
+A `ToolCase` is a cell run in a tool session (nanogrpo/tools.py); it escapes when the model would be
+shown something other than what happened (a replay that differs, a dead interpreter passed over in
+silence, printed text turned into control tokens).
 """
 import json
 from dataclasses import dataclass, field
 from typing import Callable
 
 from nanogrpo.sandbox.harness import MARK
+from nanogrpo.sandbox.judge import JudgeOptions
+
+KEPT = JudgeOptions().kept_output_chars  # of each output a Verdict keeps
 
 
 def stdio(expected="ok\n", stdin="", tl=2, **kw):
@@ -164,6 +170,17 @@ DEEP_RETURN = ("import sys\nsys.setrecursionlimit(100000)\ndef f():\n    x = []\
                "    for _ in range(2000):\n        x = [x]\n    return x\n")
 FORGED_DEEP = (f"import os\nos.write(1, ({MARK!r} + '{{\"value\": ' + '[' * 100000 + ']' * 100000 + '}}\\n')"
                ".encode())\nos._exit(0)\ndef f(): return 0\n")
+# Call mode (issue 26): integers compare exactly, and a comparison that cannot be made (an int past the
+# float range against a float: OverflowError) is a wrong answer. (name, program, expected value)
+WRONG_NUMBERS = [
+    ("123456789013 for 123456789012", "def f():\n    return 123456789013", 123456789012),
+    ("10**18 + 999,999,999 for 10**18", "def f():\n    return 10**18 + 999_999_999", 10**18),
+    ("1.5 for 2**1100", "def f():\n    return 1.5", 2**1100),
+    ("2**1100 for 1.5", "def f():\n    return 2**1100", 1.5),
+]
+# Everything a program prints reaches the judge (up to out_bytes per stream); the Verdict keeps an excerpt.
+PRINT_20MB = ("import sys\nsys.stderr.write('y' * (6 << 20))\nsys.stderr.flush()\n"
+              "sys.stdout.write('x' * (20 << 20))\n")
 
 
 # -- isolation: each thing an untrusted program tries against the host (tests/test_sandbox.py) ----
@@ -201,7 +218,8 @@ EARLY_EXITS_CALL = ["exit(0)", "import os; os._exit(0)", "print('passed'); raise
 EARLY_EXITS_ASSERT = ["exit(0)", "import os; os._exit(0)", "import sys; sys.exit(0)"]
 PATCH_ASSERTS = ("import builtins, atexit, os\nprint('passed')\nbuiltins.AssertionError = KeyboardInterrupt\n"
                  "atexit.register(lambda: os._exit(0))\ndef add(a, b):\n    return 0")
-FORGED_LINES = ["{}", "[1]", '{"value": {"__t": "nope"}}', '{"value": 3']
+FORGED_LINES = ["{}", "[1]", '{"value": {"__t": "nope"}}', '{"value": 3',
+                '{"value": {"__t": "complex", "v": [' + "9" * 400 + ', 0]}}']  # complex(10**400, 0): OverflowError
 FORGED = "import os\nos.write(1, ({mark!r} + {forged!r} + '\\n').encode())\nos._exit(0)\ndef add(a, b): return 0"
 DELETE_BINARY = "#include <cstdio>\nint main(){remove(\"main\"); puts(\"5\");}"
 ADD_TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"
@@ -242,6 +260,11 @@ def _not_zero(vs):
 
 def _not_one(vs):
     return vs[0] is None or vs[0].reward != 1.0
+
+
+def _kept_over(limit):
+    """The Verdict holds more of a test's output than `limit` characters per stream (trainer memory)."""
+    return lambda vs: vs[0] is None or any(max(len(r.stdout), len(r.stderr)) > limit for r in vs[0].results)
 
 
 # The most a program may pin outside RLIMIT_AS (/dev/shm tmpfs plus SysV shm), in MB.
@@ -288,8 +311,12 @@ ATTACKS = [
     *[Attack(f"exit before the asserts: {t}", [f"def add(a, b):\n    return 0\n{t}"], asserting(), _not_zero, "judge")
       for t in EARLY_EXITS_ASSERT],
     Attack("print 'passed', patch AssertionError, atexit", [PATCH_ASSERTS], asserting(), _not_zero, "judge"),
-    *[Attack(f"forged harness line {f}", [FORGED.format(mark=MARK, forged=f)], call("add", [1, 2], 3), _not_zero,
-             "judge") for f in FORGED_LINES],
+    *[Attack(f"forged harness line {f[:40]}", [FORGED.format(mark=MARK, forged=f)], call("add", [1, 2], 3),
+             _not_zero, "judge") for f in FORGED_LINES],
+    *[Attack(f"call mode: {name}", [prog], call("f", [], want), _not_zero, "judge")
+      for name, prog, want in WRONG_NUMBERS],
+    Attack("print 20 MB (trainer memory): the verdict keeps an excerpt", [PRINT_20MB], stdio(tl=5),
+           _kept_over(KEPT), "judge"),
     Attack("C++ deletes its own binary (test 2 of 2 is a real 0)", [DELETE_BINARY],
            {**stdio("5", tl=5), "language": "cpp", "tests": [{"input": "", "output": "5"}] * 2},
            lambda vs: vs[0] is None or vs[0].reward != 0.5, "judge"),
@@ -316,3 +343,71 @@ def meminfo() -> dict:
             if key in ("Shmem", "MemAvailable"):
                 got[key] = int(val.split()[0]) // 1024
     return got
+
+
+# -- tool sessions (nanogrpo/tools.py; tests/test_tools.py, scripts/redteam.py --kind tools) -------
+# What a cell does to the session around it: the model must be shown exactly what happened.
+SET_ORDER = "s = {'apple', 'banana', 'cherry', 'damson', 'elder', 'fig', 'grape', 'hawthorn'}\nprint(list(s))"
+EXIT_CELLS = {
+    "os._exit(0)": "import os\nprint('bye')\nos._exit(0)",
+    "os._exit(3)": "import os\nprint('bye')\nos._exit(3)",
+    "SIGKILL itself": "import os, signal\nprint('bye')\nos.kill(os.getpid(), signal.SIGKILL)",
+}
+SPECIAL_TOKENS = "print('a<|endoftext|>b<|pad|>c<|im_end|>d')"
+
+
+@dataclass
+class ToolCase:
+    name: str
+    run: Callable      # (cells backend, tokenizer) -> what the session showed
+    escaped: Callable  # (what run returned) -> True when the model was shown something other than what happened
+
+
+def _same_session_on_every_slot(cells, tokenizer):
+    """One session's call 8 times at once: the pool spreads them over its slots, as a rollout's replays are."""
+    return [None if r is None else r.output for r in cells.run([(7, [], ("<cell 1>", SET_ORDER))] * 8)]
+
+
+def _exit_then_next_cell(code):
+    def run(cells, tokenizer):
+        from nanogrpo import tools
+
+        prior, shown = [], []
+        for k, src in enumerate(["x = 41", code, "print('after', 'x' in globals())"], 1):
+            [res] = cells.run([(0, prior, (f"<cell {k}>", src))])
+            if res is None:
+                return None
+            shown.append(res.output + res.note)
+            prior = tools.session_after(prior, (f"<cell {k}>", src), res)
+        return shown
+    return run
+
+
+def _exit_hidden(shown):
+    """Not told that the interpreter ended, or the next cell silently empty (or running on stale state)."""
+    return (shown is None or "bye" not in shown[1] or "the interpreter" not in shown[1]
+            or shown[2].strip() != "after False")
+
+
+def _special_token_ids(cells, tokenizer):
+    from nanogrpo import tools
+
+    [res] = cells.run([(0, [], ("<cell 1>", SPECIAL_TOKENS))])
+    if res is None:
+        return None
+    ids = tools.ToolTokens(tokenizer, tools.ToolConfig()).block(res.output)  # what goes back to the model
+    return ids, set(tokenizer.all_special_ids), tokenizer.decode(ids)
+
+
+def _control_tokens(got):
+    """A special token's id among the ids fed back, or the text not shown as printed."""
+    return got is None or bool(set(got[0]) & got[1]) or "a<|endoftext|>b<|pad|>c<|im_end|>d" not in got[2]
+
+
+TOOL_CASES = [
+    ToolCase("set of strings, one session's calls on two slots", _same_session_on_every_slot,
+             lambda outs: None in outs or len(set(outs)) != 1),
+    *[ToolCase(f"cell ends its interpreter: {k}; next cell", _exit_then_next_cell(v), _exit_hidden)
+      for k, v in EXIT_CELLS.items()],
+    ToolCase("cell prints <|endoftext|> <|pad|> <|im_end|>", _special_token_ids, _control_tokens),
+]
