@@ -183,7 +183,8 @@ def accumulate(policy, examples: list[tuple[list[int], list[bool]]], cfg: C.Conf
     scale = dist.world_size() / max(z, 1.0)
     total = torch.zeros((), dtype=torch.float64)
     for i, b in enumerate(batches):
-        policy.set_requires_gradient_sync(i == len(batches) - 1)  # one reduce-scatter per step
+        # grad_accumulation: after every micro-batch (sharded gradients) or once per step (grpo.step says why)
+        policy.set_requires_gradient_sync(i == len(batches) - 1 or cfg.grad_accumulation == "sharded")
         logp, _ = policy(b.input_ids.to(device), None, position_ids=b.position_ids.to(device),
                          positions=b.positions.to(device))  # (1, K)
         nll = -logp.sum() * b.weight
@@ -231,7 +232,7 @@ def load_sft_rows(cfg: C.Config) -> list[tuple[str, dict]]:
 
 def main(argv: list[str]) -> dict:
     cfg = C.load(argv)
-    device = dist.init(cfg.device)
+    device = dist.init(cfg.device, cfg.cpu_allocator)
     rank, world = dist.rank(), dist.world_size()
     if cfg.prompts_per_step % world:
         raise C.ConfigError(f"prompts_per_step={cfg.prompts_per_step} (rows per step) is not divisible by the "

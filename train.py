@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig
 
-from nanogrpo import checkpoint, data, dist, grpo, hub, lora, tools
+from nanogrpo import checkpoint, data, dist, grpo, hub, lora, memory, tools
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.log import Logger
@@ -95,7 +96,7 @@ def run_benchmarks(tasks: list, sampler, model_dir: str, cfg: C.Config, step: in
 
 def main(argv: list[str]) -> dict:
     cfg = C.load(argv)  # bad keys / types stop here, before anything is loaded
-    device = dist.init(cfg.device)
+    device = dist.init(cfg.device, cfg.cpu_allocator)
     rank, world = dist.rank(), dist.world_size()
     if cfg.prompts_per_step % world:
         raise C.ConfigError(f"prompts_per_step={cfg.prompts_per_step} is not divisible by the world size {world}")
@@ -124,6 +125,14 @@ def main(argv: list[str]) -> dict:
         from nanogrpo.sandbox import get_pool
 
         get_pool(**{k: v for k, v in code_opts(cfg).items() if k != "binary"}).start()
+    # what the run will hold per process, before any of it is allocated (nanogrpo/memory.py)
+    longest = max(len(p) for p in encode_prompts(train_rows[:256], tokenizer, cfg))
+    plan = memory.plan(cfg, memory.shape_of(AutoConfig.from_pretrained(cfg.model)), world, device.type, longest,
+                       gpu_mem=memory.device_budget(device))
+    dist.print0(f"memory plan: {plan.summary()}")
+    if not plan.fits:
+        dist.print0("WARNING: the memory plan does not fit; `python scripts/plan_memory.py CONFIG` shows each part "
+                    "and a change that fits (activation_checkpointing, smaller micro-batches)", file=sys.stderr)
     resume_from = checkpoint.latest(cfg.out_dir) if cfg.resume else None
     weights = str(resume_from or cfg.model)  # after a resume, trainer and sampler start from the checkpoint
     # LoRA: the frozen base is always cfg.model (a checkpoint's HF files are merged); a resume loads the adapters

@@ -13,9 +13,12 @@ import torch
 import torch.distributed as dist
 
 
-def init(device: str = "auto") -> torch.device:
-    """Join (or create) the process group and return this rank's device."""
+def init(device: str = "auto", cpu_allocator: str = "system") -> torch.device:
+    """Join (or create) the process group and return this rank's device. cpu_allocator="reuse" (CPU
+    runs only): see `keep_freed_memory`."""
     use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
+    if not use_cuda and cpu_allocator == "reuse":
+        keep_freed_memory()
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device='cuda' but CUDA is not available")
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -29,6 +32,28 @@ def init(device: str = "auto") -> torch.device:
         else:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     return torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc keep freed memory for the next allocation instead of returning it to the OS.
+
+    Why: glibc serves every allocation over 32 MiB with a fresh mmap and unmaps it on free, so each
+    large tensor of a CPU update (activations, logits chunks, gradients) starts as untouched pages and
+    the first write page-faults through all of them: a [16, 350, 1536] fp32 multiply took 12-21 ms into
+    a fresh tensor against 3 ms into a reused one. With mmap off and trimming off, freed blocks go back
+    to malloc's heap and the next tensor of that size reuses them (measured: scripts/bench_memory.py,
+    README "Memory"). The cost is a higher peak RSS (freed memory is held, and the heap fragments).
+    Process-wide, from this call on; glibc only (returns False and changes nothing elsewhere)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # <malloc.h>
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
 
 
 def close() -> None:
@@ -72,6 +97,13 @@ def all_gather_object(obj) -> list:
     out = [None] * world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+def broadcast(t: torch.Tensor, src: int = 0) -> torch.Tensor:
+    """In place: every rank gets rank `src`'s values; a no-op at world size 1."""
+    if world_size() > 1:
+        dist.broadcast(t, src=src)
+    return t
 
 
 def broadcast_object(obj, src: int = 0):

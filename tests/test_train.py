@@ -125,6 +125,16 @@ def test_resolved_config_is_saved(tiny_model_dir, tmp_path):
     assert load([str(tmp_path / "config.toml")]).lr == 3e-4
 
 
+def test_start_up_prints_the_memory_plan_and_warns_when_it_does_not_fit(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    # the budget on CPU is the machine's RAM shared by the node's processes: claim a million of them
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1000000")
+    train.main(small(tiny_model_dir, tmp_path, "steps=1", "save_final=false"))
+    out, err = capsys.readouterr()
+    line = next(s for s in out.splitlines() if s.startswith("memory plan: peak"))
+    assert "DOES NOT FIT" in line
+    assert "WARNING: the memory plan does not fit" in err
+
+
 def test_bad_config_value_before_any_loading(tmp_path):
     with pytest.raises(ConfigError, match="'micro_batch_size' must be >= 1"):
         train.main([f"model={tmp_path / 'missing'}", "micro_batch_size=0"])

@@ -9,6 +9,7 @@ Skipped when vllm is not importable (it is an optional install: requirements-vll
 """
 
 import gc
+import inspect
 import weakref
 
 import pytest
@@ -312,6 +313,37 @@ def test_top_p_warns_and_sleep_is_a_noop_on_cpu(engine):
     sampler.wake()
     [[c]] = sampler.generate([[5, 6]], 1, SamplingParams(max_new_tokens=3, temperature=0))
     assert len(c.token_ids) >= 1
+
+
+def test_gpu_sleep_drops_the_weights_until_the_sync_refills_them(engine, monkeypatch):
+    """The GPU path on the CPU engine, vLLM's sleep / wake_up replaced by recorders bound to the real
+    methods' signatures: level 2 (the next sync sends every weight, so level 1's copy to host RAM and back
+    is waste), no generate on dropped weights, the sync wakes the weights alone, generate the KV cache."""
+    sampler, model_dir = engine
+    calls = []
+
+    def recorder(name):
+        signature = inspect.signature(getattr(vllm.LLM, name))
+
+        def record(*args, **kwargs):
+            signature.bind(sampler.llm, *args, **kwargs)  # a call the real method accepts
+            calls.append((name, kwargs))
+
+        return record
+
+    monkeypatch.setattr(sampler.llm, "sleep", recorder("sleep"))
+    monkeypatch.setattr(sampler.llm, "wake_up", recorder("wake_up"))
+    monkeypatch.setattr(sampler, "on_gpu", True)
+    params = SamplingParams(max_new_tokens=3, temperature=0)
+    want = sampler.generate([[5, 6]], 1, params)[0][0].token_ids
+    sampler.sleep()
+    assert calls == [("sleep", {"level": 2})]
+    with pytest.raises(RuntimeError, match="discarded the weights"):
+        sampler.generate([[5, 6]], 1, params)
+    sampler.sync_weights((n, p.detach()) for n, p in load_hf(model_dir).named_parameters())
+    assert calls[1:] == [("wake_up", {"tags": ["weights"]})]
+    assert sampler.generate([[5, 6]], 1, params)[0][0].token_ids == want
+    assert calls[2:] == [("wake_up", {"tags": ["kv_cache"]})]
 
 
 def test_bad_arguments(engine):

@@ -1,0 +1,214 @@
+"""Memory: the planner's counts against what autograd really keeps, and the memory that
+grad_accumulation = "sharded" saves, measured on 2 ranks. Run as a script under torchrun, this file is
+its own 2-rank worker."""
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from helpers import update_check  # noqa: E402
+from nanogrpo import dist, grpo, memory  # noqa: E402
+from nanogrpo import model as M  # noqa: E402
+
+CONFIGS = {
+    "qwen2": Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=176, num_attention_heads=4, num_key_value_heads=2),
+    "llama": LlamaConfig(vocab_size=300, hidden_size=96, intermediate_size=256, num_attention_heads=6, num_key_value_heads=3,
+                         head_dim=16),
+}
+
+
+def kept_bytes(hf_config, layers: int, tokens: int, dtype: torch.dtype, checkpointed: bool) -> int:
+    """Bytes autograd keeps for backward in the decoder forward of `tokens` tokens, parameters excluded."""
+    hf_config.num_hidden_layers = layers
+    torch.manual_seed(0)
+    hf = AutoModelForCausalLM.from_config(hf_config, attn_implementation=M.SEGMENT_SDPA, dtype=dtype)
+    if checkpointed:
+        for layer in hf.model.layers:
+            layer.forward = M._recomputed(layer.forward)
+    params = {p.untyped_storage().data_ptr() for p in hf.parameters()}
+    seen = set()
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in params:
+            seen.add((t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()))
+        return t
+
+    ids = torch.randint(0, hf_config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(1))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        hf.model(input_ids=ids, use_cache=False)
+    return sum(n for _, n in seen)
+
+
+@pytest.mark.parametrize("arch", sorted(CONFIGS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_activation_count_per_token_and_layer_is_what_autograd_keeps(arch, dtype, checkpointed):
+    """memory.Shape's per-token, per-layer bytes equal the slope of the measured bytes over layers, exactly."""
+    shape = memory.shape_of(CONFIGS[arch])
+    b = torch.finfo(dtype).bits // 8
+    T = 40
+    per_layer = (kept_bytes(CONFIGS[arch], 3, T, dtype, checkpointed) - kept_bytes(CONFIGS[arch], 1, T, dtype, checkpointed)) / (2 * T)
+    want = b * shape.hidden if checkpointed else shape.activation_bytes_per_token_layer(b)
+    assert per_layer == want
+    assert shape.llama_like
+
+
+def test_shape_counts_parameters_exactly():
+    shape = memory.shape_of(CONFIGS["llama"])
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(CONFIGS["llama"])
+    assert shape.params == sum(p.numel() for p in model.parameters())
+    assert shape.layer_params * shape.layers + shape.root_params == shape.params
+
+
+# ---------------------------------------------------------------- grad_accumulation, 2 ranks
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def live_heap_bytes() -> int:
+    """Bytes malloc has handed out and not had back (glibc mallinfo2): torch's CPU tensors come from malloc."""
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _Mallinfo2
+    info = libc.mallinfo2()
+    return info.uordblks + info.hblkhd
+
+
+def accumulate(model_dir: str, out: str) -> None:
+    """Worker: per mode, the live heap after the first of two micro-batches (its backward done, the last not yet),
+    and the weights after the whole step."""
+    device = dist.init("cpu")
+    result = {}
+    for mode in ("sharded", "unsharded"):
+        torch.manual_seed(0)
+        cfg = update_check.config(micro_batch_size=4, grad_accumulation=mode, skip_zero_advantage=False)
+        policy = M.make_policy(model_dir, device, torch.float32, 3, False)
+        opt = torch.optim.SGD(policy.parameters(), lr=1.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+        rollouts = update_check.fixed_rollouts(4, 4, 200, seed=0, max_completion=9)
+        mine = rollouts[dist.rank() :: 2]  # 8 each: two micro-batches of 4 on every rank
+        seen = []
+        real_sync = policy.set_requires_gradient_sync
+
+        def sync(flag, recurse=True):  # called before each micro-batch: the second call follows the first backward
+            seen.append(live_heap_bytes())
+            real_sync(flag, recurse=recurse)
+
+        policy.set_requires_gradient_sync = sync
+        before = live_heap_bytes()
+        grpo.step(policy, None, opt, sched, mine, cfg, pad_id=1)
+        weights = M.full_state_dict_cpu(policy)
+        params = sum(p.numel() for p in policy.parameters())
+        layer = sum(p.numel() for p in policy.hf.model.layers[0].parameters())
+        result[mode] = {"held": seen[1] - before, "params": params, "layer": layer, "weights": weights}
+        del policy, opt
+    if dist.is_main():
+        torch.save(result, out)
+    dist.barrier()
+    dist.close()
+
+
+def test_sharded_accumulation_holds_a_shard_of_the_gradients_not_all_of_them(tmp_path):
+    """After the first micro-batch's backward, `unsharded` holds every fp32 gradient (4 bytes x params) on each
+    rank, `sharded` its half (2 bytes x params) and a layer's gradients still in flight; the updates are equal."""
+    from nanogrpo.tiny import build_random_model_dir
+
+    model_dir = build_random_model_dir(tmp_path / "model", hidden_size=256, intermediate_size=768, num_hidden_layers=4)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__,
+           str(model_dir), str(tmp_path / "out.pt")]
+    subprocess.run(cmd, check=True, env=env, cwd=ROOT, capture_output=True, timeout=300)
+    got = torch.load(tmp_path / "out.pt")
+    P, layer = got["sharded"]["params"], got["sharded"]["layer"]
+    sharded, unsharded = got["sharded"]["held"], got["unsharded"]["held"]
+    assert P > 2_000_000 and layer < P / 3
+    assert 4 * P <= unsharded <= 4.3 * P, (unsharded, P)  # measured: 4.1 P
+    assert 2 * P <= sharded <= 2 * P + 4 * layer, (sharded, P, layer)  # measured: 2.7 P, the layer 1 P
+    for name, w in got["sharded"]["weights"].items():
+        torch.testing.assert_close(w, got["unsharded"]["weights"][name], rtol=0, atol=1e-6, msg=name)
+
+
+if __name__ == "__main__":  # the 2-rank worker: MODEL OUT
+    accumulate(sys.argv[1], sys.argv[2])
+    print(json.dumps("ok"))
+
+
+REUSE_PROBE = """
+import ctypes, resource, sys, torch
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE: count 4 KiB pages whatever the machine's THP setting
+sys.path.insert(0, {root!r})
+from nanogrpo import dist
+if sys.argv[1] == "reuse":
+    assert dist.keep_freed_memory()
+x, y = torch.randn(16, 350, 1536), torch.randn(16, 350, 1536)  # 34 MB each: over glibc's mmap threshold
+for _ in range(3):
+    (x * y).sum()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):  # what an update does over and over: a large tensor made, written, reduced, freed
+    (x * y).sum()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_cpu_allocator_reuse_stops_large_tensors_faulting_in_fresh_pages():
+    # cpu_allocator = "reuse" promises speed by not faulting in fresh pages for every large tensor: count
+    # the page faults per product (8,400 pages of 4 KiB when the result is mmapped fresh each time; about
+    # 2,100-2,900 measured with reuse: torch's 64-byte aligned allocations fragment glibc's heap, so not
+    # every block is reused)
+    def faults(mode: str) -> float:
+        out = subprocess.run([sys.executable, "-c", REUSE_PROBE.format(root=str(ROOT)), mode], capture_output=True,
+                             text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        return float(out.stdout.strip())
+
+    pages = 16 * 350 * 1536 * 4 // os.sysconf("SC_PAGE_SIZE")
+    system, reuse = faults("system"), faults("reuse")
+    assert system > 0.9 * pages
+    assert reuse < 0.5 * system
+
+
+def run_script(*args, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_plan_memory_says_what_fits_and_what_would():
+    # the 1.5B recipe on 8 x 80 GB fits (exit 0); on one 24 GB card it does not (exit 1) and a change that
+    # would is named; a bad key stops before any work (exit 2, the key named)
+    r = run_script("scripts/plan_memory.py", "configs/math_qwen2.5_1.5b.toml", "--gpus", "8", "--gpu-mem", "80",
+                   "--shape", "qwen2.5-1.5b")
+    assert r.returncode == 0, r.stderr
+    assert "fits" in r.stdout.splitlines()[-1] and "| **update** |" in r.stdout
+    r = run_script("scripts/plan_memory.py", "configs/math_qwen2.5_1.5b.toml", "--gpus", "1", "--gpu-mem", "24",
+                   "--shape", "qwen2.5-1.5b")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "DOES NOT FIT" in r.stdout
+    r = run_script("scripts/plan_memory.py", "configs/math_qwen2.5_1.5b.toml", "micro_batch_tokenz=4", "--gpus", "8",
+                   "--shape", "qwen2.5-1.5b")
+    assert r.returncode == 2 and "micro_batch_tokenz" in r.stderr
+
+
+def test_bench_memory_measures_a_peak_the_planner_predicts(tmp_path):
+    # one point on the tiny model: the script's own table and JSON; the planner within 20% of the measured peak
+    out = tmp_path / "bench.json"
+    r = run_script("scripts/bench_memory.py", "configs/tiny_arithmetic.toml", "prompts_per_step=4", "group_size=4",
+                   "--grid", "micro_batch_tokens=64", "--json", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    point = json.loads(out.read_text())["points"][0]
+    assert point["sequences"] == 16 and point["micro_batches"] > 1
+    assert point["times"] and point["matmul_peak"] > 0 and point["flops"] > 0
+    assert 0.8 < point["plan"]["peak"] / point["peak_bytes"] < 1.2
+    assert "| micro_batch_tokens=64 |" in r.stdout
