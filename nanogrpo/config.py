@@ -26,7 +26,7 @@ class Config:
     # --- model ---
     model: str = "models/tiny-arithmetic"  # HF model directory (the default is committed; scripts/build_tiny_model.py rebuilds it), or a Hub id (owner/name: downloaded to the HF cache; HF_HUB_OFFLINE=1 reads the cache only)
     device: str = "auto"  # auto | cpu | cuda
-    cpu_allocator: str = "reuse"  # CPU runs: reuse (glibc keeps freed memory for the next tensor: ~1.2x faster updates, peak RSS up to ~1.3x; nanogrpo/dist.py) | system (glibc's default: large tensors are mmapped fresh and returned at once)
+    cpu_allocator: str = "hugepages"  # CPU runs (nanogrpo/dist.py): hugepages (large tensors on transparent huge pages: 512x fewer page faults, same peak) | reuse (glibc keeps freed memory for the next tensor: no faults, a higher peak RSS) | system (glibc's default: every large tensor faulted in 4 KiB at a time); measured: scripts/bench_memory.py
     dtype: str = "auto"  # auto (bf16 params on GPU with fp32 reduce, fp32 on CPU) | float32 | bfloat16
     activation_checkpointing: bool = False  # keep only each decoder layer's input for backward and recompute the layer there (memory for time: scripts/bench_memory.py)
     compile: bool = False  # torch.compile each decoder layer (measured, not assumed: docs/throughput.md)
@@ -133,7 +133,7 @@ class ConfigError(ValueError):
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 CHOICES = {
     "device": ("auto", "cpu", "cuda"),
-    "cpu_allocator": ("reuse", "system"),
+    "cpu_allocator": ("hugepages", "reuse", "system"),
     "dtype": ("auto", "float32", "bfloat16"),
     "template": ("raw", "chat", "math_eval"),
     "reward": ("exact", "math", "code"),

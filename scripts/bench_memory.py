@@ -39,7 +39,8 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if "--worker" not in sys.argv:  # a worker imports the trainer from its PYTHONPATH (--repo)
+    sys.path.insert(0, str(ROOT))
 
 DEFAULT_GRID = ["micro_batch_tokens=0,4096", "activation_checkpointing=false,true"]
 GIB = 2**30
@@ -88,7 +89,9 @@ def worker(argv: list[str], steps: int, completion_tokens: int, seed: int) -> di
     from nanogrpo.optim import make_optimizer
 
     cfg = C.load(argv)
-    device = dist.init(cfg.device, cfg.cpu_allocator)
+    # an older checkout (--repo) may predate cpu_allocator: it then runs with glibc's default allocator
+    allocator = getattr(cfg, "cpu_allocator", None)
+    device = dist.init(cfg.device, allocator) if allocator else dist.init(cfg.device)
     on_gpu = device.type == "cuda"
     dtype = torch.bfloat16 if (cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and on_gpu)) else torch.float32
     torch.manual_seed(cfg.seed)
@@ -165,6 +168,9 @@ def main() -> None:
     ap.add_argument("--completion-tokens", type=int, default=0, help="tokens per completion (default: max_new_tokens)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default="", help="also write every point's raw figures here")
+    ap.add_argument("--repo", action="append", default=[], metavar="DIR",
+                    help="also run every point with the trainer of this checkout (e.g. a git worktree of an older "
+                         "commit), right after this one's: before/after side by side (repeatable)")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -181,20 +187,28 @@ def main() -> None:
     print(f"# {' '.join(base)} | {device} ({where}), torch {torch.__version__}, threads {torch.get_num_threads()} | "
           f"matmul peak: {'bf16' if device == 'cuda' else 'fp32'} 2048^3, best of 10, measured by each point after "
           "its updates", flush=True)
+    repos = [("", ROOT)] + [(f"{Path(r).name}: ", Path(r).resolve()) for r in a.repo]
+    for _, repo in repos[1:]:
+        if not (repo / "nanogrpo" / "grpo.py").is_file():
+            raise SystemExit(f"--repo {repo}: not a nanogrpo checkout")
     results = []
     for p in points:
-        cmd = [sys.executable, __file__, a.config, "--worker", json.dumps(base + p), "--steps", str(a.steps),
-               "--completion-tokens", str(a.completion_tokens), "--seed", str(a.seed)]
-        t0 = time.time()
-        r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-        if r.returncode:
-            print(f"  {' '.join(p)}: failed\n{r.stderr[-2000:]}", flush=True)
-            continue
-        res = json.loads(r.stdout.strip().splitlines()[-1])
-        res["point"] = p
-        results.append(res)
-        print(f"  {' '.join(p)}: peak {res['peak_bytes'] / GIB:.2f} GiB, updates {['%.1f' % t for t in res['times']]} s "
-              f"({time.time() - t0:.0f} s with start-up)", flush=True)
+        for label, repo in repos:  # this checkout, then each --repo: side by side, on the same machine state
+            cmd = [sys.executable, str(Path(__file__).resolve()), a.config, "--worker", json.dumps(base + p), "--steps",
+                   str(a.steps), "--completion-tokens", str(a.completion_tokens), "--seed", str(a.seed)]
+            t0 = time.time()
+            # the worker imports the trainer of `repo` (its train.py, nanogrpo/); the config's paths stay ROOT's
+            env = {**os.environ, "PYTHONPATH": str(repo)}
+            r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+            name = label + " ".join(p)
+            if r.returncode:
+                print(f"  {name}: failed\n{r.stderr[-2000:]}", flush=True)
+                continue
+            res = json.loads(r.stdout.strip().splitlines()[-1])
+            res["point"] = [label.rstrip(": ")] * bool(label) + p
+            results.append(res)
+            print(f"  {name}: peak {res['peak_bytes'] / GIB:.2f} GiB, updates {['%.1f' % t for t in res['times']]} s "
+                  f"({time.time() - t0:.0f} s with start-up)", flush=True)
     if not results:
         raise SystemExit("no point ran")
     r0 = results[0]

@@ -141,18 +141,15 @@ def test_sharded_accumulation_holds_a_shard_of_the_gradients_not_all_of_them(tmp
         torch.testing.assert_close(w, got["unsharded"]["weights"][name], rtol=0, atol=1e-6, msg=name)
 
 
-if __name__ == "__main__":  # the 2-rank worker: MODEL OUT
-    accumulate(sys.argv[1], sys.argv[2])
-    print(json.dumps("ok"))
 
-
-REUSE_PROBE = """
+ALLOCATOR_PROBE = """
 import ctypes, resource, sys, torch
-ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE: count 4 KiB pages whatever the machine's THP setting
 sys.path.insert(0, {root!r})
 from nanogrpo import dist
-if sys.argv[1] == "reuse":
-    assert dist.keep_freed_memory()
+if sys.argv[2] == "early":  # a large tensor before dist.init: too late for torch's huge-page switch
+    torch.empty(4 << 20).fill_(0)
+ctypes.CDLL(None).prctl(41, 0 if sys.argv[1] == "hugepages" else 1, 0, 0, 0)  # PR_SET_THP_DISABLE elsewhere
+dist.init("cpu", sys.argv[1])
 x, y = torch.randn(16, 350, 1536), torch.randn(16, 350, 1536)  # 34 MB each: over glibc's mmap threshold
 for _ in range(3):
     (x * y).sum()
@@ -160,24 +157,40 @@ before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(10):  # what an update does over and over: a large tensor made, written, reduced, freed
     (x * y).sum()
 print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10)
+dist.close()
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
-def test_cpu_allocator_reuse_stops_large_tensors_faulting_in_fresh_pages():
-    # cpu_allocator = "reuse" promises speed by not faulting in fresh pages for every large tensor: count
-    # the page faults per product (8,400 pages of 4 KiB when the result is mmapped fresh each time; about
-    # 2,100-2,900 measured with reuse: torch's 64-byte aligned allocations fragment glibc's heap, so not
-    # every block is reused)
-    def faults(mode: str) -> float:
-        out = subprocess.run([sys.executable, "-c", REUSE_PROBE.format(root=str(ROOT)), mode], capture_output=True,
-                             text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        return float(out.stdout.strip())
+def thp_enabled() -> bool:
+    try:
+        return "[never]" not in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return False
 
+
+def page_faults(mode: str, when: str = "first") -> tuple[float, str]:
+    """Page faults per (16, 350, 1536) fp32 product under cpu_allocator=mode, and what dist.init printed."""
+    out = subprocess.run([sys.executable, "-c", ALLOCATOR_PROBE.format(root=str(ROOT)), mode, when],
+                         capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return float(out.stdout.strip().splitlines()[-1]), out.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt, Linux THP")
+def test_cpu_allocators_stop_large_tensors_faulting_in_fresh_pages():
+    # cpu_allocator promises speed by not faulting in 4 KiB pages for every large tensor: count the page
+    # faults per product (8,400 pages of 4 KiB when the result is mmapped fresh each time). reuse: about
+    # 0-2,900 measured (torch's 64-byte aligned allocations fragment glibc's heap, so not every block is
+    # reused); hugepages: 225-740 measured (a 2 MiB page per fault where the kernel has one free).
     pages = 16 * 350 * 1536 * 4 // os.sysconf("SC_PAGE_SIZE")
-    system, reuse = faults("system"), faults("reuse")
+    system, _ = page_faults("system")
     assert system > 0.9 * pages
-    assert reuse < 0.5 * system
+    assert page_faults("reuse")[0] < 0.5 * system
+    if thp_enabled():
+        faults, printed = page_faults("hugepages")
+        assert faults < 0.25 * system and "had no effect" not in printed
+        # too late: torch read its switch at the first large tensor; dist.init says so
+        faults, printed = page_faults("hugepages", "early")
+        assert faults > 0.9 * pages and "had no effect" in printed
 
 
 def run_script(*args, timeout=600) -> subprocess.CompletedProcess:
@@ -212,3 +225,8 @@ def test_bench_memory_measures_a_peak_the_planner_predicts(tmp_path):
     assert point["times"] and point["matmul_peak"] > 0 and point["flops"] > 0
     assert 0.8 < point["plan"]["peak"] / point["peak_bytes"] < 1.2
     assert "| micro_batch_tokens=64 |" in r.stdout
+
+
+if __name__ == "__main__":  # the 2-rank worker: MODEL OUT
+    accumulate(sys.argv[1], sys.argv[2])
+    print(json.dumps("ok"))
