@@ -49,10 +49,8 @@ def test_pass_at_k_bad_arguments():
         pass_at_k(4, 1, 5)
 
 
-def test_math_tasks_load_from_the_shared_data():
-    data = benchmarks.DEFAULT_DATA_DIR
-    if not (data / "aime24.jsonl").exists():
-        pytest.skip(f"no eval data at {data}")
+def test_math_tasks_load_from_the_repository():
+    assert benchmarks.REPO_DATA_DIR == Path(__file__).resolve().parents[1] / "data" / "benchmarks"
     aime = benchmarks.load_task("aime24")
     assert len(aime.rows) == 30 and aime.default_n == 64 and aime.kind == "math"
     assert all(r["answer"].isdigit() for r in aime.rows)
