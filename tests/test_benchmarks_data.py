@@ -74,12 +74,14 @@ CACHE_DATASET = """
 """
 
 
-@pytest.mark.skipif(not HAS_DATASETS, reason="the `datasets` package is not installed")
-def test_math_tasks_load_from_a_cached_hub_dataset_offline(tmp_path, tiny_model_dir):
+needs_datasets = pytest.mark.skipif(not HAS_DATASETS, reason="the `datasets` package is not installed")
+
+
+@needs_datasets
+def test_math_tasks_load_from_a_cached_hub_dataset_offline(tmp_path):
     from test_hub import offline_python
 
-    res = offline_python(tmp_path / "hf", CACHE_DATASET.format(tmp=tmp_path) + f"""
-    import eval
+    res = offline_python(tmp_path / "hf", CACHE_DATASET.format(tmp=tmp_path) + """
     from nanogrpo import benchmarks, hub
     aime = benchmarks.load_task("aime24=hub")
     gsm = benchmarks.load_task("gsm8k=openai/gsm8k", limit=2)
@@ -88,10 +90,8 @@ def test_math_tasks_load_from_a_cached_hub_dataset_offline(tmp_path, tiny_model_
         benchmarks.load_task("amc23=hub")
     except hub.HubError as e:
         missing = str(e)
-    res = eval.main(["--model", "{tiny_model_dir}", "--tasks", "aime24=hub", "--limit", "1", "--n", "1",
-                     "--max-new-tokens", "2", "--device", "cpu", "--sampler", "torch", "--out", "{tmp_path / 'r.json'}"])
-    print(json.dumps({{"aime": [aime.rows, aime.default_n, aime.meta], "gsm": [gsm.rows, gsm.meta],
-                      "train": train.rows, "missing": missing, "eval": res["tasks"]["aime24"]}}))
+    print(json.dumps({"aime": [aime.rows, aime.default_n, aime.meta], "gsm": [gsm.rows, gsm.meta],
+                      "train": train.rows, "missing": missing}))
     """)
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(res.stdout.strip().splitlines()[-1])
@@ -103,4 +103,21 @@ def test_math_tasks_load_from_a_cached_hub_dataset_offline(tmp_path, tiny_model_
     assert meta["source"] == "hub:openai/gsm8k:main@test"
     assert got["train"] == [{"problem": "Train q?", "answer": "1000", "id": "0"}]
     assert got["missing"].startswith("dataset 'math-ai/amc23' split 'test'")
-    assert got["eval"]["problems"] == 1 and got["eval"]["source"] == "hub:HuggingFaceH4/aime_2024@train"
+
+
+@needs_datasets
+@pytest.mark.slow  # loads torch and a model in a fresh interpreter
+def test_eval_cli_takes_a_hub_task(tmp_path, tiny_model_dir):
+    from test_hub import offline_python
+
+    out = tmp_path / "r.json"
+    res = offline_python(tmp_path / "hf", CACHE_DATASET.format(tmp=tmp_path) + f"""
+    import eval
+    eval.main(["--model", "{tiny_model_dir}", "--tasks", "aime24=hub", "--limit", "2", "--n", "1",
+               "--max-new-tokens", "2", "--device", "cpu", "--sampler", "torch", "--out", "{out}"])
+    """)
+    assert res.returncode == 0, res.stderr[-3000:]
+    task = json.loads(out.read_text())["tasks"]["aime24"]
+    assert task["problems"] == 2 and task["source"] == "hub:HuggingFaceH4/aime_2024@train"
+    samples = [json.loads(line) for line in out.with_suffix(".samples.jsonl").read_text().splitlines()]
+    assert [(s["id"], s["answer"]) for s in samples] == [("60", "0"), ("61", "2")]
