@@ -169,6 +169,7 @@ def test_eval_counts_a_correct_answer(tiny_model_dir, tmp_path):
     assert res["tasks"]["five"]["metrics"] == {"pass@1:n=4": 0.5, "pass@4:n=4": 1.0}
 
 
+@pytest.mark.slow
 def test_model_by_hub_id_resolves_through_the_cache_and_bad_names_are_errors(tiny_model_dir, tmp_path, monkeypatch,
                                                                                capsys):
     """--model owner/name: the snapshot in the HF cache (nanogrpo/hub.py, HF_HUB_OFFLINE=1, in a fresh

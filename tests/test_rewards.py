@@ -23,7 +23,8 @@ def _math500():
     return [json.loads(line) for line in MATH500.open()]
 
 
-# ~6 s each way on 2 workers (measured), so it runs in every CI pass unmarked.
+# ~6 s each way on 2 workers (measured): the slow tier (the full suite, what CI runs), not the fast one.
+@pytest.mark.slow
 def test_math500_gold_solutions_score_one_and_shuffled_golds_score_zero():
     rows = _math500()
     solutions, answers = [r["solution"] for r in rows], [r["answer"] for r in rows]

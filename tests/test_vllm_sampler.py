@@ -31,7 +31,9 @@ TEXTS = ["12+34=", "What is 1234 plus 5678? The answer is", "7"]
 LONG = "What is 1234 plus 5678? The answer is 6912. What is 4321 plus 8765? The answer is"
 
 
-@pytest.fixture(scope="module", params=["tied", "untied"])
+# Each engine is a vLLM build of seconds on CPU: the fast tier runs every test on the tied one, the slow tier
+# on both.
+@pytest.fixture(scope="module", params=["tied", pytest.param("untied", marks=pytest.mark.slow)])
 def engine(request, tiny_model_dir, tiny_untied_model_dir):
     model_dir = tiny_model_dir if request.param == "tied" else tiny_untied_model_dir
     sampler = VLLMSampler(model_dir, "cpu", torch.float32, max_model_len=256, kv_cache_gb=0.05)
