@@ -24,6 +24,9 @@ from nanogrpo.model import token_logprobs  # noqa: E402
 from nanogrpo.sampler import SamplingParams, TorchSampler  # noqa: E402
 from nanogrpo.vllm_sampler import VLLMSampler  # noqa: E402
 
+# Every test needs a vLLM engine, a build of about 10 s on 2 CPU cores: the module is in the slow tier.
+pytestmark = pytest.mark.slow
+
 TOL = 1e-4
 TEXTS = ["12+34=", "What is 1234 plus 5678? The answer is", "7"]
 # Longer than a KV block, so its prefill is prefix-cached: a sync that forgot to reset the prefix
@@ -31,9 +34,7 @@ TEXTS = ["12+34=", "What is 1234 plus 5678? The answer is", "7"]
 LONG = "What is 1234 plus 5678? The answer is 6912. What is 4321 plus 8765? The answer is"
 
 
-# Each engine is a vLLM build of seconds on CPU: the fast tier runs every test on the tied one, the slow tier
-# on both.
-@pytest.fixture(scope="module", params=["tied", pytest.param("untied", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module", params=["tied", "untied"])
 def engine(request, tiny_model_dir, tiny_untied_model_dir):
     model_dir = tiny_model_dir if request.param == "tied" else tiny_untied_model_dir
     sampler = VLLMSampler(model_dir, "cpu", torch.float32, max_model_len=256, kv_cache_gb=0.05)
