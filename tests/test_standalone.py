@@ -45,8 +45,7 @@ def levels_up(line: str) -> int:
     """How many directories above a file `line` climbs from its `__file__` (1 = the file's own folder)."""
     if "__file__" not in line:
         return 0
-    up = len(_UP.findall(line)) + sum(int(k) + 1 for k in _PARENTS.findall(line))
-    return up
+    return len(_UP.findall(line)) + sum(int(k) + 1 for k in _PARENTS.findall(line))
 
 
 def outside_paths(rel: str, text: str) -> list[str]:
