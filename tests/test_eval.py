@@ -49,10 +49,8 @@ def test_pass_at_k_bad_arguments():
         pass_at_k(4, 1, 5)
 
 
-def test_math_tasks_load_from_the_shared_data():
-    data = benchmarks.DEFAULT_DATA_DIR
-    if not (data / "aime24.jsonl").exists():
-        pytest.skip(f"no eval data at {data}")
+def test_math_tasks_load_from_the_repository():
+    assert benchmarks.REPO_DATA_DIR == Path(__file__).resolve().parents[1] / "data" / "benchmarks"
     aime = benchmarks.load_task("aime24")
     assert len(aime.rows) == 30 and aime.default_n == 64 and aime.kind == "math"
     assert all(r["answer"].isdigit() for r in aime.rows)
@@ -171,6 +169,7 @@ def test_eval_counts_a_correct_answer(tiny_model_dir, tmp_path):
     assert res["tasks"]["five"]["metrics"] == {"pass@1:n=4": 0.5, "pass@4:n=4": 1.0}
 
 
+@pytest.mark.slow
 def test_model_by_hub_id_resolves_through_the_cache_and_bad_names_are_errors(tiny_model_dir, tmp_path, monkeypatch,
                                                                                capsys):
     """--model owner/name: the snapshot in the HF cache (nanogrpo/hub.py, HF_HUB_OFFLINE=1, in a fresh

@@ -52,6 +52,7 @@ def test_is_hub_id_and_local_paths(tmp_path, monkeypatch):
         data.load_rows("data/missing.jsonl")
 
 
+@pytest.mark.slow
 def test_model_from_the_cache_offline_and_unknown_id_named(tmp_path, tiny_model_dir):
     snap = cache_model(tmp_path / "hf", "nanogrpo-test/tiny-qwen", tiny_model_dir)
     res = offline_python(tmp_path / "hf", """
@@ -76,6 +77,7 @@ def test_model_from_the_cache_offline_and_unknown_id_named(tmp_path, tiny_model_
     assert err.startswith("ERROR model directory not found: 'nanogrpo-test/not-there'") and "local cache" in err
 
 
+@pytest.mark.slow
 def test_train_main_takes_a_cached_hub_model(tmp_path, tiny_model_dir):
     """train.py with model = a Hub id: the run starts from the cached snapshot (one tiny step)."""
     cache_model(tmp_path / "hf", "nanogrpo-test/tiny-qwen", tiny_model_dir)
@@ -89,6 +91,7 @@ def test_train_main_takes_a_cached_hub_model(tmp_path, tiny_model_dir):
     assert json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["step"] == 1
 
 
+@pytest.mark.slow
 def test_nothing_hub_related_is_imported_before_a_hub_id_is_used(tmp_path):
     res = offline_python(tmp_path / "hf", """
         import sys
@@ -120,6 +123,7 @@ PREPARE_DATASET = """
 
 
 @pytest.mark.skipif(not HAS_DATASETS, reason="the `datasets` package is not installed")
+@pytest.mark.slow
 def test_dataset_from_the_cache_offline_with_subset_split_and_columns(tmp_path):
     res = offline_python(tmp_path / "hf", PREPARE_DATASET.format(tmp=tmp_path) + """
     import train

@@ -194,6 +194,7 @@ def small(model, out_dir, *extra):
             "micro_batch_size=12", *extra]
 
 
+@pytest.mark.slow
 def test_lora_run_resumes_exactly(warm_model_dir, tmp_path):
     """train.py with lora_rank: a run cut after step 2 and resumed equals the uninterrupted run, and its
     checkpoint is a merged HF directory (the base plus the trained update)."""

@@ -121,6 +121,7 @@ def accumulate(model_dir: str, out: str) -> None:
     dist.close()
 
 
+@pytest.mark.slow
 def test_sharded_accumulation_holds_a_shard_of_the_gradients_not_all_of_them(tmp_path):
     """After the first micro-batch's backward, `unsharded` holds every fp32 gradient (4 bytes x params) on each
     rank, `sharded` its half (2 bytes x params) and a layer's gradients still in flight; the updates are equal."""
@@ -176,6 +177,7 @@ def page_faults(mode: str, when: str = "first") -> tuple[float, str]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt, Linux THP")
+@pytest.mark.slow
 def test_cpu_allocators_stop_large_tensors_faulting_in_fresh_pages():
     # cpu_allocator promises speed by not faulting in 4 KiB pages for every large tensor: count the page
     # faults per product (8,400 pages of 4 KiB when the result is mmapped fresh each time). reuse: about
@@ -198,6 +200,7 @@ def run_script(*args, timeout=600) -> subprocess.CompletedProcess:
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
+@pytest.mark.slow
 def test_plan_memory_says_what_fits_and_what_would():
     # the 1.5B recipe on 8 x 80 GB fits (exit 0); on one 24 GB card it does not (exit 1) and a change that
     # would is named; a bad key stops before any work (exit 2, the key named)
@@ -214,6 +217,7 @@ def test_plan_memory_says_what_fits_and_what_would():
     assert r.returncode == 2 and "micro_batch_tokenz" in r.stderr
 
 
+@pytest.mark.slow
 def test_bench_memory_measures_a_peak_the_planner_predicts(tmp_path):
     # one point on the tiny model: the script's own table and JSON; the planner within 20% of the measured peak
     out = tmp_path / "bench.json"

@@ -177,6 +177,7 @@ def load_on_ranks(model_dir: str, out: str) -> None:
     dist.close()
 
 
+@pytest.mark.slow
 def test_only_rank_0_loads_the_checkpoint_and_every_rank_gets_its_weights(tiny_model_dir, tmp_path):
     """2 ranks: the checkpoint is read once (rank 0), the other rank builds on the meta device; the
     sharded weights and the buffers outside the state dict (rotary inv_freq) are the checkpoint's."""

@@ -174,6 +174,7 @@ def test_packed_update_equals_padded(tiny_model_dir, tmp_path, loss_norm, mu, be
     same(padded, packed)
 
 
+@pytest.mark.slow
 def test_two_uneven_ranks_equal_one_process(tiny_model_dir, tmp_path):
     one = torch.load(update(tiny_model_dir, tmp_path / "one.pt", 24))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}

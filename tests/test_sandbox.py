@@ -53,6 +53,7 @@ def test_sleeping_program_hits_wall_clock(pool):
     assert v.status == "timeout" and v.results[0].time_s < 5
 
 
+@pytest.mark.slow
 def test_fork_bomb_is_contained(pool):
     t = time.monotonic()
     v = run(pool, A.FORK_BOMB, stdio(tl=1))

@@ -66,6 +66,7 @@ def test_reward_hacks_and_unparseable_output_score_zero_not_none(pool, attack):
 
 
 @pytest.mark.parametrize("attack", by_kind("isolation"))
+@pytest.mark.slow
 def test_isolation_attacks_are_contained(pool, attack):
     vs = run_attack(pool, attack)
     assert not attack.escaped(vs), [(v.status, out(v)[-200:]) if v else None for v in vs]
@@ -74,6 +75,7 @@ def test_isolation_attacks_are_contained(pool, attack):
 HOG = "while True: pass"
 
 
+@pytest.mark.slow
 def test_load_does_not_fake_a_timeout():
     """A program using 0.6 s of a 1 s CPU limit, starved by 10 CPU hogs on this 2-core machine (each hog
     in its own session, so the scheduler's autogroups give each as much CPU as the program: it needs

@@ -196,6 +196,7 @@ def test_two_ranks_equal_one_process(chat_model_dir, tmp_path):
         torch.testing.assert_close(w2[name], w1[name], atol=1e-5, rtol=0, msg=name)
 
 
+@pytest.mark.slow
 def test_lora_trains_only_the_adapters_saves_merged_weights_and_resumes_exactly(chat_model_dir, tmp_path):
     """lora_rank > 0: the base stays frozen to the bit, the checkpoint's HF weights are base + (alpha/r)·B A
     (from_pretrained loads them), the optimizer holds the adapters only, and a resumed run equals the

@@ -75,6 +75,7 @@ def builder():
     return build_tiny_model
 
 
+@pytest.mark.slow
 def test_warm_start_is_an_sft_run_that_writes_a_loadable_seeded_model(builder, tmp_path):
     """scripts/build_tiny_model.py: the random model, then sft.py on the curriculum rows; OUT is an HF
     directory holding the last checkpoint's weights, and the same seed gives the same bytes."""
@@ -96,6 +97,7 @@ def test_warm_start_is_an_sft_run_that_writes_a_loadable_seeded_model(builder, t
     assert not (tmp_path / "b.build").exists()
 
 
+@pytest.mark.slow
 def test_a_warm_start_that_misses_its_target_is_retried_with_the_rows_in_another_order(builder, tmp_path):
     """An unreachable target: every attempt runs to the cap, each from the same random model with another sft
     seed; OUT holds the last attempt's weights, and the first attempt is the run a single attempt would be."""

@@ -126,6 +126,7 @@ def test_output_is_truncated(tokenizer, local_cells):
     assert len(tokenizer.encode(body)) <= 16 and body.startswith("abab")
 
 
+@pytest.mark.slow
 def test_timeout_and_error_become_text_and_the_session_survives(tokenizer, local_cells):
     script = [block("y = 5"), block("while True:\n    pass"), block("1 / 0"), block("print(y * 2)"), "ok<EOS>"]
     c, _ = run_script(tokenizer, local_cells, script, timeout_s=1.0)
@@ -327,6 +328,7 @@ def test_torch_sampler_logprobs_equal_trainer_over_tool_turns():
     assert_trainer_agrees(multi_turn_rollouts(TorchSampler(TOOL_MODEL)), tol=1e-5)
 
 
+@pytest.mark.slow
 def test_vllm_sampler_logprobs_equal_trainer_over_tool_turns():
     pytest.importorskip("vllm")
     from nanogrpo.vllm_sampler import VLLMSampler
@@ -425,6 +427,7 @@ def test_e2b_one_sandbox_per_rollout_closed_at_the_end_recycled_after_error(toke
 # ---- train.py end to end ----
 
 
+@pytest.mark.slow
 def test_two_rank_tool_run(tmp_path):
     """train.py with tools = true under torchrun, 2 ranks: rollouts call the sandbox, the step trains, and
     the tool metrics are reduced over both ranks."""
@@ -464,6 +467,7 @@ class CopySampler(ScriptSampler):
         return out
 
 
+@pytest.mark.slow
 def test_eval_with_tools_scores_the_answer_after_the_last_output(tmp_path, tokenizer):
     """evaluate() (eval.py --tools) runs the tool loop and scores the text after the last tool output:
     with a sampler that copies the output right for even a and wrong for odd a, pass@1 is exactly the
@@ -502,6 +506,7 @@ GAIN_50_MIN = 0.790  # gains by step 50: +84.0, +84.5 (warm start 0, committed),
 NO_TOOLS_MAX_SEEN = 0.0
 
 
+@pytest.mark.slow
 def test_grpo_learns_to_use_the_tool_and_not_without_it(tmp_path):
     import train
 

@@ -37,6 +37,7 @@ def small(model, out_dir, *extra):
             "micro_batch_size=12", *extra]
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(warm_model_dir, tmp_path):
     full = tmp_path / "full"
     train.main(small(warm_model_dir, full, "steps=5", "save_every=2", "keep_checkpoints=5", "mu=2", "beta=0.05"))
@@ -72,6 +73,7 @@ GAIN_600_MIN = 0.136
 LEARN_BOUND = GAIN_600_MIN / 2
 
 
+@pytest.mark.slow
 def test_reward_goes_up(warm_model_dir, tmp_path):
     # The committed default model and the default recipe's first 600 steps, at a constant lr (the 1500-step
     # cosine schedule is at 0.7 of its peak by then: the test's run learns at least as fast as the sweep's).
@@ -97,12 +99,14 @@ def test_empty_dataset_is_a_clear_error(tiny_model_dir, tmp_path):
         train.main([f"model={tiny_model_dir}", f"task={empty}", "reward=math", f"out_dir={tmp_path / 'out'}"])
 
 
+@pytest.mark.slow
 def test_cli_bad_key_exits_2_with_the_key_named(tmp_path):
     r = subprocess.run([sys.executable, "train.py", "lerning_rate=1"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "unknown config key 'lerning_rate'" in r.stderr
 
 
+@pytest.mark.slow
 def test_two_ranks_train_save_and_resume(tiny_model_dir, tmp_path):
     """2 ranks (gloo): runs, checkpoints, resumes; the step's metrics are reduced over both ranks."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

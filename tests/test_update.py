@@ -65,6 +65,7 @@ def test_mu_and_kl_split_invariant(tiny_model_dir, tmp_path, variant):
 
 @pytest.mark.parametrize("loss_norm,variant,mu", [("token", "clip", 1), ("sequence", "clip", 1), ("token", "gspo", 2),
                                                   ("sequence", "cispo", 2), ("token", "lora", 2)])
+@pytest.mark.slow
 def test_two_ranks_equal_one_process(tiny_model_dir, tmp_path, loss_norm, variant, mu):
     one = run(tiny_model_dir, tmp_path / "one.pt", 4, loss_norm, mu=mu, **VARIANTS[variant])
     two = run(tiny_model_dir, tmp_path / "two.pt", 4, loss_norm, mu=mu, nproc=2, **VARIANTS[variant])

@@ -24,6 +24,9 @@ from nanogrpo.model import token_logprobs  # noqa: E402
 from nanogrpo.sampler import SamplingParams, TorchSampler  # noqa: E402
 from nanogrpo.vllm_sampler import VLLMSampler  # noqa: E402
 
+# Every test needs a vLLM engine, a build of about 10 s on 2 CPU cores: the module is in the slow tier.
+pytestmark = pytest.mark.slow
+
 TOL = 1e-4
 TEXTS = ["12+34=", "What is 1234 plus 5678? The answer is", "7"]
 # Longer than a KV block, so its prefill is prefix-cached: a sync that forgot to reset the prefix
