@@ -5,6 +5,7 @@ checkpoint is a named error that leaves the earlier checkpoints intact and no pa
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -122,12 +123,20 @@ def test_a_signal_in_process_stops_after_that_step_and_the_handler_is_restored(t
         return real(*a, **k)
 
     monkeypatch.setattr(train, "score_rollouts", score_and_signal)
-    before = signal.getsignal(signal.SIGTERM)
-    res = train.main([*GRPO, f"out_dir={tmp_path}", "steps=50"])
-    assert res["stopped_by"] == "SIGTERM" and len(calls) == 2
+    outside = []  # the test's own handler: a signal train.main did not catch lands here (not in pytest's lap)
+
+    def note_outside(signum, frame):
+        outside.append(signum)
+
+    before = signal.signal(signal.SIGTERM, note_outside)
+    try:
+        res = train.main([*GRPO, f"out_dir={tmp_path}", "steps=6"])
+        assert signal.getsignal(signal.SIGTERM) is note_outside  # train.main put the handler back
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert outside == [] and res.get("stopped_by") == "SIGTERM" and len(calls) == 2
     assert [m["step"] for m in metrics(tmp_path)] == [1, 2]
     assert checkpoint.latest(str(tmp_path)).name == "step_000002"
-    assert signal.getsignal(signal.SIGTERM) is before
 
 
 @pytest.mark.parametrize("value,ok", [("SIGTERM", True), ("sigusr1,TERM", True), ("", True), ("SIGKILL", False),
@@ -136,21 +145,24 @@ def test_stop_signal_is_validated(value, ok):
     if ok:
         load([f"stop_signal={value}"])
     else:
-        with pytest.raises(ConfigError, match="'stop_signal'"):
+        with pytest.raises(ConfigError, match=r"config key 'stop_signal': '\w+' is not one of SIGTERM, SIGINT"):
             load([f"stop_signal={value}"])
 
 
 @pytest.mark.slow
 def test_two_ranks_stop_at_the_same_step_when_one_is_signalled_and_resume_past_a_damaged_checkpoint(tmp_path):
-    """torchrun, 2 ranks: SIGTERM to rank 1 only; the all-reduced flag stops both after the same step, both
-    exit 75 and the checkpoint holds both ranks' shards. Then rank 1's RNG file of that checkpoint is cut:
+    """torchrun, 2 ranks: SIGTERM to rank 1 only; the all-reduced flag stops both after the same step, the
+    run exits 75 and the checkpoint holds both ranks' shards. Then rank 1's RNG file of that checkpoint is cut:
     both ranks resume from the checkpoint before it (rank 0 decides, every rank follows)."""
     run = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", *GRPO,
            f"out_dir={tmp_path}", "save_every=2", "keep_checkpoints=10"]
     rc, out = signal_after_step([*run, "steps=1000"], 3, target=lambda agent: rank_pid(agent, 1))
     s = len(metrics(tmp_path))
     assert f"stopped by SIGTERM after step {s}/1000" in out, out[-3000:]
-    assert rc != 0 and out.count("exitcode  : 75") == 2, out[-3000:]  # torchrun reports each rank's code
+    # torchrun reports each failed rank: 75, or -15 for a rank it stopped after the other exited; that is after
+    # the checkpoint is whole (no rank leaves checkpoint.save before every rank reached its last barrier)
+    codes = re.findall(r"exitcode\s*: (-?\d+)", out)
+    assert rc != 0 and "75" in codes and set(codes) <= {"75", "-15"}, out[-3000:]
     ckpt = checkpoint.latest(str(tmp_path))
     assert ckpt.name == f"step_{s:06d}" and len(list((ckpt / "optim").glob("*.distcp"))) == 2
     (ckpt / "rng_rank1.pt").write_bytes((ckpt / "rng_rank1.pt").read_bytes()[:100])
