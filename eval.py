@@ -10,40 +10,25 @@
     (under torchrun spell --n as --num-samples: torchrun reads `--n` as an abbreviation of its own options)
 
 Writes OUT (results JSON), OUT with `.samples.jsonl` (every generation with its verdict) and prints a
-markdown table. Tasks, prompts and defaults: nanogrpo/benchmarks.py and docs/eval.md.
+markdown table. A bad argument (a range, the model, a task, an OUT that cannot be written or is a file
+the run reads) is an error naming it (exit 2) before anything is generated. Tasks, prompts and defaults: nanogrpo/benchmarks.py and docs/eval.md.
 The work is done by nanogrpo/evaluate.py (`evaluate()`), which train.py's in-run evals call too.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
-import tempfile
 from pathlib import Path
 
-from nanogrpo import benchmarks, dist, hub, tools
+from nanogrpo import benchmarks, dist, files, hub, tools
 from nanogrpo import config as C
 from nanogrpo import model as M
 # the work is done in the library (one path with train.py's in-run evals); these names stay importable from here
 from nanogrpo.evaluate import MAX_NEW_TOKENS_CAP, evaluate, markdown_table, prompt_ids, samples_path  # noqa: F401
-
-
-def unwritable(out: str) -> str:
-    """Why results cannot be written to `out` (and its .samples.jsonl), or "" if they can."""
-    p = Path(out).absolute()
-    if p.is_dir():
-        return "is a directory"
-    existing = next(a for a in p.parents if a.exists())
-    if not existing.is_dir():
-        return f"{existing} is a file, not a directory"
-    try:  # the real test: create a file where the results will go (nothing is left behind)
-        fd, probe = tempfile.mkstemp(dir=existing, prefix=".nanogrpo_write_test_")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        return f"cannot write there ({e.strerror or e})"
-    return ""
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -78,8 +63,26 @@ def main(argv: list[str] | None = None) -> dict:
         ap.error("--n must be >= 1")
     if args.limit is not None and args.limit < 1:
         ap.error(f"--limit must be >= 1 (the first K problems of each task), got {args.limit}")
-    if not [t for t in args.tasks.split(",") if t.strip()]:
+    specs = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if not specs:
         ap.error(f"--tasks {args.tasks!r} names no task (known: {','.join(benchmarks.TASKS)})")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        ap.error(f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature}")
+    if not (math.isfinite(args.top_p) and 0 < args.top_p <= 1):
+        ap.error(f"--top-p must be in (0, 1], got {args.top_p}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        ap.error(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
+        ap.error(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
+    # the results and the samples: writable, and neither one a file this run reads (checked before
+    # generating, so no evaluation is lost and no input is overwritten)
+    data_dir = Path(args.data) if args.data else benchmarks.DEFAULT_DATA_DIR
+    reads = ([t.partition("=")[2] for t in specs if "=" in t] + [args.tools_file]
+             + [str(data_dir / f) for f in (*benchmarks.MATH_FILES.values(), "lcb.jsonl")])
+    for flag, path in (("--out", args.out), ("--out's samples file", str(samples_path(Path(args.out))))):
+        problem = files.output_problem(path, reads)
+        if problem:
+            ap.error(f"{flag} {path!r}: {problem} (checked before generating, so no evaluation is lost)")
     # a Hub id becomes its snapshot in the HF cache, as in train.py (after the cheap checks: a download can be
     # long); a local path is returned as it is and checked below
     try:
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     except (FileNotFoundError, M.ModelError) as e:
         ap.error(f"--model: {e}")
     try:  # every task loads now: an unknown name or a bad file stops here, not after generating
-        loaded = [benchmarks.load_task(t.strip(), args.data, args.limit) for t in args.tasks.split(",") if t.strip()]
+        loaded = [benchmarks.load_task(t, args.data, args.limit) for t in specs]
     except (ValueError, FileNotFoundError) as e:
         ap.error(f"--tasks: {e}")
     tool_cfg = None
@@ -105,9 +108,11 @@ def main(argv: list[str] | None = None) -> dict:
         except C.ConfigError as e:
             ap.error(f"--tools: {e}")
         tool_cfg = tools.ToolConfig.from_config(cfg)
-    out_problem = unwritable(args.out)
-    if out_problem:
-        ap.error(f"--out {args.out!r}: {out_problem} (checked before generating, so no evaluation is lost)")
+    if (args.device or "").startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            ap.error(f"--device {args.device}: no CUDA GPU is available")
 
     if "RANK" in os.environ:  # under torchrun: join the group so problems are split across ranks
         dist.init(args.device or "auto")

@@ -231,7 +231,14 @@ def load_sft_rows(cfg: C.Config) -> list[tuple[str, dict]]:
 
 
 def main(argv: list[str]) -> dict:
+    """The run; the last step's metrics and "steps_run", with "stopped_by": the signal's name when a stop
+    signal ended it early (saved: resume=true continues)."""
     cfg = C.load(argv)
+    with checkpoint.StopSignals(cfg.stop_signal) as stop:  # from here on a stop signal ends the run saved
+        return run(cfg, stop)
+
+
+def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
     device = dist.init(cfg.device, cfg.cpu_allocator)
     rank, world = dist.rank(), dist.world_size()
     if cfg.prompts_per_step % world:
@@ -239,9 +246,8 @@ def main(argv: list[str]) -> dict:
                             f"world size {world}")
     dtype = torch.bfloat16 if (cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")) else torch.float32
     torch.manual_seed(cfg.seed)
-    if not cfg.resume and ((Path(cfg.out_dir) / "metrics.jsonl").exists() or checkpoint.latest(cfg.out_dir)):
-        raise C.ConfigError(f"out_dir {cfg.out_dir!r} already holds a run: pass resume=true to continue it, "
-                            "or choose another out_dir (nothing there is overwritten)")
+    # train.py's check: writable; a run already there is continued only with resume=true, and never replaced
+    resume_from = checkpoint.open_run(cfg.out_dir, cfg.resume)
 
     records = load_sft_rows(cfg)
     eval_rows = heldout_rows(cfg) if cfg.eval_every else []  # eval_task, or a built-in task's held-out split
@@ -251,7 +257,6 @@ def main(argv: list[str]) -> dict:
     cfg.model = hub.model_dir(cfg.model)  # a Hub id: its snapshot in the HF cache
     tokenizer = M.load_tokenizer(cfg.model)
     encode_row(records[0][1], tokenizer, cfg, records[0][0])  # template problems show up now, not mid-run
-    resume_from = checkpoint.latest(cfg.out_dir) if cfg.resume else None
     # LoRA (lora_rank > 0), as in train.py: the frozen base is always cfg.model (a checkpoint's HF files hold
     # merged weights), the adapters come from the checkpoint on resume; the optimizer then sees only them
     policy = M.make_policy(cfg.model if cfg.lora_rank else str(resume_from or cfg.model), device, dtype,
@@ -278,6 +283,7 @@ def main(argv: list[str]) -> dict:
                 + (f" | resumed from {resume_from}" if resume_from else ""))
     logger = Logger(cfg.out_dir, cfg.steps, start, cfg.wandb_project, cfg.wandb_run_name, vars(cfg))
     last_metrics: dict = {}
+    stopped = ""  # the stop signal's name, once one arrived (on any rank)
     if sampler is not None and start == 0:
         logger.log(-1, evaluate_now())
     for step in range(start, cfg.steps):
@@ -300,23 +306,34 @@ def main(argv: list[str]) -> dict:
                 logger.event(f"held-out accuracy {last_metrics['heldout_accuracy']:.3f} reached sft_stop_accuracy "
                              f"{cfg.sft_stop_accuracy} after step {step + 1}: stopping")
         logger.log(step, last_metrics, cfg.log_every)
-        if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final):
+        stopped = "" if last else stop.requested()  # an all-reduce: every rank stops after the same step
+        if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final) or stopped:
             path = checkpoint.save(cfg.out_dir, step + 1, policy, optimizer, scheduler, tokenizer,
                                    {"data": stream.state_dict()}, cfg.keep_checkpoints)
             logger.event(f"saved {path}")
-        if last:
+        if stopped:
+            logger.event(f"stopped by {stopped} after step {step + 1}/{cfg.steps}: exit code "
+                         f"{checkpoint.EXIT_STOPPED}; resume=true continues from {path}")
+        if last or stopped:
             break
     logger.close()
     if sampler is not None:
         sampler.close()
-    return {**last_metrics, "steps_run": step + 1 if start < cfg.steps else start}
+    return {**last_metrics, "steps_run": step + 1 if start < cfg.steps else start,
+            **({"stopped_by": stopped} if stopped else {})}
 
 
 if __name__ == "__main__":
+    # exit codes as train.py's: 0 done; 2 bad input (named, before any compute); 75 stopped by a stop
+    # signal, saved (run again with resume=true); 1 anything else (a checkpoint not written is named)
     try:
-        main(sys.argv[1:])
-    except (C.ConfigError, FileNotFoundError, data.DataError) as e:
+        if main(sys.argv[1:]).get("stopped_by"):
+            sys.exit(checkpoint.EXIT_STOPPED)
+    except (C.ConfigError, FileNotFoundError, data.DataError, M.ModelError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except checkpoint.CheckpointError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
     finally:
         dist.close()

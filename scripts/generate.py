@@ -23,38 +23,51 @@ and never counted as wrong. Problems are generated --batch at a time and each ba
 write, so a killed run resumes with the same command: finished problems are skipped (a line torn by the
 kill is dropped), and with the same seed the result equals an uninterrupted run's. --sft also writes one
 chat row per kept generation ({"messages": [system?, user, assistant]}, what sft.py trains on), rebuilt
-from OUT at the end.
+from OUT at the end and written whole (a temporary file renamed into place).
+
+Every argument is checked before any compute, each bad one an error naming it (exit 2) with no file
+changed: the numbers' ranges, the device, the TASK's rows, the model directory, and the outputs: --out and
+--sft must be writable, neither may be TASK (or each other), and an existing --out must be this script's
+output with the same settings (it is resumed).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from nanogrpo import benchmarks, data, hub  # noqa: E402
+from nanogrpo import benchmarks, data, files, hub  # noqa: E402
 from nanogrpo import evaluate as E  # noqa: E402
+from nanogrpo import model as M  # noqa: E402
 
 
-def read_done(out: Path) -> dict[int, dict]:
-    """Finished problems of an earlier run: {index: line}. A torn last line (a kill mid-write) is cut off."""
+def read_done(out: Path) -> tuple[dict[int, dict], int]:
+    """Finished problems of an earlier run ({index: line}) and how many bytes its complete lines take: a
+    last line torn by a kill (no newline) is not one, and is cut off when the run appends. Nothing is
+    written here. ValueError names the line of a file that is not this script's output."""
     if not out.exists():
-        return {}
+        return {}, 0
     raw = out.read_bytes()
     good = raw[: raw.rfind(b"\n") + 1]  # every complete line ends with "\n"; the rest was torn
-    if len(good) != len(raw):
-        print(f"generate: {out}: dropping a torn last line ({len(raw) - len(good)} bytes)", file=sys.stderr)
-        out.write_bytes(good)
     done = {}
-    for line in good.decode("utf-8").splitlines():
-        rec = json.loads(line)
+    for i, line in enumerate(good.decode("utf-8", errors="replace").splitlines(), 1):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            rec = None
+        if not (isinstance(rec, dict) and isinstance(rec.get("index"), int) and "settings" in rec):
+            raise ValueError(f"line {i} is not a generate.py record (index, settings, generations ...): the file "
+                             "holds something else, which appending would mix in; choose another --out")
         done[rec["index"]] = rec
-    return done
+    return done, len(good)
 
 
 def prompts(kind: str, template: str):
@@ -89,37 +102,71 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--split", default="train")
     ap.add_argument("--subset", default=None)
     args = ap.parse_args(argv)
+    # every input is checked before any compute (a model loaded, a sandbox started, a row generated): a
+    # bad one is an argparse error (exit 2) naming it, and no file is changed
     if args.n < 1 or args.batch < 1:
         ap.error("--n and --batch must be >= 1")
-    out = Path(args.out)
-    if args.sft and Path(args.sft).resolve() == out.resolve():
-        ap.error("--sft must be another file than --out")
-
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        ap.error(f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature}")
+    if not (math.isfinite(args.top_p) and 0 < args.top_p <= 1):
+        ap.error(f"--top-p must be in (0, 1], got {args.top_p}")
+    for name, value in (("--max-new-tokens", args.max_new_tokens), ("--limit", args.limit)):
+        if value is not None and value < 1:
+            ap.error(f"{name} must be >= 1, got {value}")
+    if args.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
+        ap.error(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
     if args.kind == "code" and (args.template == "math_eval" or args.task in data.BUILTIN_TASKS):
         ap.error("--kind code takes code rows (not a built-in math task) and --template chat or raw")
-    rows = data.load_rows(args.task, args.kind, split=args.split, n=args.limit, seed=args.seed, subset=args.subset)
+    out = Path(args.out)
+    inputs = [args.task] if Path(args.task).is_file() else []
+    for flag, path, reads in (("--out", out, inputs), ("--sft", args.sft, inputs)):
+        if not path:
+            continue
+        same_as_out = flag == "--sft" and Path(path).resolve() == out.resolve()
+        problem = "is --out: choose another file" if same_as_out else files.output_problem(path, reads)
+        if problem:
+            ap.error(f"{flag} {str(path)!r}: {problem} (checked before generating: nothing was written)")
+
+    try:
+        rows = data.load_rows(args.task, args.kind, split=args.split, n=args.limit, seed=args.seed,
+                              subset=args.subset)
+    except (data.DataError, FileNotFoundError, ValueError) as e:  # a missing / malformed file, a bad row, a Hub id
+        ap.error(f"TASK {args.task!r}: {e}")
     rows = rows[: args.limit] if args.limit else rows
     if args.kind == "code" and args.template == "chat" and any(r.get("language", "python") != "python" for r in rows):
         ap.error("--template chat for code is eval.py's LiveCodeBench prompt, which asks for Python: use "
                  "--template raw (the problem text alone) for rows in other languages")
-    done = read_done(out)
+    try:
+        done, complete = read_done(out)
+    except (ValueError, OSError) as e:
+        ap.error(f"--out {str(out)!r}: {e}")
     settings = {"model": args.model, "kind": args.kind, "n": args.n, "template": args.template,
                 "verify": args.verify, "temperature": args.temperature, "seed": args.seed}
     for rec in done.values():  # resuming with other settings would mix two different data sets
         if rec.get("settings") != settings:
-            sys.exit(f"error: {out} was written with {rec.get('settings')}, not {settings}: use another --out")
+            ap.error(f"--out {str(out)!r} was written with {rec.get('settings')}, not {settings}: use another --out")
     todo = [s for s in range(0, len(rows), args.batch) if any(i not in done for i in range(s, min(s + args.batch, len(rows))))]
     print(f"generate: {len(rows)} problems x {args.n}, {len(done)} done before, {len(todo)} batches to go",
           file=sys.stderr)
 
     if todo:
-        if args.kind == "code":  # a sandbox that cannot isolate stops here (SandboxUnavailable says how to fix
-            from nanogrpo.sandbox import get_pool  # it), not after generating, with every verdict None
-
-            get_pool().start()
-        model_dir = hub.model_dir(args.model)
+        try:  # the model as eval.py checks it (a Hub id: its snapshot in the cache, downloaded first if need be)
+            model_dir = hub.model_dir(args.model)
+            M.check_model_dir(model_dir)
+            M.check_tokenizer_files(model_dir)
+        except (FileNotFoundError, M.ModelError) as e:
+            ap.error(f"--model: {e}")
         import torch
 
+        if (args.device or "").startswith("cuda") and not torch.cuda.is_available():
+            ap.error(f"--device {args.device}: no CUDA GPU is available")
+        if args.kind == "code":  # a sandbox that cannot isolate stops here, not after generating (every verdict None)
+            from nanogrpo.sandbox import SandboxUnavailable, get_pool
+
+            try:
+                get_pool().start()
+            except SandboxUnavailable as e:
+                ap.error(f"--kind code: {e}")
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         sampler = E.make_sampler(args.sampler, model_dir, device, dtype)
@@ -130,6 +177,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         sampling = {"temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens}
         prompt, system = prompts(args.kind, args.template)
         out.parent.mkdir(parents=True, exist_ok=True)
+        if out.exists() and out.stat().st_size > complete:  # a line torn by a kill: the next write starts clean
+            print(f"generate: {out}: dropping a torn last line ({out.stat().st_size - complete} bytes)", file=sys.stderr)
+            os.truncate(out, complete)
         t0, kept, drawn, rejected, unscored = time.monotonic(), 0, 0, 0, 0
         for k, start in enumerate(todo, 1):
             chunk = rows[start : start + args.batch]
@@ -162,9 +212,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                   f"eta {elapsed / k * (len(todo) - k):.0f}s", file=sys.stderr)
         sampler.close()  # the vLLM engine holds memory (and processes) until closed
 
-    result = sorted(read_done(out).values(), key=lambda r: r["index"])
+    result = sorted(read_done(out)[0].values(), key=lambda r: r["index"])
     if args.sft:
-        with open(args.sft, "w", encoding="utf-8") as f:
+        with files.atomic_open(args.sft) as f:  # whole or not at all
             for rec in result:
                 system = [{"role": "system", "content": rec["system"]}] if rec.get("system") else []
                 for g in rec["generations"]:

@@ -15,7 +15,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from nanogrpo.sandbox import SandboxPool, judge_many  # noqa: E402
+from nanogrpo import files  # noqa: E402
+from nanogrpo.sandbox import SandboxPool, SandboxUnavailable, judge_many  # noqa: E402
 from nanogrpo.sandbox.convert import to_schema  # noqa: E402
 
 
@@ -30,15 +31,19 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not os.path.isfile(args.input):
         ap.error(f"input {args.input!r} is not a file")
-    # Opening --out for writing would empty the input before a single row is read.
-    if os.path.realpath(args.out) == os.path.realpath(args.input) or (
-            os.path.exists(args.out) and os.path.samefile(args.out, args.input)):
-        ap.error(f"--out {args.out!r} is the input file; choose another path (nothing was written)")
-
-    pool = SandboxPool(concurrency=args.concurrency, allow_unsandboxed=args.allow_unsandboxed).start()
+    if args.batch < 1 or (args.concurrency is not None and args.concurrency < 1):
+        ap.error("--batch and --concurrency must be >= 1")
+    # before a row is judged: --out can be written and is not the input (nothing is written yet)
+    problem = files.output_problem(args.out, [args.input])
+    if problem:
+        ap.error(f"--out {args.out!r}: {problem} (nothing was written)")
+    try:
+        pool = SandboxPool(concurrency=args.concurrency, allow_unsandboxed=args.allow_unsandboxed).start()
+    except SandboxUnavailable as e:
+        ap.error(str(e))
     counts = collections.Counter()
-    tmp = os.path.join(os.path.dirname(os.path.abspath(args.out)), f".{os.path.basename(args.out)}.tmp{os.getpid()}")
-    with open(args.input, "rb") as f, open(tmp, "w") as out:  # bytes: a non-UTF-8 line is reported, not altered
+    # the kept rows appear whole, once every row is judged (a temporary file renamed into place)
+    with open(args.input, "rb") as f, files.atomic_open(args.out) as out:  # bytes: a non-UTF-8 line is reported
         batch = []
         for lineno, line in enumerate(f, 1):
             if line.strip():
@@ -49,7 +54,6 @@ def main(argv=None) -> int:
         if batch:
             _judge_batch(batch, pool, args.convert, out, counts)
     pool.close()
-    os.replace(tmp, args.out)  # the kept rows appear whole, once every row is judged
     total = sum(counts.values())
     print(f"validated {total} rows: kept {counts['passed']}, " +
           ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if k != "passed"), file=sys.stderr)

@@ -1,6 +1,8 @@
-"""Bad input gets a named error before any compute, and nothing already written is lost (issue 15)."""
+"""Bad input gets a named error before any compute, and nothing already written is lost."""
 import dataclasses
+import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -8,6 +10,7 @@ import pytest
 import torch
 
 import eval as eval_cli
+import sft
 import train
 from nanogrpo import data
 from nanogrpo import model as M
@@ -121,23 +124,30 @@ def test_a_run_without_any_reward_stops_naming_the_reward(tiny_model_dir, tmp_pa
     assert len((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()) == 3
 
 
-def test_out_dir_that_is_a_file_is_named(tiny_model_dir, tmp_path):
+ENTRIES = pytest.mark.parametrize("entry", [train.main, sft.main], ids=["train", "sft"])  # one check, both
+
+
+@ENTRIES
+def test_out_dir_that_is_a_file_is_named(entry, tiny_model_dir, tmp_path):
     (tmp_path / "f").write_text("x")
     for out in (tmp_path / "f", tmp_path / "f" / "sub"):
         with pytest.raises(ConfigError, match="'out_dir'.*not a directory"):
-            train.main(small(tiny_model_dir, out))
+            entry(small(tiny_model_dir, out))
 
 
-def test_read_only_out_dir_is_named(tiny_model_dir):
+@ENTRIES
+def test_read_only_out_dir_is_named(entry, tiny_model_dir):
     with pytest.raises(ConfigError, match="'out_dir': cannot write"):  # /proc/self: read-only even for root
-        train.main(small(tiny_model_dir, "/proc/self/nanogrpo-run"))
+        entry(small(tiny_model_dir, "/proc/self/nanogrpo-run"))
 
 
-def test_resume_without_a_checkpoint_refuses_and_keeps_the_metrics(tiny_model_dir, tmp_path):
+@ENTRIES
+def test_resume_without_a_checkpoint_refuses_and_keeps_the_metrics(entry, tiny_model_dir, tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward_mean": 0.5}\n')
     with pytest.raises(ConfigError, match="no complete checkpoint"):
-        train.main(small(tiny_model_dir, tmp_path, "resume=true"))
+        entry(small(tiny_model_dir, tmp_path, "resume=true"))
     assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1, "reward_mean": 0.5}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
 
 
 def test_torn_last_metrics_line_is_dropped_on_resume(tiny_model_dir, tmp_path, capsys):
@@ -177,6 +187,34 @@ def test_eval_unwritable_out_fails_before_generating(tiny_model_dir, math_file, 
     assert e.value.code == 2 and "--out" in capsys.readouterr().err
 
 
+EVAL_BAD = {  # name: (arguments, with {d} = a folder holding the task file t.jsonl; what the error says)
+    "--out is the task file": (["--tasks", "t={d}/t.jsonl", "--out", "{d}/t.jsonl"], "--out .*: is the input"),
+    "the samples file is the task file": (["--tasks", "t={d}/r.samples.jsonl", "--out", "{d}/r.json"],
+                                          "--out's samples file .*: is the input"),
+    "--temperature -1": (["--temperature", "-1"], "--temperature must be"),
+    "--temperature inf": (["--temperature", "inf"], "--temperature must be"),
+    "--top-p 2": (["--top-p", "2"], r"--top-p must be in \(0, 1\]"),
+    "--max-new-tokens 0": (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    "--device gpu": (["--device", "gpu"], "--device must be cpu, cuda or cuda:N"),
+}
+
+
+@pytest.mark.parametrize("case", EVAL_BAD)
+def test_eval_bad_input_is_named_before_generating_and_changes_no_file(case, tiny_model_dir, tmp_path, capsys,
+                                                                        monkeypatch):
+    extra, named = EVAL_BAD[case]
+    monkeypatch.setattr(eval_cli, "evaluate", lambda *a, **k: pytest.fail("evaluated despite bad input"))
+    for name in ("t.jsonl", "r.samples.jsonl"):
+        (tmp_path / name).write_text('{"problem": "1+1", "answer": "2"}\n')
+    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    argv = ["--model", tiny_model_dir, "--tasks", f"t={tmp_path / 't.jsonl'}", "--out", str(tmp_path / "r.json")]
+    with pytest.raises(SystemExit) as e:
+        eval_cli.main(argv + [a.format(d=tmp_path) for a in extra])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and re.search(named, err), err
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
 def test_eval_writes_results_whole(tiny_model_dir, math_file, tmp_path):
     out = tmp_path / "r" / "results.json"
     eval_cli.main(["--model", tiny_model_dir, "--tasks", f"t={math_file}", "--out", str(out), "--n", "1",
@@ -191,3 +229,38 @@ def test_every_numeric_knob_has_a_range(key):
     """A new numeric knob needs its range in config.RANGES (or its own check in validate())."""
     with pytest.raises(ConfigError, match=key):
         load([f"{key}=-1000000"])
+
+
+# -- scripts/validate_code_data.py --------------------------------------------------------------------------
+def validate_script():
+    spec = importlib.util.spec_from_file_location("validate_code_data", Path(__file__).parent.parent / "scripts" /
+                                                  "validate_code_data.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+VALIDATE_BAD = {  # name: (arguments after the input {d}/code.jsonl; what the error says)
+    "--out a directory": (["--out", "{d}"], "--out .*: is a directory"),
+    "--out under a file": (["--out", "{d}/code.jsonl/kept.jsonl"], "--out .*: .*code.jsonl' is a file, not a directory"),
+    "--out read-only": (["--out", "/proc/self/kept.jsonl"], "--out '/proc/self/kept.jsonl': cannot write"),
+    "--out is the input": (["--out", "{d}/code.jsonl"], "--out .*: is the input"),
+    "--batch 0": (["--out", "{d}/kept.jsonl", "--batch", "0"], "--batch and --concurrency must be >= 1"),
+    "--concurrency 0": (["--out", "{d}/kept.jsonl", "--concurrency", "0"], "--batch and --concurrency must be >= 1"),
+}
+
+
+@pytest.mark.parametrize("case", VALIDATE_BAD)
+def test_validate_code_data_bad_input_is_named_before_judging(case, tmp_path, capsys, monkeypatch):
+    extra, named = VALIDATE_BAD[case]
+    mod = validate_script()
+    monkeypatch.setattr(mod, "SandboxPool", lambda *a, **k: pytest.fail("a sandbox started despite bad input"))
+    src = tmp_path / "code.jsonl"
+    src.write_text(json.dumps({"id": "a", "problem": "Print 1.", "language": "python", "mode": "stdio",
+                               "solution": "print(1)", "tests": [{"input": "", "output": "1\n"}]}) + "\n")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(SystemExit) as e:
+        mod.main([str(src), *[a.format(d=tmp_path) for a in extra]])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and re.search(named, err), err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before

@@ -4,6 +4,7 @@ exact duplicates are dropped. Benchmarks are small files written here (humaneval
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,7 +106,7 @@ def test_refusals_and_named_errors(tmp_path):
     src = tmp_path / "t.jsonl"
     src.write_text(json.dumps({"problem": "p"}) + "\n")
     res = _run(src, "--cleanup", "--out", src)
-    assert res.returncode != 0 and "is the input file" in res.stderr
+    assert res.returncode == 2 and "is the input" in res.stderr
     assert src.read_text() == json.dumps({"problem": "p"}) + "\n"
     res = _run(src, "--column", "question", "--data", _bench_dir(tmp_path), "--benchmarks", "gsm8k")
     assert res.returncode == 2 and "no text column 'question'" in res.stderr
@@ -120,3 +121,33 @@ def test_builtin_word_problems_do_not_collide_with_the_planted_gsm8k(tmp_path, n
                          "--data", str(_bench_dir(tmp_path))])
     assert rep["rows"] == 200 and rep["benchmarks"]["gsm8k"] == []
     assert len(rep["keep"]) + len(rep["duplicates"]) == 200
+
+
+# -- bad outputs: named, exit 2, before the scan, no file changed --------------------------------------------
+BAD = {  # name: (arguments after the input, with {d} = the folder and {src} = the input; what the error says)
+    "--report is the input": (["--report", "{src}"], "--report .*: is the input"),
+    "--report read-only": (["--report", "/proc/self/report.json"], "--report '/proc/self/report.json': cannot write"),
+    "--report a directory": (["--report", "{d}"], "--report .*: is a directory"),
+    "--report under a file": (["--report", "{src}/report.json"], "--report .*: .* is a file, not a directory"),
+    "--out read-only": (["--cleanup", "--out", "/proc/self/clean.jsonl"], "--out .*: cannot write"),
+    "--out is the input": (["--cleanup", "--out", "{src}"], "--out .*: is the input"),
+    "--out is --report": (["--cleanup", "--out", "{d}/c.jsonl", "--report", "{d}/c.jsonl"], "the same file"),
+    "--limit 0": (["--limit", "0"], "--limit must be >= 1"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_outputs_are_named_before_the_scan_and_nothing_is_written(case, tmp_path, monkeypatch, capsys):
+    extra, named = BAD[case]
+    mod = _decon()
+    monkeypatch.setattr(mod, "scan", lambda *a, **k: pytest.fail("scanned despite a bad output"))
+    bench = _bench_dir(tmp_path)
+    src = tmp_path / "train.jsonl"
+    src.write_text(json.dumps({"problem": "Bob buys 3 apples and eats one of them. How many are left?"}) + "\n")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(SystemExit) as e:
+        mod.main([str(src), "--data", str(bench), "--benchmarks", "gsm8k",
+                  *[a.format(d=tmp_path, src=src) for a in extra]])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and re.search(named, err), err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before

@@ -4,6 +4,7 @@ to the uninterrupted result with no duplicates; --sft writes one chat row per ke
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -61,8 +62,9 @@ def test_verify_keeps_exactly_the_correct_generations_and_resume_is_exact(task, 
     assert resumed == kept
     assert [json.loads(x)["index"] for x in out.read_text().splitlines()] == list(range(10))  # no duplicates
     # other settings on the same file are refused, not mixed in
-    with pytest.raises(SystemExit, match="was written with"):
+    with pytest.raises(SystemExit) as e:
         g.main(args(task, warm_model_dir, out, "--n", "2"))
+    assert e.value.code == 2
 
 
 # -- code rows: --verify runs each generation against the row's tests in the (real, local) sandbox -------------
@@ -146,3 +148,58 @@ def test_code_prompt_is_evals_and_bad_code_settings_are_refused(tmp_path):
         with pytest.raises(SystemExit):
             g.main([*bad, "--model", "m", "--out", str(tmp_path / "x.jsonl"), "--kind", "code"])
     assert not (tmp_path / "x.jsonl").exists()
+
+
+# -- bad input: every one named, exit 2, before any compute, no file changed ------------------------------------
+def snapshot(d: Path) -> dict:
+    return {str(p.relative_to(d)): p.read_bytes() for p in d.rglob("*") if p.is_file()}
+
+
+OK = ["{d}/sums.jsonl", "--model", "{m}", "--out", "{d}/o.jsonl"]
+BAD = {  # name: (argv with {d} = a folder of inputs and {m} = the model, what the error says)
+    "missing model dir": ([*OK[:2], "{d}/nope", *OK[3:]], "--model: model directory not found"),
+    "model dir without config.json": ([*OK[:2], "{d}/empty", *OK[3:]], "--model: .* has no config.json"),
+    "missing input file": (["{d}/missing.jsonl", *OK[1:]], "TASK .*missing.jsonl.*no such file"),
+    "malformed JSONL row": (["{d}/bad.jsonl", *OK[1:]], r"bad.jsonl:2: not valid JSON"),
+    "row without an answer": (["{d}/noanswer.jsonl", *OK[1:]], r"noanswer.jsonl:1: math row has no 'answer'"),
+    "unknown --kind": ([*OK, "--kind", "poetry"], "--kind: invalid choice"),
+    "--n 0": ([*OK, "--n", "0"], "--n and --batch must be >= 1"),
+    "--n two": ([*OK, "--n", "two"], "--n: invalid int value"),
+    "--batch 0": ([*OK, "--batch", "0"], "--n and --batch must be >= 1"),
+    "--temperature -1": ([*OK, "--temperature", "-1"], "--temperature must be"),
+    "--temperature nan": ([*OK, "--temperature", "nan"], "--temperature must be"),
+    "--top-p 0": ([*OK, "--top-p", "0"], r"--top-p must be in \(0, 1\]"),
+    "--max-new-tokens 0": ([*OK, "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    "--limit 0": ([*OK, "--limit", "0"], "--limit must be >= 1"),
+    "--device gpu": ([*OK, "--device", "gpu"], "--device must be"),
+    "--out read-only": ([*OK[:4], "/proc/self/o.jsonl"], "--out '/proc/self/o.jsonl': cannot write"),
+    "--out a directory": ([*OK[:4], "{d}"], "--out .*: is a directory"),
+    "--out is the input": ([*OK[:4], "{d}/sums.jsonl"], "--out .*: is the input"),
+    "--out another data file": ([*OK[:4], "{d}/other.jsonl"], "line 1 is not a generate.py record"),
+    "--out from other settings": ([*OK[:4], "{d}/old.jsonl"], "was written with"),
+    "--sft is the input": ([*OK, "--sft", "{d}/sums.jsonl"], "--sft .*: is the input"),
+    "--sft is --out": ([*OK, "--sft", "{d}/o.jsonl"], "--sft .*: is --out"),
+    "--sft read-only": ([*OK, "--sft", "/proc/self/s.jsonl"], "--sft .*: cannot write"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_input_is_named_exit_2_before_compute_and_no_file_changes(case, tmp_path, warm_model_dir, monkeypatch,
+                                                                     capsys):
+    argv, named = BAD[case]
+    g = gen()
+    monkeypatch.setattr(g.E, "make_sampler", lambda *a, **k: pytest.fail("a sampler was built despite bad input"))
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "empty").mkdir()
+    (d / "sums.jsonl").write_text('{"problem": "1+1=", "answer": "2"}\n{"problem": "2+2=", "answer": "4"}')  # no final \n
+    (d / "bad.jsonl").write_text('{"problem": "1+1=", "answer": "2"}\n{not json\n')
+    (d / "noanswer.jsonl").write_text('{"problem": "1+1="}\n')
+    (d / "other.jsonl").write_text('{"problem": "3+3=", "answer": "6"}\n{"problem": "4+4=", "answer": "8"}')
+    (d / "old.jsonl").write_text(json.dumps({"index": 0, "settings": {"model": "another"}, "generations": []}) + "\n")
+    before = snapshot(d)
+    with pytest.raises(SystemExit) as e:
+        g.main([a.format(d=d, m=warm_model_dir) for a in argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and re.search(named, err), err
+    assert "Traceback" not in err and snapshot(d) == before
