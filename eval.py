@@ -28,7 +28,7 @@ from nanogrpo import benchmarks, dist, files, hub, tools
 from nanogrpo import config as C
 from nanogrpo import model as M
 # the work is done in the library (one path with train.py's in-run evals); these names stay importable from here
-from nanogrpo.evaluate import MAX_NEW_TOKENS_CAP, evaluate, markdown_table, prompt_ids, samples_path  # noqa: F401
+from nanogrpo.evaluate import MAX_NEW_TOKENS_CAP, context_problem, evaluate, markdown_table, prompt_ids, samples_path  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> dict:
         except C.ConfigError as e:
             ap.error(f"--tools: {e}")
         tool_cfg = tools.ToolConfig.from_config(cfg)
+    problem = context_problem(args.model, loaded, tool_cfg)  # a prompt the model cannot even read
+    if problem:
+        ap.error(f"--tasks {problem}")
     if (args.device or "").startswith("cuda"):
         import torch
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from nanogrpo import benchmarks, data, hub, rewards, tools
+from nanogrpo import benchmarks, data, files, hub, rewards, tools
 from nanogrpo import dist as ndist
 from nanogrpo.benchmarks import Task
 from nanogrpo.sampler import Sampler, SamplingParams, TorchSampler
@@ -138,6 +137,21 @@ def prompt_ids(task: Task, row: dict, tokenizer, tool_cfg: tools.ToolConfig | No
         text = "\n\n".join(m["content"] for m in messages)
         ids = tokenizer(text)["input_ids"]
     return ids, text.rstrip().endswith("<think>")
+
+
+def context_problem(model_dir: str, loaded: list[Task], tool_cfg: tools.ToolConfig | None = None) -> str:
+    """Why a task cannot be evaluated with this model's context (its longest prompt leaves no room to
+    answer), or "". Tokenizer only: checked before the model is loaded or anything is generated."""
+    from transformers import AutoTokenizer
+
+    tokenizer, context = AutoTokenizer.from_pretrained(model_dir), context_length(model_dir)
+    for task in loaded:
+        longest = max((len(prompt_ids(task, row, tokenizer, tool_cfg)[0]) for row in task.rows), default=0)
+        if longest >= context:
+            return (f"{task.name}: its longest prompt is {longest} tokens and {model_dir!r} has a context of "
+                    f"{context} (max_position_embeddings): no room for an answer; evaluate a model with a longer "
+                    "context, or fewer problems with --limit")
+    return ""
 
 
 def context_length(model_dir: str) -> int:
@@ -281,8 +295,8 @@ def evaluate(
         out_path = Path(out)
         out_path.parent.mkdir(parents=True, exist_ok=True)
         # each file appears whole or not at all (tmp + rename): a crash never leaves half a results file
-        _write_atomic(samples_path(out_path), "".join(json.dumps(r) + "\n" for r in all_records))
-        _write_atomic(out_path, json.dumps(results, indent=2) + "\n")
+        files.write_atomic(samples_path(out_path), "".join(json.dumps(r) + "\n" for r in all_records))
+        files.write_atomic(out_path, json.dumps(results, indent=2) + "\n")
     return results
 
 
@@ -292,12 +306,6 @@ def tool_summary(problems: list[dict], samples: int, sampler) -> dict:
         return {}
     calls = [k for p in problems for k in p["tool_calls"]]
     return {"tool_use": sum(k > 0 for k in calls) / max(1, samples), "tool_calls_mean": sum(calls) / max(1, samples)}
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def samples_path(out: Path) -> Path:

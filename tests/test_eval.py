@@ -72,6 +72,21 @@ def test_unknown_task_and_missing_file_are_clear_errors(tmp_path):
         benchmarks.load_task("lcb", data_dir=tmp_path)
 
 
+def test_a_prompt_longer_than_the_models_context_is_named_before_loading(tmp_path, capsys, monkeypatch):
+    """The committed tiny model reads 512 tokens; GSM8K prompts under the math template are longer. eval.py stops
+    with the task, the prompt length and the context named (exit 2), before any model is loaded."""
+    import eval as E
+    from nanogrpo import model as M
+
+    monkeypatch.setattr(M, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(SystemExit) as e:
+        E.main(["--model", "models/tiny-arithmetic", "--tasks", "gsm8k", "--limit", "2", "--out", str(tmp_path / "r.json")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "gsm8k: its longest prompt is" in err and "has a context of 512" in err
+    assert not (tmp_path / "r.json").exists()
+
+
 def test_lcb_window_and_conversion(tmp_path):
     def rec(qid, day, starter=""):
         kind = "functional" if starter else "stdin"
