@@ -1,6 +1,8 @@
 """Isolation of the local (bubblewrap) backend: each test is one thing an untrusted program tries."""
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -199,3 +201,25 @@ def test_hash_seed_is_refused_with_flags_that_ignore_it():
     for argv in (["/usr/bin/python3", "-I", "main.py"], ["/usr/bin/python3", "-sE", "main.py"]):
         with pytest.raises(ValueError, match="ignore PYTHONHASHSEED"):
             runner.seeded({"argv": argv, "env": {}, "fresh_interpreter": False}, 5)
+
+
+EXECD_LOUD = """
+import sys
+from nanogrpo.sandbox import ExecSpec, Limits, SandboxPool
+pool = SandboxPool(concurrency=1).start()
+async def one(session, _):
+    r = await session.exec(ExecSpec(['/usr/bin/python3', '-c', "print('x' * 1000000)"], limits=Limits(cpu_s=2, wall_s=10)))
+    return r.status, len(r.stdout)
+print(*pool.map(one, [0])[0])
+pool.close()
+"""
+
+
+def test_an_execd_program_may_print_more_than_a_pipe_holds():
+    """An exec'd program (a fresh python3 here; C++ and node programs always are) printing 1 MB. A descriptor
+    received over a socket is not close-on-exec: the program used to keep the runner's "did exec fail" pipe
+    open, the runner waited on that pipe while the program waited on its full stdout, and the slot hung. Run in
+    a child process, so that a hang fails the test instead of stopping the suite."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "-c", EXECD_LOUD], capture_output=True, text=True, timeout=60, cwd=root)
+    assert p.stdout.split() == ["ok", "1000001"], p.stderr[-1000:]

@@ -287,6 +287,10 @@ def start_child(spec, out_w, err_w, exc_w, uid):
         confine.install_seccomp()
         os.closerange(3, exc_w)
         os.closerange(exc_w + 1, 65536)
+        # A descriptor received over a socket is not close-on-exec: without this an exec'd program would hold the
+        # runner's "did exec fail" pipe open, the runner would wait on it, and a program printing more than a pipe
+        # holds would block forever.
+        os.set_inheritable(exc_w, False)
         argv = spec["argv"]
         inproc = None if spec["fresh_interpreter"] else python_inprocess(argv)
         if inproc is not None:
