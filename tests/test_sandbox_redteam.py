@@ -1,4 +1,4 @@
-"""The red-team's findings (issue 15), one property each; the programs live in tests/helpers/attacks.py."""
+"""The red team's findings, one property each; the programs live in tests/helpers/attacks.py."""
 import os
 import subprocess
 import sys
@@ -17,6 +17,13 @@ pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap (apt-g
 @pytest.fixture(scope="module")
 def pool():
     p = SandboxPool(concurrency=1, isolation="bwrap").start()  # one slot: every program runs where the last ran
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def pool2():
+    p = SandboxPool(concurrency=2, isolation="bwrap").start()  # attacks `together`: two programs at once, a slot each
     yield p
     p.close()
 
@@ -65,10 +72,17 @@ def test_reward_hacks_and_unparseable_output_score_zero_not_none(pool, attack):
     assert not attack.escaped(vs), (vs[0].reward, vs[0].status)
 
 
+@pytest.mark.parametrize("attack", by_kind("channel"))
+def test_nothing_passes_between_slots_running_at_once(pool2, attack):
+    vs = run_attack(pool2, attack)
+    assert all(v is not None for v in vs), "the sandbox failed"
+    assert not attack.escaped(vs), [out(v)[-200:] for v in vs]
+
+
 @pytest.mark.parametrize("attack", by_kind("isolation"))
-def test_isolation_attacks_are_contained(pool, attack):
-    vs = run_attack(pool, attack)
-    assert not attack.escaped(vs), [(v.status, out(v)[-200:]) if v else None for v in vs]
+def test_isolation_attacks_are_contained(pool, pool2, attack):
+    vs = run_attack(pool2 if attack.together else pool, attack)
+    assert not attack.escaped(vs), [(v.status, out(v)[-300:]) if v else None for v in vs]
 
 
 HOG = "while True: pass"

@@ -170,7 +170,7 @@ DEEP_RETURN = ("import sys\nsys.setrecursionlimit(100000)\ndef f():\n    x = []\
                "    for _ in range(2000):\n        x = [x]\n    return x\n")
 FORGED_DEEP = (f"import os\nos.write(1, ({MARK!r} + '{{\"value\": ' + '[' * 100000 + ']' * 100000 + '}}\\n')"
                ".encode())\nos._exit(0)\ndef f(): return 0\n")
-# Call mode (issue 26): integers compare exactly, and a comparison that cannot be made (an int past the
+# Call mode: integers compare exactly, and a comparison that cannot be made (an int past the
 # float range against a float: OverflowError) is a wrong answer. (name, program, expected value)
 WRONG_NUMBERS = [
     ("123456789013 for 123456789012", "def f():\n    return 123456789013", 123456789012),
@@ -233,10 +233,12 @@ def asserting(test=ADD_TEST, entry="add"):
 @dataclass
 class Attack:
     name: str
-    programs: list                   # run in turn on one slot, a fresh job each
-    problem: dict = field(default_factory=stdio)
+    programs: list                   # run in turn on one slot, a fresh job each (together: at once, a slot each)
+    problem: dict | list = field(default_factory=stdio)  # one for all programs, or one per program
     escaped: Callable = None         # (verdicts) -> True when the attack got what it wanted
-    kind: str = "isolation"          # isolation | memory | leak | judge | correct
+    kind: str = "isolation"          # isolation | memory | leak | channel | judge | correct
+    together: bool = False           # the programs run at the same time, on different slots
+    host: Callable = None            # (stop: threading.Event) -> None: host activity while the programs run
 
 
 def _pinned_over(cap_mb):
@@ -265,6 +267,15 @@ def _not_one(vs):
 def _kept_over(limit):
     """The Verdict holds more of a test's output than `limit` characters per stream (trainer memory)."""
     return lambda vs: vs[0] is None or any(max(len(r.stdout), len(r.stderr)) > limit for r in vs[0].results)
+
+
+def _touching(path):
+    """Host activity: read `path` every 20 ms until stopped."""
+    def run(stop):
+        while not stop.wait(0.02):
+            with open(path, "rb") as f:
+                f.read(1)
+    return run
 
 
 # The most a program may pin outside RLIMIT_AS (/dev/shm tmpfs plus SysV shm), in MB.
@@ -328,10 +339,25 @@ BY_NAME = {a.name: a for a in ATTACKS}
 
 
 def run_attack(pool, attack):
-    """Verdicts of the attack's programs, in turn, on one slot (the pool must have concurrency 1)."""
+    """Verdicts of the attack's programs: in turn on one slot (the pool must have concurrency 1), or, for an
+    attack `together`, all at once on a slot each (the pool must have exactly that many slots)."""
+    import threading
+
     from nanogrpo.sandbox import judge_many
 
-    return [judge_many([p], [attack.problem], pool=pool)[0] for p in attack.programs]
+    problems = attack.problem if isinstance(attack.problem, list) else [attack.problem] * len(attack.programs)
+    stop = threading.Event()
+    host = threading.Thread(target=attack.host, args=(stop,), daemon=True) if attack.host else None
+    if host:
+        host.start()
+    try:
+        if attack.together:
+            return judge_many(attack.programs, problems, pool=pool)
+        return [judge_many([p], [q], pool=pool)[0] for p, q in zip(attack.programs, problems)]
+    finally:
+        stop.set()
+        if host:
+            host.join()
 
 
 def meminfo() -> dict:
