@@ -22,6 +22,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import struct
 import sys
 import time
@@ -105,13 +106,59 @@ def write_file(cwd, name, text, uid):
     except FileNotFoundError:
         pass
     except IsADirectoryError:
-        shutil.rmtree(path)
+        remove_tree(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "w") as f:
         f.write(text)
     if os.getuid() == 0 and uid != 0:
         os.chown(path, uid, uid)
     return path
+
+
+def remove_tree(path):
+    """Delete `path` and everything under it, however deep: a program can nest directories past any recursion
+    limit and any path length. Nothing descends: each directory's entries are moved up into `path` itself
+    (renames relative to one open directory), then the emptied directory is removed."""
+    try:
+        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    except OSError:  # a file, or a symlink
+        os.unlink(path)
+        return
+    moved = itertools.count()
+    try:
+        while True:
+            names = os.listdir(top)
+            if not names:
+                break
+            for name in names:
+                _remove_entry(top, name, moved)
+    finally:
+        os.close(top)
+    os.rmdir(path)
+
+
+def _remove_entry(top, name, moved):
+    if not stat.S_ISDIR(os.stat(name, dir_fd=top, follow_symlinks=False).st_mode):
+        os.unlink(name, dir_fd=top)
+        return
+    if os.geteuid() != 0:  # the program's own uid (non-root mode): it may have taken the permissions away
+        os.chmod(name, 0o700, dir_fd=top)
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+    try:
+        children = os.listdir(fd)
+    finally:
+        os.close(fd)
+    for child in children:
+        while True:  # a name not taken in `top`
+            new = f".up{next(moved)}"
+            try:
+                os.stat(new, dir_fd=top, follow_symlinks=False)
+            except FileNotFoundError:
+                break
+        os.rename(f"{name}/{child}", new, src_dir_fd=top, dst_dir_fd=top)
+    os.rmdir(name, dir_fd=top)
 
 
 def set_limits(lim):
@@ -133,7 +180,7 @@ def run_exec(req, uid, launcher=None):
     lim = req["limits"]
     cwd = job_dir(req["job"])
     if req.get("clean"):  # a fresh directory: nothing the program left behind is reused
-        shutil.rmtree(cwd, ignore_errors=True)
+        remove_tree(cwd)
     if not os.path.isdir(cwd):
         os.makedirs(cwd, mode=0o700)
         if os.getuid() == 0 and uid != 0:
@@ -466,7 +513,7 @@ def probe(uid, launcher=None):
 
 def end_job(job, uid):
     kill_untrusted(uid)
-    shutil.rmtree(job_dir(job), ignore_errors=True)
+    remove_tree(job_dir(job))
     return {"ok": True}
 
 

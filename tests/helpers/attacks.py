@@ -156,6 +156,10 @@ for line in open('/proc/self/maps'):
 print(sorted(x.decode() for x in found))
 """
 
+# A directory tree deeper than the runner's cleanup could recurse (1,500 levels, paths past PATH_MAX), left in
+# the job directory by a wrong answer in assert mode (whose replay starts from a cleaned directory).
+DEEP_TREE = ("import os\ntop = os.open('.', os.O_RDONLY)\nfor _ in range(1500):\n    os.mkdir('deeper__')\n"
+             "    os.chdir('deeper__')\nos.fchdir(top)\ndef add(a, b):\n    return 0\n")
 # -- correct programs that must score 1 --------------------------------------------------------
 MP_POOL = ("from multiprocessing import Pool\nif __name__ == '__main__':\n"
            "    with Pool(2) as p:\n        print(sum(p.map(abs, range(-5, 5))))\n")
@@ -222,6 +226,7 @@ FORGED_LINES = ["{}", "[1]", '{"value": {"__t": "nope"}}', '{"value": 3',
                 '{"value": {"__t": "complex", "v": [' + "9" * 400 + ', 0]}}']  # complex(10**400, 0): OverflowError
 FORGED = "import os\nos.write(1, ({mark!r} + {forged!r} + '\\n').encode())\nos._exit(0)\ndef add(a, b): return 0"
 DELETE_BINARY = "#include <cstdio>\nint main(){remove(\"main\"); puts(\"5\");}"
+ADD_RIGHT = "def add(a, b):\n    return a + b\n"
 ADD_TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"
 
 
@@ -331,6 +336,8 @@ ATTACKS = [
     Attack("C++ deletes its own binary (test 2 of 2 is a real 0)", [DELETE_BINARY],
            {**stdio("5", tl=5), "language": "cpp", "tests": [{"input": "", "output": "5"}] * 2},
            lambda vs: vs[0] is None or vs[0].reward != 0.5, "judge"),
+    Attack("1,500-deep directory tree, wrong answer (assert mode); then a right one", [DEEP_TREE, ADD_RIGHT],
+           asserting(), lambda vs: None in vs or vs[0].reward != 0.0 or vs[1].reward != 1.0, "judge"),
     Attack("multiprocessing.Pool", [MP_POOL], stdio("25"), _not_one, "correct"),
     Attack("ProcessPoolExecutor", [MP_EXECUTOR], stdio("25"), _not_one, "correct"),
     Attack("multiprocessing.Queue", [MP_QUEUE], stdio("25"), _not_one, "correct"),
