@@ -1,7 +1,9 @@
 """The red team's findings, one property each; the programs live in tests/helpers/attacks.py."""
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -111,6 +113,85 @@ def test_load_does_not_fake_a_timeout():
     assert v is None or v.status == "passed", (v.status, v.results[0].time_s, v.results[0].cpu_s, wall)
     assert v is None or v.results[0].time_s > 2.0, "the hogs did not starve the program: the test proves nothing"
     assert cheat is not None and cheat.status == "timeout", cheat
+
+
+def _running_as(uid):
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                if any(line.startswith("Uid:") and int(line.split()[1]) == uid for line in f):
+                    return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def test_bursty_load_does_not_fake_a_timeout():
+    """Ten CPU hogs (each its own session) that all pause for 0.35 s around the program's 2 s wall deadline: a load
+    check that looks at the machine at that instant sees it idle and calls the starved program a timeout. Judged
+    on the program's own run-queue wait over its whole run, it is stretched and passes (or, past the stretched
+    backstop, None); never a timeout."""
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.8: pass\nprint('ok')"
+    pool = SandboxPool(concurrency=1, retries=0).start()
+    uid = pool._free._queue[0].uid
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG], start_new_session=True) for _ in range(10)]
+    stop, paused = threading.Event(), []
+
+    def pause_around_the_deadline():
+        while not stop.is_set() and not _running_as(uid):  # the program's clock started just before this
+            time.sleep(0.002)
+        seen = time.monotonic()
+        if stop.wait(max(0.0, seen + 1.8 - time.monotonic())):
+            return
+        for h in hogs:
+            h.send_signal(signal.SIGSTOP)
+        paused.append(time.monotonic() - seen)
+        stop.wait(0.35)
+        for h in hogs:
+            h.send_signal(signal.SIGCONT)
+
+    pauser = threading.Thread(target=pause_around_the_deadline)
+    try:
+        time.sleep(0.3)
+        pauser.start()
+        v = judge_many([spin], [stdio(tl=1)], pool=pool, wall_factor=1.0)[0]  # wall backstop 2 s
+    finally:
+        stop.set()
+        pauser.join()
+        for h in hogs:
+            h.kill()
+            h.wait()
+    try:
+        loop = judge_many([A.INFINITE_LOOP], [stdio(tl=1)], pool=pool, wall_factor=1.0)[0]  # alone again
+    finally:
+        pool.close()
+    assert paused, "the hogs never paused: the test proves nothing"
+    assert v is None or v.status == "passed", (v.status, v.results[0].time_s, v.results[0].cpu_s, paused)
+    assert v is None or v.results[0].time_s > 2.0, "the hogs did not starve the program: the test proves nothing"
+    assert loop is None or loop.status == "timeout", loop
+
+
+class _Launcher:
+    pid = None
+
+
+@pytest.mark.parametrize("sched,others,starved", [
+    # 0.5 s of CPU and 1.4 s waiting for one in 2 s, while at this instant the hogs pause (only the program and
+    # the runner runnable): starved all the same
+    ({"cpu": 0.5, "wait": 1.4}, 2, True),
+    ({"cpu": 0.5, "wait": 1.4}, 12, True),    # the hogs running at this instant too
+    ({"cpu": 1.95, "wait": 0.02}, 2, False),  # an endless loop alone: it had the CPU, used its limit
+    ({"cpu": 0.01, "wait": 0.0}, 12, False),  # asleep or blocked, however busy the machine
+])
+def test_the_starvation_verdict_reads_the_programs_whole_run(monkeypatch, sched, others, starved):
+    """At the wall deadline, `starved_by_load` decides stretch (or None) against timeout from the program's own
+    CPU time and run-queue wait over its run, not from how many tasks the machine runs at that instant."""
+    from nanogrpo.sandbox import runner
+
+    monkeypatch.setattr(runner.confine, "program_sched",
+                        lambda *a, **k: {**sched, "running": 1, "lowered": False})
+    monkeypatch.setattr(runner.confine, "others_running", lambda: others, raising=False)
+    assert runner.starved_by_load(123456, _Launcher, elapsed=2.0, cpu_limit=1.0) is starved
 
 
 def test_sleeping_program_still_times_out(pool):

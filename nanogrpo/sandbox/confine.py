@@ -105,10 +105,10 @@ SCHED_BATCH, SCHED_IDLE = 3, 5
 
 
 def program_sched(uid: int, exclude=(), base_nice: int = 0) -> dict:
-    """How the uid's threads fared (/proc/PID/task/TID/stat and schedstat): CPU time, time spent runnable
-    but waiting for a CPU, how many are runnable now, and whether any lowered its own priority (nice above
-    the runner's, SCHED_BATCH / SCHED_IDLE): such a program starves itself on purpose."""
-    got = {"cpu": 0.0, "wait": 0.0, "running": 0, "lowered": False}
+    """How the uid's threads fared over their lives so far (/proc/PID/task/TID/stat and schedstat): CPU time,
+    time spent runnable but waiting for a CPU (run delay), and whether any lowered its own priority (nice
+    above the runner's, SCHED_BATCH / SCHED_IDLE): such a program starves itself on purpose."""
+    got = {"cpu": 0.0, "wait": 0.0, "lowered": False}
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) in exclude:
             continue
@@ -123,17 +123,7 @@ def program_sched(uid: int, exclude=(), base_nice: int = 0) -> dict:
                     fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
                 got["cpu"] += int(run_ns) / 1e9
                 got["wait"] += int(wait_ns) / 1e9
-                got["running"] += fields[0] == "R"
                 got["lowered"] |= int(fields[16]) > base_nice or int(fields[38]) in (SCHED_BATCH, SCHED_IDLE)
         except (OSError, ValueError, IndexError):  # the process ended while we looked
             continue
     return got
-
-
-def others_running() -> int:
-    """Runnable tasks on the whole machine (/proc/stat is not per namespace), this runner included."""
-    with open("/proc/stat") as f:
-        for line in f:
-            if line.startswith("procs_running"):
-                return int(line.split()[1])
-    return 0

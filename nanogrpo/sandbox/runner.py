@@ -39,7 +39,7 @@ ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.U
 MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "out of memory", "Cannot allocate memory")
 # The wall-clock backstop catches programs that sleep or block. One that wanted the CPU for at least
 # STARVED of the elapsed time (CPU + run-queue wait) was starved by load: its deadline is stretched, up
-# to MAX_STRETCH times; still starved then is an infrastructure error (None, retried), never a timeout.
+# to MAX_STRETCH times; still starved then is an infrastructure error (None, not retried), never a timeout.
 STARVED, MAX_STRETCH = 0.5, 4
 
 
@@ -306,13 +306,16 @@ BASE_NICE = os.getpriority(os.PRIO_PROCESS, 0)  # what every execution starts wi
 
 
 def starved_by_load(uid, launcher, elapsed, cpu_limit):
-    """At the wall deadline: was the program kept from the CPU by OTHER work, rather than idle (sleeping,
-    blocked) or starving itself (nice, SCHED_IDLE)? Then its deadline is stretched instead of a timeout."""
+    """At the wall deadline: was the program kept from the CPU, rather than idle (sleeping, blocked) or starving
+    itself (nice, SCHED_IDLE)? Then its deadline is stretched instead of a timeout.
+
+    Judged on the program's own account over its whole run, never on how busy the machine looks at this
+    instant (a bursty hog can pause exactly then): it was runnable (on a CPU or waiting for one) for at least
+    STARVED of the time, yet has not used its CPU limit. A program that only competes with its own threads or
+    processes used its limit long before its wall deadline (wall_s is several times cpu_s), so it is not
+    stretched; an endless loop alone on the machine is not runnable-but-waiting, so it is not either."""
     me = confine.program_sched(uid, exclude=(os.getpid(), launcher.pid), base_nice=BASE_NICE)
-    wanted_cpu = me["cpu"] + me["wait"] >= STARVED * elapsed
-    # every CPU busy with someone else's work (this runner is the 1); a program's own threads don't count
-    machine_busy = confine.others_running() - me["running"] - 1 >= len(os.sched_getaffinity(0))
-    return wanted_cpu and machine_busy and not me["lowered"] and me["cpu"] < cpu_limit
+    return me["cpu"] + me["wait"] >= STARVED * elapsed and me["cpu"] < cpu_limit and not me["lowered"]
 
 
 def start_child(spec, out_w, err_w, exc_w, uid):

@@ -160,6 +160,27 @@ print(sorted(x.decode() for x in found))
 # the job directory by a wrong answer in assert mode (whose replay starts from a cleaned directory).
 DEEP_TREE = ("import os\ntop = os.open('.', os.O_RDONLY)\nfor _ in range(1500):\n    os.mkdir('deeper__')\n"
              "    os.chdir('deeper__')\nos.fchdir(top)\ndef add(a, b):\n    return 0\n")
+# A hog on one slot that spins in 40 processes (each its own session, so its own scheduler autogroup) and
+# pauses once, for 0.35 s, around the moment the other slot's program hits its wall deadline (6 s).
+BURSTY_HOG = """
+import os, time
+t0 = time.monotonic()
+def spin_until(t):
+    while time.monotonic() - t0 < t:
+        pass
+for _ in range(40):
+    if os.fork() == 0:
+        os.setsid()
+        spin_until(5.75)
+        time.sleep(max(0.0, 6.1 - (time.monotonic() - t0)))
+        spin_until(14)
+        os._exit(0)
+for _ in range(40):
+    os.wait()
+print('ok')
+"""
+STARVED_VICTIM = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.8:\n    pass\nprint('ok')"
+
 # -- correct programs that must score 1 --------------------------------------------------------
 MP_POOL = ("from multiprocessing import Pool\nif __name__ == '__main__':\n"
            "    with Pool(2) as p:\n        print(sum(p.map(abs, range(-5, 5))))\n")
@@ -336,6 +357,8 @@ ATTACKS = [
     Attack("C++ deletes its own binary (test 2 of 2 is a real 0)", [DELETE_BINARY],
            {**stdio("5", tl=5), "language": "cpp", "tests": [{"input": "", "output": "5"}] * 2},
            lambda vs: vs[0] is None or vs[0].reward != 0.5, "judge"),
+    Attack("bursty hog on the other slot, paused at the deadline", [BURSTY_HOG, STARVED_VICTIM],
+           [stdio(tl=3), stdio(tl=1)], lambda vs: vs[1] is not None and vs[1].status == "timeout", together=True),
     Attack("1,500-deep directory tree, wrong answer (assert mode); then a right one", [DEEP_TREE, ADD_RIGHT],
            asserting(), lambda vs: None in vs or vs[0].reward != 0.0 or vs[1].reward != 1.0, "judge"),
     Attack("multiprocessing.Pool", [MP_POOL], stdio("25"), _not_one, "correct"),
