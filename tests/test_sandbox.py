@@ -203,6 +203,73 @@ def test_hash_seed_is_refused_with_flags_that_ignore_it():
             runner.seeded({"argv": argv, "env": {}, "fresh_interpreter": False}, 5)
 
 
+# -- what a program may not do to get memory, channels or host facts past the sandbox ----------------
+NAMESPACES = """
+import ctypes, errno, os, platform, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def result(ret):
+    return 'ok' if ret >= 0 else errno.errorcode[ctypes.get_errno()]
+NEWUSER, NEWNS, NEWNET, SIGCHLD = 0x10000000, 0x00020000, 0x40000000, 17
+SYS_CLONE = {'x86_64': 56, 'aarch64': 220}[platform.machine()]
+got = []
+for nr, args in ((SYS_CLONE, (NEWUSER | SIGCHLD, 0, 0, 0, 0)), (435, (ctypes.byref((ctypes.c_uint64 * 8)(NEWUSER, 0, 0, 0, SIGCHLD)), 64))):
+    pid = libc.syscall(nr, *args)  # clone / clone3 into a new user namespace
+    if pid == 0:
+        os._exit(0)
+    got.append(result(pid))
+    if pid > 0:
+        os.waitpid(pid, 0)
+t = threading.Thread(target=print, args=('thread',), kwargs={'flush': True})
+t.start()
+t.join()
+if os.fork() == 0:
+    print('fork', flush=True)
+    os._exit(0)
+os.wait()
+got.append(result(libc.unshare(NEWUSER | NEWNS | NEWNET)))  # last: once in a namespace of its own, clone would fail anyway
+print(*got)
+"""
+
+
+def test_no_user_namespace_or_other_namespace(pool):
+    """unshare / clone / clone3 into a new user namespace fail (root in one, a program could mount a tmpfs or
+    make an IPC namespace with the kernel's default limits); threads and fork still work (clone3 answers ENOSYS,
+    so the C library falls back to clone)."""
+    v = run(pool, NAMESPACES, stdio("thread\nfork\nEPERM ENOSYS EPERM"))
+    assert v.reward == 1.0, v.results[0].stdout + v.results[0].stderr[-500:]
+
+
+SHARED_FILES = """
+import ctypes, errno, fcntl, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+def result(f):
+    try:
+        ret = f()
+    except OSError as e:
+        return errno.errorcode[e.errno]
+    return 'ok' if not isinstance(ret, int) or ret >= 0 else errno.errorcode[ctypes.get_errno()]
+fd = os.open('/usr/lib/os-release', os.O_RDONLY)
+usr = os.open('/usr', os.O_RDONLY)
+print(*[result(f) for f in (
+    lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB),
+    lambda: fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB),
+    lambda: fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack('hh4xqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0)),
+    lambda: fcntl.fcntl(usr, fcntl.F_NOTIFY, fcntl.DN_ACCESS),
+    lambda: libc.inotify_init1(0),
+    lambda: libc.fanotify_init(0x200, 0),  # FAN_REPORT_FID: what an unprivileged process may ask for
+    lambda: os.mkfifo('fifo'),
+)])
+"""
+
+
+def test_no_locks_or_notifications_on_shared_files(pool):
+    """Every slot sees the same read-only /usr: file locks (flock, fcntl record locks), inotify, fanotify and
+    dnotify on it would pass data between slots running at once, and show the host's file activity; named pipes
+    would be pipes outside the per-execution count. All are refused."""
+    v = run(pool, SHARED_FILES, stdio(" ".join(["EPERM"] * 7)))
+    assert v.reward == 1.0, v.results[0].stdout + v.results[0].stderr[-500:]
+
+
 EXECD_LOUD = """
 import sys
 from nanogrpo.sandbox import ExecSpec, Limits, SandboxPool

@@ -1,6 +1,8 @@
 """The red team's findings, one property each; the programs live in tests/helpers/attacks.py."""
+import errno
 import os
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -203,9 +205,57 @@ def test_probe_sees_a_fresh_ipc_namespace_per_execution(pool):
     assert pool.isolation["ipc_per_execution"] is True
 
 
-def test_seccomp_filter_denies_the_listed_calls_and_foreign_abis():
-    from nanogrpo.sandbox import confine
+def run_bpf(prog: bytes, arch: int, nr: int, *args: int) -> int:
+    """Run a classic-BPF seccomp filter on one call (struct seccomp_data): its return value."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *args, *[0] * (6 - len(args)))
+    ins = [struct.unpack("HBBI", prog[i:i + 8]) for i in range(0, len(prog), 8)]
+    pc, a = 0, 0
+    while True:
+        code, jt, jf, k = ins[pc]
+        if code == 0x20:  # A = data[k]
+            a, pc = struct.unpack_from("<I", data, k)[0], pc + 1
+        elif code == 0x06:  # return k
+            return k
+        elif code == 0x05:  # jump k
+            pc += 1 + k
+        else:  # JEQ / JGT / JGE / JSET against k
+            taken = {0x15: a == k, 0x25: a > k, 0x35: a >= k, 0x45: a & k != 0}[code]
+            pc += 1 + (jt if taken else jf)
 
-    prog = confine.seccomp_program("x86_64")
-    assert len(prog) % 8 == 0 and len(prog) // 8 == 5 + len(confine._ARCH["x86_64"][1]) + 2
-    assert confine.seccomp_program("sparc") is None  # unknown machine: no filter (documented)
+
+ALLOW = 0x7FFF0000
+ERRNO = 0x00050000
+# (audit arch, numbers) as the kernel's tables have them, independent of the code under test
+ABIS = {"x86_64": (0xC000003E, dict(read=0, unshare=272, clone=56, clone3=435, fcntl=72, flock=73, inotify_init1=294,
+                                    socket=41, setsockopt=54, keyctl=250, memfd_create=319, vmsplice=278)),
+        "aarch64": (0xC00000B7, dict(read=63, unshare=97, clone=220, clone3=435, fcntl=25, flock=32, inotify_init1=26,
+                                     socket=198, setsockopt=208, keyctl=219, memfd_create=279, vmsplice=75))}
+
+
+@pytest.mark.parametrize("machine", sorted(ABIS))
+def test_seccomp_filter_decides_each_call(machine):
+    """The filter, run on synthetic calls: namespaces, the buffer tricks, shared-file locks and notifications,
+    socket families and buffer sizes are refused; the ordinary forms of the same calls are not."""
+    from nanogrpo.sandbox import seccomp
+
+    arch, nr = ABIS[machine]
+    prog = seccomp.seccomp_program(machine)
+    decide = lambda name, *args: run_bpf(prog, arch, nr[name], *args)  # noqa: E731
+    eperm, eafnosupport, enosys = ERRNO | errno.EPERM, ERRNO | errno.EAFNOSUPPORT, ERRNO | errno.ENOSYS
+    NEWUSER, NEWNS, NEWTIME, SIGCHLD, THREAD = 0x10000000, 0x20000, 0x80, 17, 0x3D0F00
+    assert decide("read", 0) == ALLOW
+    assert run_bpf(prog, 0x40000003, 3) == eperm                            # i386 on x86_64 / arm on arm64
+    assert decide("keyctl") == eperm and decide("memfd_create") == eperm
+    assert decide("unshare", NEWUSER) == eperm and decide("unshare", NEWTIME) == eperm
+    assert decide("unshare", 0x400) == ALLOW                                 # CLONE_FILES: no namespace
+    assert decide("clone", NEWUSER | SIGCHLD) == eperm and decide("clone", NEWNS | SIGCHLD) == eperm
+    assert decide("clone", SIGCHLD) == ALLOW and decide("clone", THREAD) == ALLOW
+    assert decide("clone3") == enosys                                         # its flags are in memory: fall back
+    assert decide("fcntl", 3, 1031, 1 << 20) == eperm and decide("fcntl", 3, 1031, 65536) == ALLOW
+    assert decide("fcntl", 3, 6) == eperm and decide("fcntl", 3, 5) == eperm  # F_SETLK, F_GETLK
+    assert decide("fcntl", 3, 3) == ALLOW                                     # F_GETFL
+    assert decide("flock", 3, 1) == eperm and decide("inotify_init1", 0) == eperm and decide("vmsplice") == eperm
+    assert decide("socket", 2, 1) == eafnosupport and decide("socket", 1, 1) == ALLOW
+    assert decide("setsockopt", 3, 1, 7) == eperm and decide("setsockopt", 3, 1, 8) == eperm  # SO_SNDBUF / RCVBUF
+    assert decide("setsockopt", 3, 1, 2) == ALLOW and decide("setsockopt", 3, 6, 7) == ALLOW  # other options
+    assert seccomp.seccomp_program("sparc") is None  # unknown machine: no filter (documented)

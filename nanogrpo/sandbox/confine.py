@@ -8,14 +8,12 @@ The slot's bwrap namespaces live as long as the slot; these live as long as one 
 - a fresh mount namespace with a private, size-capped tmpfs on /dev/shm (multiprocessing's semaphores and
   shared memory live there), gone with the execution;
 - SysV limits in that IPC namespace, so memory pinned there (which RLIMIT_AS does not see once unmapped)
-  is capped too;
-- a seccomp filter: no keyring syscalls (the user keyring outlives executions of one uid) and no memfd
-  (memory that no rlimit or tmpfs size caps).
+  is capped too.
+
+The system-call filter is in seccomp.py.
 """
 import ctypes
 import os
-import platform
-import struct
 
 CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
 MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
@@ -46,58 +44,6 @@ def new_namespaces(shm_mb: int) -> None:
     _sysctl("shmmni", 64)
     _sysctl("msgmni", 16)   # 16 queues x msgmnb (16 KB default) of message memory
     _sysctl("sem", "250 4096 32 32")  # per set, total, ops per call, sets
-
-
-# -- seccomp -----------------------------------------------------------------------------------
-# (audit arch, {name: number}) per machine; an unknown machine gets no filter (docs/sandbox.md).
-_ARCH = {
-    "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "memfd_create": 319,
-                            "memfd_secret": 447}),
-    "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "memfd_create": 279,
-                             "memfd_secret": 447}),
-}
-_X32 = 0x40000000  # x86_64's x32 ABI: the same calls under other numbers; refused wholesale
-
-
-def _bpf(code, jt, jf, k):
-    return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
-
-
-def seccomp_program(machine: str | None = None) -> bytes | None:
-    """A classic-BPF filter: the listed syscalls (and any foreign ABI) fail with EPERM, the rest run."""
-    arch = _ARCH.get(machine or platform.machine())
-    if arch is None:
-        return None
-    audit_arch, nrs = arch
-    LD, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06
-    ALLOW, EPERM = 0x7FFF0000, 0x00050000 | 1
-    nums = sorted(nrs.values())
-    prog = [_bpf(LD, 0, 0, 4),                         # A = seccomp_data.arch
-            _bpf(JEQ, 1, 0, audit_arch),               # native ABI: go on; else deny
-            _bpf(RET, 0, 0, EPERM),
-            _bpf(LD, 0, 0, 0),                         # A = seccomp_data.nr
-            _bpf(JGE, len(nums) + 1, 0, _X32)]         # x32 numbers: deny
-    for i, nr in enumerate(nums):                      # a listed number: jump to the deny at the end
-        prog.append(_bpf(JEQ, len(nums) - i, 0, nr))
-    prog += [_bpf(RET, 0, 0, ALLOW), _bpf(RET, 0, 0, EPERM)]
-    return b"".join(prog)
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
-
-
-def install_seccomp() -> bool:
-    """Install the filter on this process (inherited by its children and across exec). False: no filter
-    for this machine."""
-    prog = seccomp_program()
-    if prog is None:
-        return False
-    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
-    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    fprog = _SockFprog(len(prog) // 8, prog)
-    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
-    return True
 
 
 # -- the wall-clock backstop under load ---------------------------------------------------------

@@ -13,10 +13,10 @@ import shutil
 import struct
 import tempfile
 
-from .types import ExecResult, ExecSpec, InfraError, Overloaded
+from .types import RUNNER_FILES, ExecResult, ExecSpec, InfraError, Overloaded
 
-RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
-CONFINE = os.path.join(os.path.dirname(RUNNER), "confine.py")  # imported by the runner, next to it
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNNER = os.path.join(HERE, "runner.py")
 # Untrusted code never runs as root (RLIMIT_NPROC ignores root). Each slot of each process gets its own
 # uid, so slots and pools (e.g. one per training rank) never share a process budget or kill each other.
 BASE_UID = 100000
@@ -44,8 +44,9 @@ def bwrap_argv(tmp_mb: int) -> list[str]:
             argv += ["--symlink", os.readlink(d), d]
         elif os.path.exists(d):
             argv += ["--ro-bind", d, d]
-    argv += ["--ro-bind", RUNNER, "/sandbox/runner.py", "--ro-bind", CONFINE, "/sandbox/confine.py",
-             "--dev", "/dev", "--proc", "/proc", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
+    for name in RUNNER_FILES:
+        argv += ["--ro-bind", os.path.join(HERE, name), f"/sandbox/{name}"]
+    argv += ["--dev", "/dev", "--proc", "/proc", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
              "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
              "--die-with-parent", "--new-session", "--clearenv", "--setenv", "NANOGRPO_PIDNS", "1",
              "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "LC_ALL", "C.UTF-8"]

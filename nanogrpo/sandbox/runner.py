@@ -30,8 +30,9 @@ import traceback  # imported here, once: the forked children run programs with i
 import types
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, _HERE)  # confine.py sits next to this file (in the sandbox too); programs never see the entry
+sys.path.insert(0, _HERE)  # confine.py, seccomp.py sit next to this file (in the sandbox too); programs never see it
 import confine  # noqa: E402
+import seccomp  # noqa: E402
 sys.path.remove(_HERE)
 
 JOBS_ROOT = os.environ.get("NANOGRPO_JOBS_ROOT", "/tmp/jobs")
@@ -334,7 +335,7 @@ def start_child(spec, out_w, err_w, exc_w, uid):
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)  # drops every capability
         set_limits(spec["limits"])
-        confine.install_seccomp()
+        seccomp.install_seccomp()
         os.closerange(3, exc_w)
         os.closerange(exc_w + 1, 65536)
         # A descriptor received over a socket is not close-on-exec: without this an exec'd program would hold the

@@ -1,6 +1,9 @@
 """The small dataclasses that travel between the judge, the pool and the backends."""
 from dataclasses import dataclass, field
 
+# What a backend puts next to each other in the sandbox (runner.py imports the other two from its directory).
+RUNNER_FILES = ("runner.py", "confine.py", "seccomp.py")
+
 # Statuses of one execution. A backend returns ok / runtime_error / timeout / memory / output_limit;
 # the judge turns ok into passed or wrong_answer. infra_error means the sandbox itself failed.
 STATUSES = ("passed", "wrong_answer", "runtime_error", "timeout", "memory", "output_limit",

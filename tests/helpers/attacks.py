@@ -35,22 +35,6 @@ def out(v, i=0) -> str:
 # -- memory the program pins without mapping it (survives munmap, and maybe the program) ----------
 LIBC = "import ctypes, ctypes.util, os, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
 # Each prints how many MB it managed to pin; the limit caps that, and nothing outlives the execution.
-PIN_SYSV_SHM = LIBC + """
-libc.shmat.restype = ctypes.c_void_p
-libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
-pinned = 0
-for _ in range(12):
-    sid = libc.shmget(0, 100 << 20, 0o1000 | 0o600)   # IPC_PRIVATE, IPC_CREAT; never IPC_RMID
-    if sid < 0:
-        break
-    addr = libc.shmat(sid, None, 0)
-    if addr is None or addr == ctypes.c_void_p(-1).value:
-        break
-    ctypes.memset(addr, 1, 100 << 20)
-    libc.shmdt(ctypes.c_void_p(addr))
-    pinned += 100
-print(pinned)
-"""
 PIN_MEMFD = """
 import os
 fds, pinned = [], 0
@@ -76,6 +60,122 @@ except OSError:
 print(pinned)
 """
 
+# A user namespace of its own: the program is root in it, so it may mount a tmpfs or make an IPC namespace
+# whose SysV limits are the kernel's defaults, neither of which the execution's caps see.
+USERNS = LIBC + """
+CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWIPC = 0x10000000, 0x00020000, 0x08000000
+uid, gid = os.getuid(), os.getgid()
+def own_userns(flags):
+    libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: /proc/self/uid_map is writable only by a dumpable process
+    if libc.unshare(CLONE_NEWUSER | flags) != 0:
+        return False
+    for path, text in (('/proc/self/setgroups', 'deny'), ('/proc/self/uid_map', f'0 {uid} 1'),
+                       ('/proc/self/gid_map', f'0 {gid} 1')):
+        with open(path, 'w') as f:
+            f.write(text)
+    return True
+"""
+PIN_USERNS_TMPFS = USERNS + """
+pinned = 0
+if own_userns(CLONE_NEWNS):
+    os.mkdir('mnt')
+    if libc.mount(b'none', b'mnt', b'tmpfs', 0, b'size=1g') == 0:
+        try:
+            for i in range(12):  # files under the 64 MB file-size limit
+                with open(f'mnt/f{i}', 'wb') as f:
+                    for _ in range(50):
+                        f.write(b'x' * (1 << 20))
+                pinned += 50
+        except OSError:
+            pass
+print(pinned)
+"""
+SYSV_FILL = """
+libc.shmat.restype = ctypes.c_void_p
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+pinned = 0
+for _ in range({n}):
+    sid = libc.shmget(0, 100 << 20, 0o1000 | 0o600)   # IPC_PRIVATE, IPC_CREAT; never IPC_RMID
+    if sid < 0:
+        break
+    addr = libc.shmat(sid, None, 0)
+    if addr is None or addr == ctypes.c_void_p(-1).value:
+        break
+    ctypes.memset(addr, 1, 100 << 20)
+    libc.shmdt(ctypes.c_void_p(addr))
+    pinned += 100
+print(pinned)
+"""
+PIN_SYSV_SHM = LIBC + SYSV_FILL.format(n=12)
+PIN_USERNS_IPC = USERNS + "if not own_userns(CLONE_NEWIPC):\n    print(0)\n    raise SystemExit\n" + SYSV_FILL.format(n=6)
+# A pipe grown to 1 MB (256 slots) holding one 4 KB reference into each of 256 transparent huge pages, which
+# the program then unmaps: the pipe keeps 2 MB per slot alive, and RLIMIT_AS no longer sees any of it.
+PIN_PIPE_HUGE = LIBC + """
+import fcntl, mmap
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+libc.vmsplice.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+class IoVec(ctypes.Structure):
+    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]
+def huge_kb():
+    for line in open('/proc/self/smaps_rollup'):
+        if line.startswith('AnonHugePages:'):
+            return int(line.split()[1])
+    return 0
+r, w = os.pipe()
+try:
+    fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ
+except OSError:
+    pass
+slots = fcntl.fcntl(w, 1032) // 4096  # F_GETPIPE_SZ
+pinned_kb, done, H = 0, 0, 2 << 20
+while done < slots:
+    n = min(32, slots - done)
+    raw = libc.mmap(None, (n + 1) * H, 3, 0x22, -1, 0)  # PROT_READ|WRITE, MAP_PRIVATE|ANONYMOUS
+    base = (raw + H - 1) // H * H
+    libc.madvise(base, n * H, 14)  # MADV_HUGEPAGE
+    before = huge_kb()
+    for i in range(n):
+        ctypes.memset(base + i * H, 1, 4096)  # faults in a whole huge page where THP is available
+    per_page_kb = 2048 if huge_kb() - before >= n * 2048 else 4
+    for i in range(n):
+        iov = IoVec(base + i * H, 4096)
+        if libc.vmsplice(w, ctypes.byref(iov), 1, 0) == 4096:
+            pinned_kb += per_page_kb
+    libc.munmap(raw, (n + 1) * H)
+    done += n
+print(pinned_kb // 1024)
+"""
+# Socket buffers: in-flight data is charged to the sending socket (up to its SO_SNDBUF), not to any rlimit.
+FILL = """
+def fill(s):
+    s.setblocking(False)
+    sent = 0
+    try:
+        while True:
+            sent += s.send(b'x' * 65536)
+    except OSError:
+        return sent
+"""
+PIN_SOCKET_PAIRS = "import socket\n" + FILL + """
+pairs, sent = [], 0
+for _ in range(100):
+    try:
+        pair = socket.socketpair()
+    except OSError:
+        break
+    for s in pair:
+        for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            try:
+                s.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
+            except OSError:
+                pass
+    sent += fill(pair[0]) + fill(pair[1])
+    pairs.append(pair)
+print(sent >> 20)
+"""
 # -- channels from one execution to the next (same slot): writer prints the secret, reader what it found --
 SECRET = "import os\nsecret = 'SECRET-' + os.urandom(16).hex()\n"
 SYSV_SHM_WRITE = LIBC + SECRET + """
@@ -156,6 +256,115 @@ for line in open('/proc/self/maps'):
 print(sorted(x.decode() for x in found))
 """
 
+# -- channels between two executions running at once on different slots, through the files every slot
+# shares read-only (/usr): the writer sends 16 bits (and a marker) by locking or reading files, the reader
+# receives them. Both print 'CH-xxxx': the writer what it sent, the reader what it got.
+SHARED_FILES = ("import glob, os, time\nt0 = time.monotonic()\n"
+                "files = sorted(glob.glob('/usr/lib/python3*/[a-z]*.py'))[:17]  # [0]: the marker\n")
+SEND = SHARED_FILES + "bits = int.from_bytes(os.urandom(2), 'little')\nsent = [0] + [i + 1 for i in range(16) if bits >> i & 1]\n"
+RECEIVE = SHARED_FILES + """
+def show(got):
+    print('CH-%04x' % sum(1 << (i - 1) for i in got if i) if 0 in got else 'nothing')
+"""
+FLOCK_WRITE = SEND + """
+import fcntl
+fds = [os.open(f, os.O_RDONLY) for f in files]
+try:
+    for i in reversed(sent):  # the marker last: the bits are all set when the reader sees it
+        fcntl.flock(fds[i], fcntl.LOCK_EX)
+except OSError:
+    pass
+print('CH-%04x' % bits, flush=True)
+time.sleep(6)
+"""
+FLOCK_READ = RECEIVE + """
+import errno, fcntl
+def held(fd):
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        return e.errno == errno.EWOULDBLOCK
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+fds = [os.open(f, os.O_RDONLY) for f in files]
+while time.monotonic() - t0 < 4 and not held(fds[0]):
+    time.sleep(0.02)
+show([i for i, fd in enumerate(fds) if held(fd)])
+"""
+# Record locks (fcntl / lockf) do the same with a read lock, which any reader of a file may take.
+LOCKF_WRITE = SEND + """
+import fcntl
+fds = [os.open(f, os.O_RDONLY) for f in files]
+try:
+    for i in reversed(sent):
+        fcntl.lockf(fds[i], fcntl.LOCK_SH)
+except OSError:
+    pass
+print('CH-%04x' % bits, flush=True)
+time.sleep(6)
+"""
+LOCKF_READ = RECEIVE + """
+import fcntl, struct
+def held(fd):  # F_GETLK: would a write lock conflict with someone's lock?
+    try:
+        got = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack('hh4xqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0))
+    except OSError:
+        return False
+    return struct.unpack('hh4xqqi4x', got)[0] != fcntl.F_UNLCK
+fds = [os.open(f, os.O_RDONLY) for f in files]
+while time.monotonic() - t0 < 4 and not held(fds[0]):
+    time.sleep(0.02)
+show([i for i, fd in enumerate(fds) if held(fd)])
+"""
+# inotify reports every open and read of a watched file, whoever does it (another slot, or the host).
+INOTIFY = LIBC + """
+import select, struct
+def watch(paths):
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        return None, {}
+    return fd, {libc.inotify_add_watch(fd, p.encode(), 0x21): i for i, p in enumerate(paths)}  # IN_ACCESS|IN_OPEN
+def events(fd, seconds):
+    end, wds = time.monotonic() + seconds, []
+    while fd is not None and time.monotonic() < end:
+        if select.select([fd], [], [], max(0.0, end - time.monotonic()))[0]:
+            data = os.read(fd, 65536)
+            while data:
+                wd, _, _, n = struct.unpack_from('iIII', data)
+                wds.append(wd)
+                data = data[16 + n:]
+    return wds
+"""
+INOTIFY_WRITE = SEND + """
+print('CH-%04x' % bits, flush=True)
+while time.monotonic() - t0 < 6:
+    for i in sent:
+        with open(files[i], 'rb') as f:
+            f.read(1)
+    time.sleep(0.05)
+"""
+INOTIFY_READ = RECEIVE + INOTIFY + """
+fd, index = watch(files)
+show({index[wd] for wd in events(fd, 4) if wd in index})
+"""
+HOST_WATCHED = "/usr/lib/os-release"
+INOTIFY_HOST = "import os, time\n" + INOTIFY + f"""
+fd, index = watch([{HOST_WATCHED!r}])
+print('host file events:', len(events(fd, 3)) if fd is not None else 'none (inotify refused)')
+"""
+# Socket families other than AF_UNIX: TCP autotunes its buffers to megabytes, and vsock reaches the VM's
+# host, which the network namespace does not cover. Creating one is all this tries.
+SOCKET_FAMILIES = """
+import socket
+made = []
+for name in ('AF_INET', 'AF_INET6', 'AF_NETLINK', 'AF_PACKET', 'AF_VSOCK'):
+    try:
+        socket.socket(getattr(socket, name), socket.SOCK_STREAM if name == 'AF_VSOCK' else socket.SOCK_DGRAM).close()
+        made.append(name)
+    except (OSError, AttributeError):
+        pass
+print('created', made)
+"""
 # A directory tree deeper than the runner's cleanup could recurse (1,500 levels, paths past PATH_MAX), left in
 # the job directory by a wrong answer in assert mode (whose replay starts from a cleaned directory).
 DEEP_TREE = ("import os\ntop = os.open('.', os.O_RDONLY)\nfor _ in range(1500):\n    os.mkdir('deeper__')\n"
@@ -357,6 +566,27 @@ ATTACKS = [
     Attack("C++ deletes its own binary (test 2 of 2 is a real 0)", [DELETE_BINARY],
            {**stdio("5", tl=5), "language": "cpp", "tests": [{"input": "", "output": "5"}] * 2},
            lambda vs: vs[0] is None or vs[0].reward != 0.5, "judge"),
+    # user namespaces, pipe and socket buffers: memory outside RLIMIT_AS
+    Attack("own user namespace: mount a 1 GB tmpfs", [PIN_USERNS_TMPFS], stdio("0", tl=5, memory_limit_mb=256),
+           _pinned_over(PIN_CAP_MB), "memory"),
+    Attack("own user namespace: fresh IPC namespace, SysV shm 6 x 100 MB", [PIN_USERNS_IPC],
+           stdio("0", tl=5, memory_limit_mb=256), _pinned_over(PIN_CAP_MB), "memory"),
+    Attack("pipe grown to 1 MB, vmspliced huge pages", [PIN_PIPE_HUGE], stdio("0", tl=5, memory_limit_mb=256),
+           _pinned_over(PIN_CAP_MB), "memory"),
+    Attack("100 socket pairs, SO_SNDBUF / SO_RCVBUF 4 MB", [PIN_SOCKET_PAIRS], stdio("0", tl=5, memory_limit_mb=256),
+           _pinned_over(PIN_CAP_MB), "memory"),
+    # executions on two slots at once, and the host
+    Attack("flock on shared /usr files, slot to slot", [FLOCK_WRITE, FLOCK_READ], stdio(tl=2), _leaked, "channel",
+           together=True),
+    Attack("fcntl read locks on shared /usr files, slot to slot", [LOCKF_WRITE, LOCKF_READ], stdio(tl=2), _leaked,
+           "channel", together=True),
+    Attack("inotify on shared /usr files, slot to slot", [INOTIFY_WRITE, INOTIFY_READ], stdio(tl=2), _leaked,
+           "channel", together=True),
+    Attack("inotify sees the host's file activity", [INOTIFY_HOST], stdio(tl=2),
+           lambda vs: vs[0] is None or "events: 0" not in out(vs[0]) and "refused" not in out(vs[0]),
+           host=_touching(HOST_WATCHED)),
+    Attack("socket families other than AF_UNIX (TCP buffers, vsock)", [SOCKET_FAMILIES],
+           escaped=lambda vs: vs[0] is None or "'AF_" in out(vs[0])),
     Attack("bursty hog on the other slot, paused at the deadline", [BURSTY_HOG, STARVED_VICTIM],
            [stdio(tl=3), stdio(tl=1)], lambda vs: vs[1] is not None and vs[1].status == "timeout", together=True),
     Attack("1,500-deep directory tree, wrong answer (assert mode); then a right one", [DEEP_TREE, ADD_RIGHT],
