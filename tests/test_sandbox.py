@@ -239,6 +239,89 @@ def test_no_user_namespace_or_other_namespace(pool):
     assert v.reward == 1.0, v.results[0].stdout + v.results[0].stderr[-500:]
 
 
+BUFFERS = """
+import ctypes, errno, fcntl, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def result(f):
+    try:
+        f()
+        return 'ok'
+    except OSError as e:
+        return errno.errorcode[e.errno]
+r, w = os.pipe()
+got = [result(lambda: fcntl.fcntl(w, 1031, 1 << 20)), result(lambda: fcntl.fcntl(w, 1031, 4096))]  # F_SETPIPE_SZ
+page = ctypes.create_string_buffer(4096)
+iov = (ctypes.c_void_p * 2)(ctypes.addressof(page), 4096)
+got.append('ok' if libc.vmsplice(w, iov, 1, 0) >= 0 else errno.errorcode[ctypes.get_errno()])
+made = 1
+for _ in range(6):  # 100 pipes from each of several processes (under RLIMIT_NOFILE): the budget is per execution
+    rep_r, rep_w = os.pipe()
+    made += 1
+    if os.fork() == 0:
+        held = []
+        while len(held) < 100 and result(lambda: held.append(os.pipe())) == 'ok':
+            pass
+        os.write(rep_w, str(len(held)).encode())
+        os._exit(0)
+    os.close(rep_w)
+    os.wait()
+    made += int(os.read(rep_r, 100))
+    os.close(rep_r)
+got.append(f'pipes {made}')
+a, b = socket.socketpair()
+got += [result(lambda: a.setsockopt(socket.SOL_SOCKET, o, 1 << 20)) for o in (socket.SO_SNDBUF, socket.SO_RCVBUF)]
+pairs = [(a, b)]
+while len(pairs) < 1000 and result(lambda: pairs.append(socket.socketpair())) == 'ok':
+    pass
+got.append(f'socket pairs {len(pairs)}')
+got.append(result(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)))
+print(*got)
+"""
+
+
+def test_pipe_and_socket_buffers_are_bounded(pool):
+    """A pipe stays at its 64 KB default and holds only pages it was written (no F_SETPIPE_SZ growth, no
+    vmsplice); socket buffers stay at the kernel's default (no SO_SNDBUF / SO_RCVBUF) and only AF_UNIX sockets
+    exist; pipes and sockets are counted per execution, over all its processes (Limits.pipes, Limits.sockets)."""
+    from nanogrpo.sandbox import Limits
+
+    lim = Limits()
+    v = run(pool, BUFFERS)
+    got = v.results[0].stdout.split()
+    want = ["EPERM", "ok", "EPERM", "pipes", str(lim.pipes), "EPERM", "EPERM", "socket", "pairs",
+            str(lim.sockets // 2), "EAFNOSUPPORT"]
+    assert got == want, v.results[0].stdout + v.results[0].stderr[-500:]
+
+
+def test_pids_start_afresh_in_every_execution(pool):
+    """A fresh pid namespace per execution: the pid counter carries nothing from one execution to the next."""
+    vs = judge_many([A.PID_READ, A.PID_WRITE, A.PID_READ, A.PID_READ], [stdio(tl=5)] * 4, pool=pool)
+    pids = [vs[i].results[0].stdout.strip() for i in (0, 2, 3)]
+    assert len(set(pids)) == 1, pids
+
+
+PROC = """
+import json, os
+print(json.dumps({'entries': sorted(e for e in os.listdir('/proc') if not e.isdigit()),
+                  'pids': sorted(int(e) for e in os.listdir('/proc') if e.isdigit()), 'me': os.getpid(),
+                  'mountinfo': open('/proc/self/mountinfo').read(), 'cwd': os.getcwd(), 'uid': os.getuid()}))
+"""
+
+
+def test_proc_shows_nothing_of_the_host(pool):
+    """Only the program's own processes, none of the machine-wide files (kernel command line, ...), no host path
+    in the mount table, and neither the uid nor the working directory encodes the trainer's pid."""
+    import json
+
+    v = run(pool, PROC)
+    seen = json.loads(v.results[0].stdout)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    assert set(seen["entries"]) <= {"self", "thread-self"}, seen["entries"]
+    assert seen["pids"] == [seen["me"]], seen["pids"]
+    assert root not in seen["mountinfo"], seen["mountinfo"]
+    assert f"j{os.getpid()}-" not in seen["cwd"] and (seen["uid"] - 100000) // 256 != os.getpid()
+
+
 SHARED_FILES = """
 import ctypes, errno, fcntl, os, struct
 libc = ctypes.CDLL(None, use_errno=True)

@@ -8,15 +8,20 @@ The slot's bwrap namespaces live as long as the slot; these live as long as one 
 - a fresh mount namespace with a private, size-capped tmpfs on /dev/shm (multiprocessing's semaphores and
   shared memory live there), gone with the execution;
 - SysV limits in that IPC namespace, so memory pinned there (which RLIMIT_AS does not see once unmapped)
-  is capped too.
+  is capped too;
+- a fresh pid namespace: pids start afresh (the counter carries nothing to the next execution), the
+  program sees no other process, and when the execution ends every process left in it dies;
+- its own /proc, showing only the program's own processes and none of the machine-wide files (kernel
+  command line, load, memory, mounts of other processes).
 
-The system-call filter is in seccomp.py.
+The system-call filters are in seccomp.py.
 """
 import ctypes
+import errno
 import os
 
-CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -32,8 +37,9 @@ def _sysctl(name, value):
 
 
 def new_namespaces(shm_mb: int) -> None:
-    """Own IPC + mount namespaces, a private /dev/shm of shm_mb, SysV capped at shm_mb (needs CAP_SYS_ADMIN)."""
-    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare(ipc, mount)")
+    """Own IPC + mount + pid namespaces, a private /dev/shm of shm_mb, SysV capped at shm_mb (needs
+    CAP_SYS_ADMIN). The caller stays in its pid namespace: its next child is pid 1 of the new one."""
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID), "unshare(ipc, mount, pid)")
     _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
     os.makedirs("/dev/shm", exist_ok=True)
     opts = f"size={shm_mb}m,nr_inodes=4096,mode=1777".encode()
@@ -44,6 +50,19 @@ def new_namespaces(shm_mb: int) -> None:
     _sysctl("shmmni", 64)
     _sysctl("msgmni", 16)   # 16 queues x msgmnb (16 KB default) of message memory
     _sysctl("sem", "250 4096 32 32")  # per set, total, ops per call, sets
+
+
+def mount_proc() -> None:
+    """A /proc of this process's own pid namespace over the slot's, in the execution's mount namespace (from
+    inside that pid namespace, before dropping privileges; the program cannot unmount it, and unmounting the
+    slot's first would wait for an RCU grace period). subset=pid: no machine-wide files (Linux 5.8+; older
+    kernels still show them); hidepid: only the program's own processes, not pid 1."""
+    for opts in (b"subset=pid,hidepid=invisible", b"hidepid=2"):
+        if _libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) == 0:
+            return
+        if ctypes.get_errno() != errno.EINVAL:
+            break
+    _check(-1, "mount /proc")
 
 
 # -- the wall-clock backstop under load ---------------------------------------------------------

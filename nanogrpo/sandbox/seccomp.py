@@ -1,12 +1,19 @@
-"""The system-call filter for untrusted programs (stdlib only: runs inside the sandbox next to runner.py).
+"""System-call filters for untrusted programs (stdlib only: runs inside the sandbox next to runner.py).
 
-A classic-BPF filter (`seccomp_program`), x86_64 and aarch64 only (elsewhere: none, see docs/sandbox.md),
-installed by the program's process itself just before it execs: calls that would take memory no limit sees,
-open a channel through the files every slot shares, or leave the execution's namespaces fail with an errno;
-every other call runs. Not an allow-list.
+Two classic-BPF filters, x86_64 and aarch64 only (elsewhere: none, see docs/sandbox.md):
+
+- the deny filter (`seccomp_program`, installed by the program's process itself just before it execs):
+  calls that would take memory no limit sees, open a channel through the files every slot shares, or leave
+  the execution's namespaces fail with an errno; every other call runs. Not an allow-list.
+- the budget (`Budget`, installed by the execution's supervisor before it forks the program): every pipe and
+  socket the execution creates, in any of its processes, is counted against `Limits.pipes` / `Limits.sockets`
+  by the supervisor (SECCOMP_RET_USER_NOTIF), which lets it through or answers EMFILE. Per-object caps (a pipe
+  stays at 64 KB, a socket's buffer at the kernel's default) times these counts bound the kernel buffers an
+  execution can fill, whatever it does with its file descriptors (RLIMIT_NOFILE is per process).
 """
 import ctypes
 import errno
+import fcntl
 import os
 import platform
 import struct
@@ -17,11 +24,12 @@ _ABI = {
         add_key=248, request_key=249, keyctl=250, memfd_create=319, memfd_secret=447, unshare=272, clone=56,
         clone3=435, setns=308, flock=73, inotify_init=253, inotify_init1=294, fanotify_init=300, fcntl=72,
         mknod=133, mknodat=259, vmsplice=278, splice=275, tee=276, sendfile=40, io_uring_setup=425, socket=41,
-        socketpair=53, setsockopt=54)),
+        socketpair=53, setsockopt=54, pipe=22, pipe2=293, seccomp=317)),
     "aarch64": (0xC00000B7, dict(
         add_key=217, request_key=218, keyctl=219, memfd_create=279, memfd_secret=447, unshare=97, clone=220,
         clone3=435, setns=268, flock=32, inotify_init1=26, fanotify_init=262, fcntl=25, mknodat=33, vmsplice=75,
-        splice=76, tee=77, sendfile=71, io_uring_setup=425, socket=198, socketpair=199, setsockopt=208)),
+        splice=76, tee=77, sendfile=71, io_uring_setup=425, socket=198, socketpair=199, setsockopt=208, pipe2=59,
+        seccomp=277)),
 }
 _X32 = 0x40000000  # x86_64's x32 ABI: the same calls under other numbers; refused wholesale
 
@@ -50,7 +58,7 @@ RULES = [
     ("fcntl", errno.EPERM, ([(1, "in", (F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW,
                                         F_SETLEASE, F_NOTIFY))],
                             [(1, "in", (F_SETPIPE_SZ,)), (2, ">", PIPE_BYTES)])),
-    # named pipes: pipes made outside pipe()
+    # a named pipe is a pipe the budget would not count
     *[(name, errno.EPERM, ()) for name in ("mknod", "mknodat")],
     # a pipe or socket holding references to pages (huge pages, page cache) it does not account for;
     # sendfile answers EINVAL, on which Python and libuv fall back to read / write
@@ -63,8 +71,12 @@ RULES = [
                                                                       SO_RCVBUFFORCE))],)),
 ]
 
+# The calls the budget counts: (what they create, how many it costs). A socket() may later connect, which
+# gives it a peer on the listening side: two sockets either way.
+COUNTED = {"pipe": ("pipes", 1), "pipe2": ("pipes", 1), "socket": ("sockets", 2), "socketpair": ("sockets", 2)}
+
 LD, JA, JEQ, JGT, JSET, RET = 0x20, 0x05, 0x15, 0x25, 0x45, 0x06
-ALLOW, ERRNO = 0x7FFF0000, 0x00050000
+ALLOW, NOTIFY, ERRNO = 0x7FFF0000, 0x7FC00000, 0x00050000
 
 
 class _Asm:
@@ -149,12 +161,31 @@ def seccomp_program(machine: str | None = None) -> bytes | None:
     return asm.bytes()
 
 
+def budget_program(machine: str | None = None) -> bytes | None:
+    """The budget's filter: the COUNTED calls go to the supervisor; everything else (foreign ABIs included,
+    which the deny filter refuses) runs."""
+    abi = _ABI.get(machine or platform.machine())
+    if abi is None:
+        return None
+    audit_arch, nrs = abi
+    asm = _Asm()
+    _header(asm, audit_arch, ALLOW)
+    for name in COUNTED:
+        if name in nrs:
+            asm.op(JEQ, nrs[name], 0, 1)
+            asm.op(RET, NOTIFY)
+    asm.op(RET, ALLOW)
+    return asm.bytes()
+
+
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER = 1, 8
+NOTIF_RECV, NOTIF_SEND, NOTIF_CONTINUE = 0xC0502100, 0xC0182101, 1  # SECCOMP_IOCTL_NOTIF_*, struct sizes 80 / 24
 
 
 DENY = seccomp_program()  # built once, at import: every execution's process installs it
@@ -172,3 +203,48 @@ def install_seccomp() -> bool:
     if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "seccomp")
     return True
+
+
+class Budget:
+    """Counts the pipes and sockets of one execution. `install` (in the supervisor, before it forks the
+    execution's processes) returns None where the kernel or the machine has no user notification (Linux < 5.5):
+    then only the per-object caps hold."""
+
+    def __init__(self, fd: int, left: dict, nrs: dict):
+        self.fd, self.left = fd, left
+        self.cost = {nrs[name]: c for name, c in COUNTED.items() if name in nrs}
+
+    @classmethod
+    def install(cls, pipes: int, sockets: int) -> "Budget | None":
+        machine = platform.machine()
+        prog = budget_program(machine)
+        if prog is None:
+            return None
+        fprog = _SockFprog(len(prog) // 8, prog)
+        nrs = _ABI[machine][1]
+        fd = _libc.syscall(nrs["seccomp"], SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                           ctypes.byref(fprog))
+        if fd < 0:
+            if ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS):
+                return None
+            raise OSError(ctypes.get_errno(), "seccomp user notification")
+        return cls(fd, {"pipes": pipes, "sockets": sockets}, nrs)
+
+    def answer(self) -> None:
+        """Answer one pending call: let it run if the budget allows, else EMFILE."""
+        req = bytearray(80)  # struct seccomp_notif, zeroed as the kernel requires
+        try:
+            fcntl.ioctl(self.fd, NOTIF_RECV, req, True)
+        except OSError:  # the caller died meanwhile
+            return
+        cid, _, _, nr = struct.unpack_from("<QIIi", req)
+        kind, n = self.cost.get(nr, (None, 0))
+        if kind is not None and self.left[kind] >= n:
+            self.left[kind] -= n
+            resp = struct.pack("<QqiI", cid, 0, 0, NOTIF_CONTINUE)
+        else:
+            resp = struct.pack("<QqiI", cid, 0, -errno.EMFILE, 0)
+        try:
+            fcntl.ioctl(self.fd, NOTIF_SEND, resp)
+        except OSError:  # the caller died meanwhile
+            pass

@@ -33,6 +33,9 @@ class Limits:
     nproc: int = 64           # processes + threads of the slot's uid
     out_bytes: int = 8 << 20  # stdout / stderr cap each
     shm_mb: int = 64          # private /dev/shm size, and separately the SysV shm cap, per execution
+    pipes: int = 512          # pipes an execution may create, over all its processes (each holds <= 64 KB)
+    sockets: int = 128        # AF_UNIX sockets likewise (socket() and socketpair() cost 2; each holds <= its
+                              # send buffer, the kernel's default: 208 KB here)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)

@@ -176,6 +176,50 @@ for _ in range(100):
     pairs.append(pair)
 print(sent >> 20)
 """
+# The same with default buffers, spread over 32 processes (RLIMIT_NOFILE is per process).
+PIN_SOCKETS_FORKED = "import os, socket, time\n" + FILL + """
+r, w = os.pipe()
+for _ in range(32):
+    if os.fork() == 0:
+        os.close(r)
+        held, sent = [], 0
+        for _ in range(32):
+            try:
+                pair = socket.socketpair()
+            except OSError:
+                break
+            sent += fill(pair[0]) + fill(pair[1])
+            held.append(pair)
+        os.write(w, f"{sent}\\n".encode())
+        os.close(w)
+        time.sleep(60)  # holds its sockets until the execution ends
+        os._exit(0)
+os.close(w)
+report = b''
+while True:
+    chunk = os.read(r, 4096)
+    if not chunk:
+        break
+    report += chunk
+print(sum(int(x) for x in report.split()) >> 20)
+"""
+# One listening socket: every pending connection holds what its client sent, after the client has closed.
+PIN_LISTEN_BACKLOG = "import socket\n" + FILL + """
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind('\\0nanogrpo-backlog')
+srv.listen(4096)
+sent = 0
+for _ in range(2048):
+    try:
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect('\\0nanogrpo-backlog')
+    except OSError:
+        break
+    sent += fill(c)
+    c.close()
+print(sent >> 20)
+"""
+
 # -- channels from one execution to the next (same slot): writer prints the secret, reader what it found --
 SECRET = "import os\nsecret = 'SECRET-' + os.urandom(16).hex()\n"
 SYSV_SHM_WRITE = LIBC + SECRET + """
@@ -255,6 +299,22 @@ for line in open('/proc/self/maps'):
         found.update(re.findall(rb'SECRET-[0-9a-f]{32}', ctypes.string_at(a, min(1 << 20, hi - a))))
 print(sorted(x.decode() for x in found))
 """
+
+# The pid counter of a slot: the writer forks until its last child's pid encodes 10 bits; the next
+# execution's own pid follows on from it. Three writer/reader pairs, each with its own secret.
+PID_WRITE = """
+import os
+secret = int.from_bytes(os.urandom(2), 'little') % 1024
+for _ in range(2048):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    if pid % 1024 == secret:
+        break
+print(secret)
+"""
+PID_READ = "import os\nprint(os.getpid())"
 
 # -- channels between two executions running at once on different slots, through the files every slot
 # shares read-only (/usr): the writer sends 16 bits (and a marker) by locking or reading files, the reader
@@ -352,6 +412,22 @@ INOTIFY_HOST = "import os, time\n" + INOTIFY + f"""
 fd, index = watch([{HOST_WATCHED!r}])
 print('host file events:', len(events(fd, 3)) if fd is not None else 'none (inotify refused)')
 """
+# What /proc tells a program about the machine: paths in command lines and mounts, the kernel command line,
+# its uid and working directory (which encoded the trainer's pid).
+PROC_HOST_INFO = """
+import glob, os
+def read(p):
+    try:
+        return open(p, 'rb').read(1 << 16).replace(b'\\0', b' ').decode(errors='replace')
+    except OSError:
+        return ''
+words = set()
+for p in ['/proc/self/mountinfo'] + glob.glob('/proc/[0-9]*/cmdline') + glob.glob('/proc/[0-9]*/environ'):
+    words.update(w for w in read(p).split() if '/' in w)
+print('uid', os.getuid(), 'cwd', os.getcwd())
+print('kernel', read('/proc/cmdline')[:300].strip())
+print(' '.join(sorted(words))[:3000])
+"""
 # Socket families other than AF_UNIX: TCP autotunes its buffers to megabytes, and vsock reaches the VM's
 # host, which the network namespace does not cover. Creating one is all this tries.
 SOCKET_FAMILIES = """
@@ -404,7 +480,7 @@ DEEP_RETURN = ("import sys\nsys.setrecursionlimit(100000)\ndef f():\n    x = []\
                "    for _ in range(2000):\n        x = [x]\n    return x\n")
 FORGED_DEEP = (f"import os\nos.write(1, ({MARK!r} + '{{\"value\": ' + '[' * 100000 + ']' * 100000 + '}}\\n')"
                ".encode())\nos._exit(0)\ndef f(): return 0\n")
-# Call mode: integers compare exactly, and a comparison that cannot be made (an int past the
+# Call mode (issue 26): integers compare exactly, and a comparison that cannot be made (an int past the
 # float range against a float: OverflowError) is a wrong answer. (name, program, expected value)
 WRONG_NUMBERS = [
     ("123456789013 for 123456789012", "def f():\n    return 123456789013", 123456789012),
@@ -504,6 +580,29 @@ def _kept_over(limit):
     return lambda vs: vs[0] is None or any(max(len(r.stdout), len(r.stderr)) > limit for r in vs[0].results)
 
 
+def _pid_carried(vs):
+    """Each reader's pid follows its writer's secret by the same offset (mod 1024): the counter carried it."""
+    pairs = [(int(out(w).split()[0]), int(out(r).split()[0])) for w, r in zip(vs[0::2], vs[1::2])
+             if out(w).split() and out(r).split()]
+    offsets = [(pid - secret) % 1024 for secret, pid in pairs]
+    return len(offsets) == 3 and all(min((o - offsets[0]) % 1024, (offsets[0] - o) % 1024) <= 8 for o in offsets)
+
+
+def _host_info_shown(vs):
+    """The repository's path, the kernel command line, or the trainer's pid (in the uid or the job directory)."""
+    import os
+    import re
+
+    text = out(vs[0])
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open("/proc/cmdline") as f:
+        kernel = f.read().strip()
+    uid = re.search(r"uid (\d+)", text)
+    pid = os.getpid()  # the process that runs the pool: the trainer
+    return (vs[0] is None or root in text or (kernel and kernel[:60] in text) or f"j{pid}-" in text
+            or (uid is not None and (int(uid.group(1)) - 100000) // 256 == pid))
+
+
 def _touching(path):
     """Host activity: read `path` every 20 ms until stopped."""
     def run(stop):
@@ -513,7 +612,7 @@ def _touching(path):
     return run
 
 
-# The most a program may pin outside RLIMIT_AS (/dev/shm tmpfs plus SysV shm), in MB.
+# The most a program may pin outside RLIMIT_AS by any one means (/dev/shm, SysV shm, pipes, sockets), in MB.
 PIN_CAP_MB = 128
 ATTACKS = [
     Attack("pin SysV shm 12 x 100 MB", [PIN_SYSV_SHM], stdio("0", tl=5, memory_limit_mb=256),
@@ -575,7 +674,12 @@ ATTACKS = [
            _pinned_over(PIN_CAP_MB), "memory"),
     Attack("100 socket pairs, SO_SNDBUF / SO_RCVBUF 4 MB", [PIN_SOCKET_PAIRS], stdio("0", tl=5, memory_limit_mb=256),
            _pinned_over(PIN_CAP_MB), "memory"),
-    # executions on two slots at once, and the host
+    Attack("32 processes x 32 socket pairs", [PIN_SOCKETS_FORKED], stdio("0", tl=5, memory_limit_mb=256),
+           _pinned_over(PIN_CAP_MB), "memory"),
+    Attack("listen backlog of 2,048 closed clients' data", [PIN_LISTEN_BACKLOG], stdio("0", tl=5, memory_limit_mb=256),
+           _pinned_over(PIN_CAP_MB), "memory"),
+    # one execution to the next, and executions on two slots at once
+    Attack("pid counter to the next execution", [PID_WRITE, PID_READ] * 3, stdio(tl=5), _pid_carried, "leak"),
     Attack("flock on shared /usr files, slot to slot", [FLOCK_WRITE, FLOCK_READ], stdio(tl=2), _leaked, "channel",
            together=True),
     Attack("fcntl read locks on shared /usr files, slot to slot", [LOCKF_WRITE, LOCKF_READ], stdio(tl=2), _leaked,
@@ -585,6 +689,7 @@ ATTACKS = [
     Attack("inotify sees the host's file activity", [INOTIFY_HOST], stdio(tl=2),
            lambda vs: vs[0] is None or "events: 0" not in out(vs[0]) and "refused" not in out(vs[0]),
            host=_touching(HOST_WATCHED)),
+    Attack("/proc: repository path, kernel command line, trainer pid", [PROC_HOST_INFO], escaped=_host_info_shown),
     Attack("socket families other than AF_UNIX (TCP buffers, vsock)", [SOCKET_FAMILIES],
            escaped=lambda vs: vs[0] is None or "'AF_" in out(vs[0])),
     Attack("bursty hog on the other slot, paused at the deadline", [BURSTY_HOG, STARVED_VICTIM],
