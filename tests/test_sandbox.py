@@ -373,3 +373,19 @@ def test_an_execd_program_may_print_more_than_a_pipe_holds():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     p = subprocess.run([sys.executable, "-c", EXECD_LOUD], capture_output=True, text=True, timeout=60, cwd=root)
     assert p.stdout.split() == ["ok", "1000001"], p.stderr[-1000:]
+
+
+def test_a_sandbox_failure_before_exec_is_never_the_programs_fault(tmp_path, monkeypatch):
+    """Only the program's own binary failing to exec (it may have deleted it) is its fault; the sandbox failing
+    to set the program up (here: a limit the kernel refuses) is an infrastructure error, a compiled program
+    included."""
+    from nanogrpo.sandbox import Limits, runner
+
+    monkeypatch.setattr(runner, "JOBS_ROOT", str(tmp_path))
+    uid = os.getuid()  # unconfined: the runner's own uid, no namespaces
+    ok = dict(Limits(cpu_s=2, wall_s=5).as_dict())
+    missing = runner.run_exec({"job": "a", "argv": ["./main"], "stdin": "", "limits": ok}, uid)
+    assert missing["status"] == "runtime_error", missing  # no ./main: the program's fault
+    refused = dict(ok, nofile=1 << 40)  # setrlimit fails before exec
+    rep = runner.run_exec({"job": "b", "argv": ["./main"], "stdin": "", "limits": refused}, uid)
+    assert "infra_error" in rep, rep

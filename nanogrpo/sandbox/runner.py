@@ -272,10 +272,10 @@ def run_exec(req, uid, launcher=None):
         return {"infra_error": f"the execution's supervisor ended without an account (status {status})"}
     if exec_error:
         msg = "exec failed: " + exec_error.decode("utf-8", "replace")
-        if req["argv"][0].startswith("./"):  # the program's own binary (it may have deleted it): its fault
+        if not exec_error.startswith(b"sandbox: "):  # the program's own binary (it may have deleted it): its fault
             return {"status": "runtime_error", "exit_code": 127, "stdout": "", "stderr": msg,
                     "time_s": wall, "cpu_s": cpu}
-        return {"infra_error": msg}  # the interpreter or compiler itself is missing: the sandbox's fault
+        return {"infra_error": msg}  # the interpreter or compiler missing, or the sandbox failing: its fault
     if overloaded and not exited:
         return {"overloaded": True,
                 "infra_error": f"machine overloaded: the program was starved of CPU for {wall:.1f} s "
@@ -439,9 +439,11 @@ def fail_request(sock, error):
         os._exit(127)
 
 
-def report_exec_error(exc_w, error):
+def report_exec_error(exc_w, error, sandbox=True):
+    """Tell the runner the program could not be started. sandbox=False only for the program's own binary that
+    would not exec (it may have deleted it): that is its fault; anything else is the sandbox's."""
     try:
-        os.write(exc_w, repr(error).encode()[:1000])
+        os.write(exc_w, (("sandbox: " if sandbox else "") + repr(error)).encode()[:1000])
     finally:
         os._exit(127)
 
@@ -500,7 +502,10 @@ def run_program(spec, fds, uid):
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     exe = argv[0]
     exe = exe if "/" in exe else (shutil.which(exe, path=ENV["PATH"]) or exe)
-    os.execve(exe, argv, spec["env"])
+    try:
+        os.execve(exe, argv, spec["env"])
+    except OSError as e:
+        report_exec_error(exc_w, e, sandbox=not argv[0].startswith("./"))
 
 
 def read_report(fd):
