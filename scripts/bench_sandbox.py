@@ -2,6 +2,7 @@
 
     python scripts/bench_sandbox.py            # quick: 120 executions per cell, 200 programs at 4x
     python scripts/bench_sandbox.py --full     # 400 per cell, 1,000 correct programs at 4x oversubscription
+    python scripts/bench_sandbox.py --rss      # trainer memory: peak RSS over one 64 x 8 code step (see rss_step)
 
 For each concurrency (1, cores, 2x cores) the backends run the same program in alternating rounds,
 so load from other processes hits them alike; the table gives executions/s, p50/p99 latency and the
@@ -12,6 +13,7 @@ and every false negative (a correct program not scored 1.0) is counted.
 """
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -20,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from nanogrpo.sandbox import ExecSpec, Limits, SandboxPool, judge_many  # noqa: E402
+from nanogrpo.sandbox import ExecSpec, Limits, SandboxPool, code_rewards, get_pool, judge_many  # noqa: E402
 
 PROGRAM = "print(sum(i * i for i in range(1000)))"
 PYTHON = "/usr/bin/python3"
@@ -60,13 +62,47 @@ def summarise(lat: list[float], wall: float) -> tuple[float, float, float]:
     return len(lat) / wall, statistics.median(lat) * 1000, p99 * 1000
 
 
+# Writes `n` characters (the test's input) to stderr, then its answer: a right program that prints a lot.
+LOUD = "import sys\nn = int(input())\nsys.stderr.write('x' * n)\nprint(n % 7)\n"
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KB
+
+
+def rss_step(prompts: int, group: int, tests: int, mb: float) -> None:
+    """One code step as the trainer runs it: code_rewards over prompts x group completions, `tests` tests each,
+    every program printing `mb` MB per test. Prints this process's peak RSS (the trainer's) before and after:
+    what the rewards' verdicts keep of the outputs is what it grows by."""
+    n = int(mb * (1 << 20))
+    problems = [{"id": f"p{i}", "language": "python", "mode": "stdio", "time_limit_s": 6,
+                 "tests": [{"input": f"{n + i}\n", "output": f"{(n + i) % 7}\n"}] * tests} for i in range(prompts)]
+    completions = [f"```python\n{LOUD}```"] * (prompts * group)
+    get_pool().start()
+    before = peak_rss_mb()
+    t = time.perf_counter()
+    rewards = code_rewards(completions, [p for p in problems for _ in range(group)])
+    wall = time.perf_counter() - t
+    mean = sum(r or 0 for r in rewards) / len(rewards)
+    print(f"{prompts} x {group} completions, {tests} tests each, {mb:g} MB printed per test "
+          f"({prompts * group * tests * mb / 1024:.1f} GB in all): {wall:.0f} s, mean reward {mean:.2f}, "
+          f"None: {sum(r is None for r in rewards)}; trainer peak RSS {before:.0f} MB before the step, "
+          f"{peak_rss_mb():.0f} MB after")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--full", action="store_true", help="400 executions per cell and 1,000 programs at 4x")
     ap.add_argument("--per-cell", type=int, default=None)
     ap.add_argument("--programs", type=int, default=None, help="correct programs judged at 4x oversubscription")
     ap.add_argument("--rounds", type=int, default=4, help="alternating rounds per cell")
+    ap.add_argument("--rss", action="store_true", help="only the trainer-memory step (rss_step)")
+    ap.add_argument("--rss-mb", type=float, default=1.0, help="MB each program prints per test")
+    ap.add_argument("--rss-shape", default="64x8x10", help="prompts x completions per prompt x tests")
     args = ap.parse_args(argv)
+    if args.rss:
+        rss_step(*(int(x) for x in args.rss_shape.split("x")), args.rss_mb)
+        return 0
     per_cell = args.per_cell or (400 if args.full else 120)
     n_prog = args.programs or (1000 if args.full else 200)
     cores = os.cpu_count() or 1

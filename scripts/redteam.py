@@ -1,12 +1,13 @@
 """Run every attack program the tests keep (tests/helpers/attacks.py) against the local sandbox and print
 a table: attacks tried, rejected, escapes, and host Shmem / MemAvailable before and after.
 
-    python scripts/redteam.py [--kind memory|leak|isolation|judge|correct] [--details]
+    python scripts/redteam.py [--kind memory|leak|channel|isolation|judge|correct] [--details]
 
 An attack is "rejected" when it did not get what it wanted (attacks.py says, per attack, what that is:
 host memory pinned past the cap, data carried to the next execution, a reward it should not have, a None
 where the answer was simply wrong, a correct multiprocessing program failing). Every attack runs on ONE
-slot, its programs in turn, as the trainer's executions follow each other. Needs bubblewrap; run as root
+slot, its programs in turn, as the trainer's executions follow each other; an attack between slots runs its
+programs at the same time, one slot each. Needs bubblewrap; run as root
 for the full isolation (per-slot uids). Exit status 1 if anything escaped.
 """
 import argparse
@@ -47,13 +48,22 @@ def main(argv=None) -> int:
     from helpers.attacks import run_attack
 
     attacks = [a for a in ATTACKS if args.kind in (None, a.kind)]
-    pool = SandboxPool(concurrency=1, isolation="bwrap").start()  # one slot: each program runs where the last ran
+    # One slot: each program runs where the last ran; an attack `together` gets a slot per program.
+    pools = {}
+
+    def pool_for(attack):
+        n = len(attack.programs) if attack.together else 1
+        if n not in pools:
+            pools[n] = SandboxPool(concurrency=n, isolation="bwrap").start()
+        return pools[n]
+
+    pool_for(attacks[0])
     start = meminfo()
     rows, escapes, executions, peak_shmem = [], [], 0, start["Shmem"]
     t0 = time.monotonic()
     for a in attacks:
         before = meminfo()
-        vs = run_attack(pool, a)
+        vs = run_attack(pool_for(a), a)
         executions += len(vs)
         after = settled_meminfo(before)
         peak_shmem = max(peak_shmem, after["Shmem"])
@@ -61,11 +71,13 @@ def main(argv=None) -> int:
         if escaped:
             escapes.append(a.name)
         result = ("FAILED" if escaped else "scored 1") if a.kind == "correct" else ("ESCAPED" if escaped else "rejected")
-        rows.append((a.kind, a.name, describe(vs), result,
+        pinned = out(vs[0]).strip() if a.kind == "memory" else ""  # what the program says it pinned, in MB
+        rows.append((a.kind, a.name, describe(vs) + (f" (pinned {pinned} MB)" if pinned else ""), result,
                      after["Shmem"] - before["Shmem"], None in vs))
         if escaped:
             print(f"ESCAPED: {a.name}: {[out(v)[-200:] for v in vs]}", file=sys.stderr)
-    pool.close()
+    for pool in pools.values():
+        pool.close()
     end = settled_meminfo(start)
     if args.details:
         print("| kind | attack | verdicts | result | host Shmem change (MB) |\n|---|---|---|---|---|")

@@ -292,3 +292,17 @@ def test_forged_harness_line_is_a_real_zero(pool, forged):
 
     v = judge_many([A.FORGED.format(mark=MARK, forged=forged)], [call("add", [([1, 2], 3)])], pool=pool)[0]
     assert v is not None and v.reward == 0.0
+
+
+@needs_sandbox
+def test_a_deep_directory_tree_is_cleaned_up_and_the_wrong_answer_scores_zero():
+    """A wrong answer that leaves a directory tree 1,500 deep (paths past PATH_MAX) in assert mode, whose replay
+    starts from a cleaned directory: 0, not None (cleanup that recursed gave up); the next execution on that slot
+    runs as usual."""
+    p = SandboxPool(concurrency=1).start()  # one slot: the right answer runs where the tree was left
+    try:
+        wrong, right = judge_many([A.DEEP_TREE, A.ADD_RIGHT], [asserting()] * 2, pool=p)
+    finally:
+        p.close()
+    assert wrong is not None and wrong.reward == 0.0, wrong
+    assert right is not None and right.reward == 1.0, right

@@ -1,6 +1,8 @@
 """Isolation of the local (bubblewrap) backend: each test is one thing an untrusted program tries."""
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -200,3 +202,191 @@ def test_hash_seed_is_refused_with_flags_that_ignore_it():
     for argv in (["/usr/bin/python3", "-I", "main.py"], ["/usr/bin/python3", "-sE", "main.py"]):
         with pytest.raises(ValueError, match="ignore PYTHONHASHSEED"):
             runner.seeded({"argv": argv, "env": {}, "fresh_interpreter": False}, 5)
+
+
+# -- what a program may not do to get memory, channels or host facts past the sandbox ----------------
+NAMESPACES = """
+import ctypes, errno, os, platform, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def result(ret):
+    return 'ok' if ret >= 0 else errno.errorcode[ctypes.get_errno()]
+NEWUSER, NEWNS, NEWNET, SIGCHLD = 0x10000000, 0x00020000, 0x40000000, 17
+SYS_CLONE = {'x86_64': 56, 'aarch64': 220}[platform.machine()]
+got = []
+for nr, args in ((SYS_CLONE, (NEWUSER | SIGCHLD, 0, 0, 0, 0)), (435, (ctypes.byref((ctypes.c_uint64 * 8)(NEWUSER, 0, 0, 0, SIGCHLD)), 64))):
+    pid = libc.syscall(nr, *args)  # clone / clone3 into a new user namespace
+    if pid == 0:
+        os._exit(0)
+    got.append(result(pid))
+    if pid > 0:
+        os.waitpid(pid, 0)
+t = threading.Thread(target=print, args=('thread',), kwargs={'flush': True})
+t.start()
+t.join()
+if os.fork() == 0:
+    print('fork', flush=True)
+    os._exit(0)
+os.wait()
+got.append(result(libc.unshare(NEWUSER | NEWNS | NEWNET)))  # last: once in a namespace of its own, clone would fail anyway
+print(*got)
+"""
+
+
+def test_no_user_namespace_or_other_namespace(pool):
+    """unshare / clone / clone3 into a new user namespace fail (root in one, a program could mount a tmpfs or
+    make an IPC namespace with the kernel's default limits); threads and fork still work (clone3 answers ENOSYS,
+    so the C library falls back to clone)."""
+    v = run(pool, NAMESPACES, stdio("thread\nfork\nEPERM ENOSYS EPERM"))
+    assert v.reward == 1.0, v.results[0].stdout + v.results[0].stderr[-500:]
+
+
+BUFFERS = """
+import ctypes, errno, fcntl, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def result(f):
+    try:
+        f()
+        return 'ok'
+    except OSError as e:
+        return errno.errorcode[e.errno]
+r, w = os.pipe()
+got = [result(lambda: fcntl.fcntl(w, 1031, 1 << 20)), result(lambda: fcntl.fcntl(w, 1031, 4096))]  # F_SETPIPE_SZ
+page = ctypes.create_string_buffer(4096)
+iov = (ctypes.c_void_p * 2)(ctypes.addressof(page), 4096)
+got.append('ok' if libc.vmsplice(w, iov, 1, 0) >= 0 else errno.errorcode[ctypes.get_errno()])
+made = 1
+for _ in range(6):  # 100 pipes from each of several processes (under RLIMIT_NOFILE): the budget is per execution
+    rep_r, rep_w = os.pipe()
+    made += 1
+    if os.fork() == 0:
+        held = []
+        while len(held) < 100 and result(lambda: held.append(os.pipe())) == 'ok':
+            pass
+        os.write(rep_w, str(len(held)).encode())
+        os._exit(0)
+    os.close(rep_w)
+    os.wait()
+    made += int(os.read(rep_r, 100))
+    os.close(rep_r)
+got.append(f'pipes {made}')
+a, b = socket.socketpair()
+got += [result(lambda: a.setsockopt(socket.SOL_SOCKET, o, 1 << 20)) for o in (socket.SO_SNDBUF, socket.SO_RCVBUF)]
+pairs = [(a, b)]
+while len(pairs) < 1000 and result(lambda: pairs.append(socket.socketpair())) == 'ok':
+    pass
+got.append(f'socket pairs {len(pairs)}')
+got.append(result(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)))
+print(*got)
+"""
+
+
+def test_pipe_and_socket_buffers_are_bounded(pool):
+    """A pipe stays at its 64 KB default and holds only pages it was written (no F_SETPIPE_SZ growth, no
+    vmsplice); socket buffers stay at the kernel's default (no SO_SNDBUF / SO_RCVBUF) and only AF_UNIX sockets
+    exist; pipes and sockets are counted per execution, over all its processes (Limits.pipes, Limits.sockets)."""
+    from nanogrpo.sandbox import Limits
+
+    lim = Limits()
+    v = run(pool, BUFFERS)
+    got = v.results[0].stdout.split()
+    want = ["EPERM", "ok", "EPERM", "pipes", str(lim.pipes), "EPERM", "EPERM", "socket", "pairs",
+            str(lim.sockets // 2), "EAFNOSUPPORT"]
+    assert got == want, v.results[0].stdout + v.results[0].stderr[-500:]
+
+
+def test_pids_start_afresh_in_every_execution(pool):
+    """A fresh pid namespace per execution: the pid counter carries nothing from one execution to the next."""
+    vs = judge_many([A.PID_READ, A.PID_WRITE, A.PID_READ, A.PID_READ], [stdio(tl=5)] * 4, pool=pool)
+    pids = [vs[i].results[0].stdout.strip() for i in (0, 2, 3)]
+    assert len(set(pids)) == 1, pids
+
+
+PROC = """
+import json, os
+print(json.dumps({'entries': sorted(e for e in os.listdir('/proc') if not e.isdigit()),
+                  'pids': sorted(int(e) for e in os.listdir('/proc') if e.isdigit()), 'me': os.getpid(),
+                  'mountinfo': open('/proc/self/mountinfo').read(), 'cwd': os.getcwd(), 'uid': os.getuid()}))
+"""
+
+
+def test_proc_shows_nothing_of_the_host(pool):
+    """Only the program's own processes, none of the machine-wide files (kernel command line, ...), no host path
+    in the mount table, and neither the uid nor the working directory encodes the trainer's pid."""
+    import json
+
+    v = run(pool, PROC)
+    seen = json.loads(v.results[0].stdout)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    assert set(seen["entries"]) <= {"self", "thread-self"}, seen["entries"]
+    assert seen["pids"] == [seen["me"]], seen["pids"]
+    assert root not in seen["mountinfo"], seen["mountinfo"]
+    assert f"j{os.getpid()}-" not in seen["cwd"] and (seen["uid"] - 100000) // 256 != os.getpid()
+
+
+SHARED_FILES = """
+import ctypes, errno, fcntl, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+def result(f):
+    try:
+        ret = f()
+    except OSError as e:
+        return errno.errorcode[e.errno]
+    return 'ok' if not isinstance(ret, int) or ret >= 0 else errno.errorcode[ctypes.get_errno()]
+fd = os.open('/usr/lib/os-release', os.O_RDONLY)
+usr = os.open('/usr', os.O_RDONLY)
+print(*[result(f) for f in (
+    lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB),
+    lambda: fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB),
+    lambda: fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack('hh4xqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0)),
+    lambda: fcntl.fcntl(usr, fcntl.F_NOTIFY, fcntl.DN_ACCESS),
+    lambda: libc.inotify_init1(0),
+    lambda: libc.fanotify_init(0x200, 0),  # FAN_REPORT_FID: what an unprivileged process may ask for
+    lambda: os.mkfifo('fifo'),
+)])
+"""
+
+
+def test_no_locks_or_notifications_on_shared_files(pool):
+    """Every slot sees the same read-only /usr: file locks (flock, fcntl record locks), inotify, fanotify and
+    dnotify on it would pass data between slots running at once, and show the host's file activity; named pipes
+    would be pipes outside the per-execution count. All are refused."""
+    v = run(pool, SHARED_FILES, stdio(" ".join(["EPERM"] * 7)))
+    assert v.reward == 1.0, v.results[0].stdout + v.results[0].stderr[-500:]
+
+
+EXECD_LOUD = """
+import sys
+from nanogrpo.sandbox import ExecSpec, Limits, SandboxPool
+pool = SandboxPool(concurrency=1).start()
+async def one(session, _):
+    r = await session.exec(ExecSpec(['/usr/bin/python3', '-c', "print('x' * 1000000)"], limits=Limits(cpu_s=2, wall_s=10)))
+    return r.status, len(r.stdout)
+print(*pool.map(one, [0])[0])
+pool.close()
+"""
+
+
+def test_an_execd_program_may_print_more_than_a_pipe_holds():
+    """An exec'd program (a fresh python3 here; C++ and node programs always are) printing 1 MB. A descriptor
+    received over a socket is not close-on-exec: the program used to keep the runner's "did exec fail" pipe
+    open, the runner waited on that pipe while the program waited on its full stdout, and the slot hung. Run in
+    a child process, so that a hang fails the test instead of stopping the suite."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "-c", EXECD_LOUD], capture_output=True, text=True, timeout=60, cwd=root)
+    assert p.stdout.split() == ["ok", "1000001"], p.stderr[-1000:]
+
+
+def test_a_sandbox_failure_before_exec_is_never_the_programs_fault(tmp_path, monkeypatch):
+    """Only the program's own binary failing to exec (it may have deleted it) is its fault; the sandbox failing
+    to set the program up (here: a limit the kernel refuses) is an infrastructure error, a compiled program
+    included."""
+    from nanogrpo.sandbox import Limits, runner
+
+    monkeypatch.setattr(runner, "JOBS_ROOT", str(tmp_path))
+    uid = os.getuid()  # unconfined: the runner's own uid, no namespaces
+    ok = dict(Limits(cpu_s=2, wall_s=5).as_dict())
+    missing = runner.run_exec({"job": "a", "argv": ["./main"], "stdin": "", "limits": ok}, uid)
+    assert missing["status"] == "runtime_error", missing  # no ./main: the program's fault
+    refused = dict(ok, nofile=1 << 40)  # setrlimit fails before exec
+    rep = runner.run_exec({"job": "b", "argv": ["./main"], "stdin": "", "limits": refused}, uid)
+    assert "infra_error" in rep, rep

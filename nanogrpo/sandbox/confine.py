@@ -9,16 +9,19 @@ The slot's bwrap namespaces live as long as the slot; these live as long as one 
   shared memory live there), gone with the execution;
 - SysV limits in that IPC namespace, so memory pinned there (which RLIMIT_AS does not see once unmapped)
   is capped too;
-- a seccomp filter: no keyring syscalls (the user keyring outlives executions of one uid) and no memfd
-  (memory that no rlimit or tmpfs size caps).
+- a fresh pid namespace: pids start afresh (the counter carries nothing to the next execution), the
+  program sees no other process, and when the execution ends every process left in it dies;
+- its own /proc, showing only the program's own processes and none of the machine-wide files (kernel
+  command line, load, memory, mounts of other processes).
+
+The system-call filters are in seccomp.py.
 """
 import ctypes
+import errno
 import os
-import platform
-import struct
 
-CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -34,8 +37,9 @@ def _sysctl(name, value):
 
 
 def new_namespaces(shm_mb: int) -> None:
-    """Own IPC + mount namespaces, a private /dev/shm of shm_mb, SysV capped at shm_mb (needs CAP_SYS_ADMIN)."""
-    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare(ipc, mount)")
+    """Own IPC + mount + pid namespaces, a private /dev/shm of shm_mb, SysV capped at shm_mb (needs
+    CAP_SYS_ADMIN). The caller stays in its pid namespace: its next child is pid 1 of the new one."""
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID), "unshare(ipc, mount, pid)")
     _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
     os.makedirs("/dev/shm", exist_ok=True)
     opts = f"size={shm_mb}m,nr_inodes=4096,mode=1777".encode()
@@ -48,56 +52,17 @@ def new_namespaces(shm_mb: int) -> None:
     _sysctl("sem", "250 4096 32 32")  # per set, total, ops per call, sets
 
 
-# -- seccomp -----------------------------------------------------------------------------------
-# (audit arch, {name: number}) per machine; an unknown machine gets no filter (docs/sandbox.md).
-_ARCH = {
-    "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "memfd_create": 319,
-                            "memfd_secret": 447}),
-    "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "memfd_create": 279,
-                             "memfd_secret": 447}),
-}
-_X32 = 0x40000000  # x86_64's x32 ABI: the same calls under other numbers; refused wholesale
-
-
-def _bpf(code, jt, jf, k):
-    return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
-
-
-def seccomp_program(machine: str | None = None) -> bytes | None:
-    """A classic-BPF filter: the listed syscalls (and any foreign ABI) fail with EPERM, the rest run."""
-    arch = _ARCH.get(machine or platform.machine())
-    if arch is None:
-        return None
-    audit_arch, nrs = arch
-    LD, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06
-    ALLOW, EPERM = 0x7FFF0000, 0x00050000 | 1
-    nums = sorted(nrs.values())
-    prog = [_bpf(LD, 0, 0, 4),                         # A = seccomp_data.arch
-            _bpf(JEQ, 1, 0, audit_arch),               # native ABI: go on; else deny
-            _bpf(RET, 0, 0, EPERM),
-            _bpf(LD, 0, 0, 0),                         # A = seccomp_data.nr
-            _bpf(JGE, len(nums) + 1, 0, _X32)]         # x32 numbers: deny
-    for i, nr in enumerate(nums):                      # a listed number: jump to the deny at the end
-        prog.append(_bpf(JEQ, len(nums) - i, 0, nr))
-    prog += [_bpf(RET, 0, 0, ALLOW), _bpf(RET, 0, 0, EPERM)]
-    return b"".join(prog)
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
-
-
-def install_seccomp() -> bool:
-    """Install the filter on this process (inherited by its children and across exec). False: no filter
-    for this machine."""
-    prog = seccomp_program()
-    if prog is None:
-        return False
-    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
-    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    fprog = _SockFprog(len(prog) // 8, prog)
-    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
-    return True
+def mount_proc() -> None:
+    """A /proc of this process's own pid namespace over the slot's, in the execution's mount namespace (from
+    inside that pid namespace, before dropping privileges; the program cannot unmount it, and unmounting the
+    slot's first would wait for an RCU grace period). subset=pid: no machine-wide files (Linux 5.8+; older
+    kernels still show them); hidepid: only the program's own processes, not pid 1."""
+    for opts in (b"subset=pid,hidepid=invisible", b"hidepid=2"):
+        if _libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) == 0:
+            return
+        if ctypes.get_errno() != errno.EINVAL:
+            break
+    _check(-1, "mount /proc")
 
 
 # -- the wall-clock backstop under load ---------------------------------------------------------
@@ -105,10 +70,10 @@ SCHED_BATCH, SCHED_IDLE = 3, 5
 
 
 def program_sched(uid: int, exclude=(), base_nice: int = 0) -> dict:
-    """How the uid's threads fared (/proc/PID/task/TID/stat and schedstat): CPU time, time spent runnable
-    but waiting for a CPU, how many are runnable now, and whether any lowered its own priority (nice above
-    the runner's, SCHED_BATCH / SCHED_IDLE): such a program starves itself on purpose."""
-    got = {"cpu": 0.0, "wait": 0.0, "running": 0, "lowered": False}
+    """How the uid's threads fared over their lives so far (/proc/PID/task/TID/stat and schedstat): CPU time,
+    time spent runnable but waiting for a CPU (run delay), and whether any lowered its own priority (nice
+    above the runner's, SCHED_BATCH / SCHED_IDLE): such a program starves itself on purpose."""
+    got = {"cpu": 0.0, "wait": 0.0, "lowered": False}
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) in exclude:
             continue
@@ -123,17 +88,7 @@ def program_sched(uid: int, exclude=(), base_nice: int = 0) -> dict:
                     fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
                 got["cpu"] += int(run_ns) / 1e9
                 got["wait"] += int(wait_ns) / 1e9
-                got["running"] += fields[0] == "R"
                 got["lowered"] |= int(fields[16]) > base_nice or int(fields[38]) in (SCHED_BATCH, SCHED_IDLE)
         except (OSError, ValueError, IndexError):  # the process ended while we looked
             continue
     return got
-
-
-def others_running() -> int:
-    """Runnable tasks on the whole machine (/proc/stat is not per namespace), this runner included."""
-    with open("/proc/stat") as f:
-        for line in f:
-            if line.startswith("procs_running"):
-                return int(line.split()[1])
-    return 0

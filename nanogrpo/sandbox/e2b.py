@@ -11,7 +11,7 @@ import itertools
 import json
 import os
 
-from .types import ExecResult, ExecSpec, InfraError, Overloaded
+from .types import RUNNER_FILES, ExecResult, ExecSpec, InfraError, Overloaded
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
 REMOTE = "/tmp/nanogrpo"
@@ -46,7 +46,7 @@ class E2BWorker:
         try:
             self.sbx = await cls.create(template=self.template, timeout=self.lifetime_s, api_key=self.api_key,
                                         allow_internet_access=False)
-            for name in ("runner.py", "confine.py"):  # the runner imports confine.py from its directory
+            for name in RUNNER_FILES:
                 with open(os.path.join(os.path.dirname(RUNNER), name)) as f:
                     await self.sbx.files.write(f"{REMOTE}/{name}", f.read())
         except Exception as e:  # noqa: BLE001  any SDK or network error is infrastructure

@@ -9,23 +9,44 @@ import asyncio
 import itertools
 import json
 import os
+import secrets
 import shutil
+import socket
 import struct
 import tempfile
 
-from .types import ExecResult, ExecSpec, InfraError, Overloaded
+from .types import RUNNER_FILES, ExecResult, ExecSpec, InfraError, Overloaded
 
-RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
-CONFINE = os.path.join(os.path.dirname(RUNNER), "confine.py")  # imported by the runner, next to it
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNNER = os.path.join(HERE, "runner.py")
 # Untrusted code never runs as root (RLIMIT_NPROC ignores root). Each slot of each process gets its own
 # uid, so slots and pools (e.g. one per training rank) never share a process budget or kill each other.
 BASE_UID = 100000
+_claim = {"pid": None, "block": None, "sock": None}
+
+
+def _uid_block() -> int:
+    """This process's block of 256 uids, chosen at random (a uid says nothing of the trainer's pid) and
+    claimed on the machine by binding an abstract unix socket named after it: the kernel keeps the name unique
+    and frees it when the process ends. A forked child claims its own."""
+    if _claim["pid"] != os.getpid():
+        while True:
+            block = secrets.randbelow(1 << 22)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                sock.bind(f"\0nanogrpo-uids-{block}")
+            except OSError:  # taken by another process
+                sock.close()
+                continue
+            _claim.update(pid=os.getpid(), block=block, sock=sock)
+            break
+    return _claim["block"]
 
 
 def slot_uid(slot: int) -> int:
     if not 0 <= slot < 256:
         raise ValueError(f"local sandbox supports at most 256 slots per process, got slot {slot}")
-    return BASE_UID + os.getpid() * 256 + slot
+    return BASE_UID + _uid_block() * 256 + slot
 _ids = itertools.count()
 # System paths the programs need (interpreters, compilers, shared libraries), all read-only.
 SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/sbin")
@@ -37,15 +58,19 @@ def bwrap_available() -> bool:
     return shutil.which("bwrap") is not None
 
 
-def bwrap_argv(tmp_mb: int) -> list[str]:
+def bwrap_argv(tmp_mb: int, sources: dict[str, int]) -> list[str]:
+    """sources: RUNNER_FILES name -> an open fd of it. They are copied into the sandbox, not bind-mounted: a
+    bind mount's source path (this checkout's) would show in every program's /proc/self/mountinfo."""
     argv = ["bwrap", "--perms", "0755", "--dir", "/etc"]
     for d in SYSTEM_DIRS + ETC_FILES:
         if os.path.islink(d):
             argv += ["--symlink", os.readlink(d), d]
         elif os.path.exists(d):
             argv += ["--ro-bind", d, d]
-    argv += ["--ro-bind", RUNNER, "/sandbox/runner.py", "--ro-bind", CONFINE, "/sandbox/confine.py",
-             "--dev", "/dev", "--proc", "/proc", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
+    argv += ["--perms", "0755", "--dir", "/sandbox"]
+    for name, fd in sources.items():
+        argv += ["--perms", "0444", "--file", str(fd), f"/sandbox/{name}"]
+    argv += ["--dev", "/dev", "--proc", "/proc", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
              "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
              "--die-with-parent", "--new-session", "--clearenv", "--setenv", "NANOGRPO_PIDNS", "1",
              "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "LC_ALL", "C.UTF-8"]
@@ -75,8 +100,10 @@ class LocalWorker:
 
     async def start(self) -> None:
         self._err = tempfile.TemporaryFile()
+        sources = {}
         if self.isolation == "bwrap":
-            argv = bwrap_argv(self.tmp_mb) + [self.python, "-I", "/sandbox/runner.py", "serve", str(self.uid)]
+            sources = {name: os.open(os.path.join(HERE, name), os.O_RDONLY) for name in RUNNER_FILES}
+            argv = bwrap_argv(self.tmp_mb, sources) + [self.python, "-I", "/sandbox/runner.py", "serve", str(self.uid)]
             env = None
         elif self.isolation == "none":
             self._tmp = tempfile.mkdtemp(prefix="nanogrpo-sbx-")
@@ -89,9 +116,12 @@ class LocalWorker:
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self._err,
-                env=env, limit=1 << 30)
+                env=env, limit=1 << 30, pass_fds=list(sources.values()))
         except OSError as e:
             raise InfraError(f"could not start sandbox slot {self.slot}: {e}") from e
+        finally:
+            for fd in sources.values():
+                os.close(fd)
 
     async def _send(self, req: dict) -> None:
         if self.proc is None or self.proc.returncode is not None:
@@ -132,7 +162,7 @@ class LocalWorker:
         return await self._call({"op": "probe"})
 
     def new_job(self) -> str:
-        return f"j{os.getpid()}-{next(_ids)}"
+        return f"j{next(_ids)}"  # unique within the slot's own /tmp; nothing of the host in it
 
     async def exec(self, job: str, spec: ExecSpec) -> ExecResult:
         rep = await self._call({"op": "exec", "job": job, "files": spec.files, "argv": spec.argv,

@@ -1,10 +1,11 @@
 """The in-sandbox executor (stdlib only; runs under the system python3 inside the sandbox).
 
 One long-lived runner per pool slot (the "warm worker"): it reads length-prefixed JSON requests on
-stdin and, per execution, forks a child that drops to the slot's non-root uid, applies rlimits, starts
-a new session and execs the program. Namespaces are made once per slot, not per execution; and a
-`python3 -I ...` program is not exec'd at all: the forked child runs it in this already-started
-interpreter (`run_inprocess`), which skips the interpreter's start-up.
+stdin and, per execution, forks a supervisor (`start_child`) that makes the execution's own namespaces
+(confine.py) and pipe / socket budget (seccomp.py), then forks the program, which drops to the slot's
+non-root uid, applies rlimits and its syscall filter, starts a new session and execs. The slot's own
+namespaces are made once, by bwrap; and a `python3 -I ...` program is not exec'd at all: the forked child
+runs it in this already-started interpreter (`run_inprocess`), which skips the interpreter's start-up.
 
 Requests: {"op": "probe"} | {"op": "exec", "job": str, "files": {name: text}, "argv": [...],
 "stdin": str, "limits": {...}, "clean"?, "fresh_interpreter"?, "hash_seed"?} | {"op": "end", "job": str}.
@@ -22,6 +23,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import struct
 import sys
 import time
@@ -29,8 +31,9 @@ import traceback  # imported here, once: the forked children run programs with i
 import types
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, _HERE)  # confine.py sits next to this file (in the sandbox too); programs never see the entry
+sys.path.insert(0, _HERE)  # confine.py, seccomp.py sit next to this file (in the sandbox too); programs never see it
 import confine  # noqa: E402
+import seccomp  # noqa: E402
 sys.path.remove(_HERE)
 
 JOBS_ROOT = os.environ.get("NANOGRPO_JOBS_ROOT", "/tmp/jobs")
@@ -38,8 +41,9 @@ ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.U
 MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "out of memory", "Cannot allocate memory")
 # The wall-clock backstop catches programs that sleep or block. One that wanted the CPU for at least
 # STARVED of the elapsed time (CPU + run-queue wait) was starved by load: its deadline is stretched, up
-# to MAX_STRETCH times; still starved then is an infrastructure error (None, retried), never a timeout.
+# to MAX_STRETCH times; still starved then is an infrastructure error (None, not retried), never a timeout.
 STARVED, MAX_STRETCH = 0.5, 4
+REPORT = struct.Struct("<id")  # the supervisor's account of the program: wait status, CPU seconds
 
 
 def read_exact(fd, n):
@@ -105,13 +109,59 @@ def write_file(cwd, name, text, uid):
     except FileNotFoundError:
         pass
     except IsADirectoryError:
-        shutil.rmtree(path)
+        remove_tree(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "w") as f:
         f.write(text)
     if os.getuid() == 0 and uid != 0:
         os.chown(path, uid, uid)
     return path
+
+
+def remove_tree(path):
+    """Delete `path` and everything under it, however deep: a program can nest directories past any recursion
+    limit and any path length. Nothing descends: each directory's entries are moved up into `path` itself
+    (renames relative to one open directory), then the emptied directory is removed."""
+    try:
+        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    except OSError:  # a file, or a symlink
+        os.unlink(path)
+        return
+    moved = itertools.count()
+    try:
+        while True:
+            names = os.listdir(top)
+            if not names:
+                break
+            for name in names:
+                _remove_entry(top, name, moved)
+    finally:
+        os.close(top)
+    os.rmdir(path)
+
+
+def _remove_entry(top, name, moved):
+    if not stat.S_ISDIR(os.stat(name, dir_fd=top, follow_symlinks=False).st_mode):
+        os.unlink(name, dir_fd=top)
+        return
+    if os.geteuid() != 0:  # the program's own uid (non-root mode): it may have taken the permissions away
+        os.chmod(name, 0o700, dir_fd=top)
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+    try:
+        children = os.listdir(fd)
+    finally:
+        os.close(fd)
+    for child in children:
+        while True:  # a name not taken in `top`
+            new = f".up{next(moved)}"
+            try:
+                os.stat(new, dir_fd=top, follow_symlinks=False)
+            except FileNotFoundError:
+                break
+        os.rename(f"{name}/{child}", new, src_dir_fd=top, dst_dir_fd=top)
+    os.rmdir(name, dir_fd=top)
 
 
 def set_limits(lim):
@@ -133,7 +183,7 @@ def run_exec(req, uid, launcher=None):
     lim = req["limits"]
     cwd = job_dir(req["job"])
     if req.get("clean"):  # a fresh directory: nothing the program left behind is reused
-        shutil.rmtree(cwd, ignore_errors=True)
+        remove_tree(cwd)
     if not os.path.isdir(cwd):
         os.makedirs(cwd, mode=0o700)
         if os.getuid() == 0 and uid != 0:
@@ -196,12 +246,11 @@ def run_exec(req, uid, launcher=None):
         if launcher.exit_fd in rd:
             exited = True
             break
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    kill_untrusted(uid)
-    status, cpu = launcher.wait()
+    if not exited:
+        stop(pid, uid, launcher.exit_fd)
+    status, cpu, reported = launcher.wait()
+    if not confined(uid):
+        kill_untrusted(uid)  # what it left behind (confined: its pid namespace ended with it)
     # Drain what the program wrote before it ended (everything holding the pipes is dead now).
     end = time.monotonic() + 1.0
     while open_fds and time.monotonic() < end:
@@ -219,12 +268,14 @@ def run_exec(req, uid, launcher=None):
     code = os.waitstatus_to_exitcode(status)
     stdout = bytes(bufs[out_r][:cap]).decode("utf-8", "replace")
     stderr = bytes(bufs[err_r][:cap]).decode("utf-8", "replace")
+    if confined(uid) and not reported and not exec_error:
+        return {"infra_error": f"the execution's supervisor ended without an account (status {status})"}
     if exec_error:
         msg = "exec failed: " + exec_error.decode("utf-8", "replace")
-        if req["argv"][0].startswith("./"):  # the program's own binary (it may have deleted it): its fault
+        if not exec_error.startswith(b"sandbox: "):  # the program's own binary (it may have deleted it): its fault
             return {"status": "runtime_error", "exit_code": 127, "stdout": "", "stderr": msg,
                     "time_s": wall, "cpu_s": cpu}
-        return {"infra_error": msg}  # the interpreter or compiler itself is missing: the sandbox's fault
+        return {"infra_error": msg}  # the interpreter or compiler missing, or the sandbox failing: its fault
     if overloaded and not exited:
         return {"overloaded": True,
                 "infra_error": f"machine overloaded: the program was starved of CPU for {wall:.1f} s "
@@ -259,67 +310,241 @@ BASE_NICE = os.getpriority(os.PRIO_PROCESS, 0)  # what every execution starts wi
 
 
 def starved_by_load(uid, launcher, elapsed, cpu_limit):
-    """At the wall deadline: was the program kept from the CPU by OTHER work, rather than idle (sleeping,
-    blocked) or starving itself (nice, SCHED_IDLE)? Then its deadline is stretched instead of a timeout."""
+    """At the wall deadline: was the program kept from the CPU, rather than idle (sleeping, blocked) or starving
+    itself (nice, SCHED_IDLE)? Then its deadline is stretched instead of a timeout.
+
+    Judged on the program's own account over its whole run, never on how busy the machine looks at this
+    instant (a bursty hog can pause exactly then): it was runnable (on a CPU or waiting for one) for at least
+    STARVED of the time, yet has not used its CPU limit. A program that only competes with its own threads or
+    processes used its limit long before its wall deadline (wall_s is several times cpu_s), so it is not
+    stretched; an endless loop alone on the machine is not runnable-but-waiting, so it is not either."""
     me = confine.program_sched(uid, exclude=(os.getpid(), launcher.pid), base_nice=BASE_NICE)
-    wanted_cpu = me["cpu"] + me["wait"] >= STARVED * elapsed
-    # every CPU busy with someone else's work (this runner is the 1); a program's own threads don't count
-    machine_busy = confine.others_running() - me["running"] - 1 >= len(os.sched_getaffinity(0))
-    return wanted_cpu and machine_busy and not me["lowered"] and me["cpu"] < cpu_limit
+    return me["cpu"] + me["wait"] >= STARVED * elapsed and me["cpu"] < cpu_limit and not me["lowered"]
 
 
-def start_child(spec, out_w, err_w, exc_w, uid):
-    """In the forked child: confine, drop to the untrusted uid, then exec (or run in-process). Never returns."""
+def confined(uid):
+    """Root switching to an untrusted uid (the normal case): each execution gets its own namespaces."""
+    return os.getuid() == 0 and uid != 0
+
+
+def stop(pid, uid, exit_fd):
+    """Kill a running execution (timeout, output cap). Confined, the program's processes are killed by uid: its
+    supervisor (root) then reports on it and ends its pid namespace. Only if that does not end it (the program
+    had not yet dropped to its uid) is the supervisor killed too: no report, an infrastructure error."""
+    if confined(uid):
+        kill_untrusted(uid)
+        if select.select([exit_fd], [], [], 5.0)[0]:
+            return
     try:
-        os.setsid()
-        if os.getuid() == 0 and uid != 0:  # root (the normal case): this execution's own namespaces
-            confine.new_namespaces(int(spec["limits"].get("shm_mb", 64)))
-        stdin_fd = os.open(spec["stdin"], os.O_RDONLY)
-        os.dup2(stdin_fd, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.chdir(spec["cwd"])
-        if os.getuid() == 0 and uid != 0:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)  # drops every capability
-        set_limits(spec["limits"])
-        confine.install_seccomp()
-        os.closerange(3, exc_w)
-        os.closerange(exc_w + 1, 65536)
-        argv = spec["argv"]
-        inproc = None if spec["fresh_interpreter"] else python_inprocess(argv)
-        if inproc is not None:
-            os.close(exc_w)  # "exec" succeeded: the parent stops waiting and starts the clock
-            run_inprocess(*inproc, spec["env"])  # never returns
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        exe = argv[0]
-        exe = exe if "/" in exe else (shutil.which(exe, path=ENV["PATH"]) or exe)
-        os.execve(exe, argv, spec["env"])
-    except BaseException as e:  # noqa: BLE001
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    kill_untrusted(uid)
+
+
+class Supervised:
+    """One confined execution, prepared before its request arrives (the zygote keeps the next one ready while
+    the last result travels back): a supervisor (root) made the execution's IPC, mount and pid namespaces and
+    its pipe / socket budget, forked pid 1 of the new pid namespace (`be_init`) and the program's process
+    (pid 2, root still, its /proc mounted), which waits for the request. `start` hands it the spec and its
+    pipes; the supervisor answers the budget's calls until the program exits, kills pid 1 (every process left
+    in the namespace dies with it) and reports the program's wait status and CPU time."""
+
+    def __init__(self, uid, config):
+        self.config = config  # (shm_mb, pipes, sockets): made with these; a request with others gets a fresh one
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.report, report_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            self.sock.close()
+            os.close(self.report)
+            supervisor(uid, config, theirs, report_w)
+        theirs.close()
+        os.close(report_w)
+
+    def start(self, spec, fds):
         try:
-            os.write(exc_w, repr(e).encode()[:1000])
-        finally:
-            os._exit(127)
+            socket.send_fds(self.sock, [json.dumps(spec).encode()], list(fds))
+        except OSError:  # it died before its request: no report, an infrastructure error
+            pass
+        self.sock.close()
+
+    def finish(self):
+        """(wait status, CPU seconds, reported), once the program has ended; the supervisor exits right after."""
+        got = read_report(self.report)
+        _, status, ru = os.wait4(self.pid, 0)
+        if len(got) == REPORT.size:
+            return *REPORT.unpack(got), True
+        return status, ru.ru_utime + ru.ru_stime, False
+
+    def discard(self):
+        self.sock.close()  # the waiting program reads EOF and exits; so does the supervisor
+        self.finish()
+
+
+def config_of(limits):
+    return int(limits.get("shm_mb", 64)), int(limits.get("pipes", 512)), int(limits.get("sockets", 128))
+
+
+def supervisor(uid, config, sock, report_w):
+    """The supervisor's process (see Supervised). Never returns."""
+    shm_mb, pipes, sockets = config
+    try:
+        keep = sorted((sock.fileno(), report_w))  # nothing else of the runner's or the zygote's
+        os.closerange(3, keep[0])
+        os.closerange(keep[0] + 1, keep[1])
+        os.closerange(keep[1] + 1, 65536)
+        os.setsid()
+        confine.new_namespaces(shm_mb)
+        budget = seccomp.Budget.install(pipes, sockets)
+        init = os.fork()
+        if init == 0:
+            be_init()
+        pid = os.fork()
+        if pid == 0:
+            waiting_program(uid, sock)
+    except BaseException as e:  # noqa: BLE001  nothing to run the program in: say why, to its request
+        fail_request(sock, e)
+    sock.close()
+    status, ru = supervise(pid, budget)
+    os.kill(init, signal.SIGKILL)  # its namespace ends: every process left in it is killed (the slot's init reaps)
+    os.write(report_w, REPORT.pack(status, ru.ru_utime + ru.ru_stime))
+    os._exit(0)
+
+
+def waiting_program(uid, sock):
+    """pid 2 of the execution's pid namespace: its own /proc, then the request, then the program. Never returns."""
+    try:
+        confine.mount_proc()
+    except BaseException as e:  # noqa: BLE001
+        fail_request(sock, e)
+    msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+    if not msg:  # discarded
+        os._exit(0)
+    sock.close()
+    try:
+        os.setsid()  # leading its own session
+        run_program(json.loads(msg), fds, uid)
+    except BaseException as e:  # noqa: BLE001
+        report_exec_error(fds[2], e)
+
+
+def fail_request(sock, error):
+    """Wait for the request this process cannot run, and answer it with `error` (an infrastructure error)."""
+    try:
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+        if msg:
+            report_exec_error(fds[2], error)
+    finally:
+        os._exit(127)
+
+
+def report_exec_error(exc_w, error, sandbox=True):
+    """Tell the runner the program could not be started. sandbox=False only for the program's own binary that
+    would not exec (it may have deleted it): that is its fault; anything else is the sandbox's."""
+    try:
+        os.write(exc_w, (("sandbox: " if sandbox else "") + repr(error)).encode()[:1000])
+    finally:
+        os._exit(127)
+
+
+def be_init():
+    """pid 1 of the execution's pid namespace: holds it open, and (SIGCHLD ignored) the kernel reaps the orphans
+    it inherits, until the supervisor kills it. The program never runs as pid 1, which ignores signals it has no
+    handler for (a SIGKILL it sends itself, SIGPIPE, SIGXFSZ)."""
+    try:
+        os.closerange(3, 65536)
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+        while True:
+            signal.pause()
+    finally:
+        os._exit(0)
+
+
+def supervise(pid, budget):
+    """Until the program (our child) exits: answer its budget's calls. Its wait status and rusage."""
+    if budget is not None:
+        pidfd = os.pidfd_open(pid)
+        poll = select.poll()
+        poll.register(pidfd, select.POLLIN)
+        poll.register(budget.fd, select.POLLIN)
+        while not any(fd == pidfd for fd, _ in poll.poll()):
+            budget.answer()
+    _, status, ru = os.wait4(pid, 0)
+    return status, ru
+
+
+def run_program(spec, fds, uid):
+    """Drop to the untrusted uid with its limits and filter, then exec (or run in-process). Never returns."""
+    out_w, err_w, exc_w = fds
+    stdin_fd = os.open(spec["stdin"], os.O_RDONLY)
+    os.dup2(stdin_fd, 0)
+    os.dup2(out_w, 1)
+    os.dup2(err_w, 2)
+    os.chdir(spec["cwd"])
+    if confined(uid):
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # drops every capability
+    set_limits(spec["limits"])
+    seccomp.install_seccomp()
+    os.closerange(3, exc_w)
+    os.closerange(exc_w + 1, 65536)
+    # A descriptor received over a socket is not close-on-exec: without this an exec'd program would hold the
+    # runner's "did exec fail" pipe open, the runner would wait on it, and a program printing more than a pipe
+    # holds would block forever.
+    os.set_inheritable(exc_w, False)
+    argv = spec["argv"]
+    inproc = None if spec["fresh_interpreter"] else python_inprocess(argv)
+    if inproc is not None:
+        os.close(exc_w)  # "exec" succeeded: the parent stops waiting and starts the clock
+        run_inprocess(*inproc, spec["env"])  # never returns
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    exe = argv[0]
+    exe = exe if "/" in exe else (shutil.which(exe, path=ENV["PATH"]) or exe)
+    try:
+        os.execve(exe, argv, spec["env"])
+    except OSError as e:
+        report_exec_error(exc_w, e, sandbox=not argv[0].startswith("./"))
+
+
+def read_report(fd):
+    try:
+        return os.read(fd, REPORT.size)
+    finally:
+        os.close(fd)
 
 
 class Direct:
     """Fork the execution from this process (one-shot runs: `once`, and the non-root mode)."""
 
     def __init__(self, uid):
-        self.uid, self.pid, self.child, self.exit_fd = uid, None, None, None
+        self.uid, self.pid, self.child, self.exit_fd, self.run = uid, None, None, None, None
 
     def launch(self, spec, fds):
-        self.child = os.fork()
-        if self.child == 0:
-            start_child(spec, *fds, self.uid)
+        if confined(self.uid):
+            self.run = Supervised(self.uid, config_of(spec["limits"]))
+            self.run.start(spec, fds)
+            self.child = self.run.pid
+        else:  # the child is the program
+            self.child = os.fork()
+            if self.child == 0:
+                try:
+                    os.setsid()
+                    run_program(spec, fds, self.uid)
+                except BaseException as e:  # noqa: BLE001
+                    report_exec_error(fds[2], e)
         self.exit_fd = os.pidfd_open(self.child)
         return self.child
 
     def wait(self):
-        _, status, ru = os.wait4(self.child, 0)
+        if self.run is not None:
+            got = self.run.finish()
+        else:
+            _, status, ru = os.wait4(self.child, 0)
+            got = status, ru.ru_utime + ru.ru_stime, False
         os.close(self.exit_fd)
-        return status, ru.ru_utime + ru.ru_stime
+        return got
 
 
 class Zygote:
@@ -348,25 +573,36 @@ class Zygote:
 
     def wait(self):
         rep = json.loads(self.sock.recv(4096))
-        return rep["status"], rep["cpu"]
+        return rep["status"], rep["cpu"], rep["reported"]
 
 
 def zygote_loop(sock, uid):
-    while True:
-        try:
-            msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
-        except OSError:
-            return
-        if not msg:  # the runner is gone
-            return
-        pid = os.fork()
-        if pid == 0:
-            start_child(json.loads(msg), *fds, uid)
-        for fd in fds:
-            os.close(fd)
-        sock.send(json.dumps({"pid": pid}).encode())
-        _, status, ru = os.wait4(pid, 0)
-        sock.send(json.dumps({"status": status, "cpu": ru.ru_utime + ru.ru_stime}).encode())
+    ready = None  # the next execution, prepared while the runner was busy with the last one's result
+    try:
+        while True:
+            try:
+                msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+            except OSError:
+                return
+            if not msg:  # the runner is gone
+                return
+            spec = json.loads(msg)
+            config = config_of(spec["limits"])
+            if ready is None or ready.config != config:
+                if ready is not None:
+                    ready.discard()
+                ready = Supervised(uid, config)
+            run, ready = ready, None
+            run.start(spec, fds)
+            for fd in fds:
+                os.close(fd)
+            sock.send(json.dumps({"pid": run.pid}).encode())
+            status, cpu, reported = run.finish()
+            sock.send(json.dumps({"status": status, "cpu": cpu, "reported": reported}).encode())
+            ready = Supervised(uid, config)
+    finally:
+        if ready is not None:
+            ready.discard()
 
 
 def python_inprocess(argv):
@@ -462,7 +698,7 @@ def probe(uid, launcher=None):
 
 def end_job(job, uid):
     kill_untrusted(uid)
-    shutil.rmtree(job_dir(job), ignore_errors=True)
+    remove_tree(job_dir(job))
     return {"ok": True}
 
 

@@ -1,6 +1,9 @@
 """The small dataclasses that travel between the judge, the pool and the backends."""
 from dataclasses import dataclass, field
 
+# What a backend puts next to each other in the sandbox (runner.py imports the other two from its directory).
+RUNNER_FILES = ("runner.py", "confine.py", "seccomp.py")
+
 # Statuses of one execution. A backend returns ok / runtime_error / timeout / memory / output_limit;
 # the judge turns ok into passed or wrong_answer. infra_error means the sandbox itself failed.
 STATUSES = ("passed", "wrong_answer", "runtime_error", "timeout", "memory", "output_limit",
@@ -30,6 +33,9 @@ class Limits:
     nproc: int = 64           # processes + threads of the slot's uid
     out_bytes: int = 8 << 20  # stdout / stderr cap each
     shm_mb: int = 64          # private /dev/shm size, and separately the SysV shm cap, per execution
+    pipes: int = 512          # pipes an execution may create, over all its processes (each holds <= 64 KB)
+    sockets: int = 128        # AF_UNIX sockets likewise (socket() and socketpair() cost 2; each holds <= its
+                              # send buffer, the kernel's default: 208 KB here)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)

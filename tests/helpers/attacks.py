@@ -35,22 +35,6 @@ def out(v, i=0) -> str:
 # -- memory the program pins without mapping it (survives munmap, and maybe the program) ----------
 LIBC = "import ctypes, ctypes.util, os, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
 # Each prints how many MB it managed to pin; the limit caps that, and nothing outlives the execution.
-PIN_SYSV_SHM = LIBC + """
-libc.shmat.restype = ctypes.c_void_p
-libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
-pinned = 0
-for _ in range(12):
-    sid = libc.shmget(0, 100 << 20, 0o1000 | 0o600)   # IPC_PRIVATE, IPC_CREAT; never IPC_RMID
-    if sid < 0:
-        break
-    addr = libc.shmat(sid, None, 0)
-    if addr is None or addr == ctypes.c_void_p(-1).value:
-        break
-    ctypes.memset(addr, 1, 100 << 20)
-    libc.shmdt(ctypes.c_void_p(addr))
-    pinned += 100
-print(pinned)
-"""
 PIN_MEMFD = """
 import os
 fds, pinned = [], 0
@@ -74,6 +58,166 @@ try:
 except OSError:
     pass
 print(pinned)
+"""
+
+# A user namespace of its own: the program is root in it, so it may mount a tmpfs or make an IPC namespace
+# whose SysV limits are the kernel's defaults, neither of which the execution's caps see.
+USERNS = LIBC + """
+CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWIPC = 0x10000000, 0x00020000, 0x08000000
+uid, gid = os.getuid(), os.getgid()
+def own_userns(flags):
+    libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: /proc/self/uid_map is writable only by a dumpable process
+    if libc.unshare(CLONE_NEWUSER | flags) != 0:
+        return False
+    for path, text in (('/proc/self/setgroups', 'deny'), ('/proc/self/uid_map', f'0 {uid} 1'),
+                       ('/proc/self/gid_map', f'0 {gid} 1')):
+        with open(path, 'w') as f:
+            f.write(text)
+    return True
+"""
+PIN_USERNS_TMPFS = USERNS + """
+pinned = 0
+if own_userns(CLONE_NEWNS):
+    os.mkdir('mnt')
+    if libc.mount(b'none', b'mnt', b'tmpfs', 0, b'size=1g') == 0:
+        try:
+            for i in range(12):  # files under the 64 MB file-size limit
+                with open(f'mnt/f{i}', 'wb') as f:
+                    for _ in range(50):
+                        f.write(b'x' * (1 << 20))
+                pinned += 50
+        except OSError:
+            pass
+print(pinned)
+"""
+SYSV_FILL = """
+libc.shmat.restype = ctypes.c_void_p
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+pinned = 0
+for _ in range({n}):
+    sid = libc.shmget(0, 100 << 20, 0o1000 | 0o600)   # IPC_PRIVATE, IPC_CREAT; never IPC_RMID
+    if sid < 0:
+        break
+    addr = libc.shmat(sid, None, 0)
+    if addr is None or addr == ctypes.c_void_p(-1).value:
+        break
+    ctypes.memset(addr, 1, 100 << 20)
+    libc.shmdt(ctypes.c_void_p(addr))
+    pinned += 100
+print(pinned)
+"""
+PIN_SYSV_SHM = LIBC + SYSV_FILL.format(n=12)
+PIN_USERNS_IPC = USERNS + "if not own_userns(CLONE_NEWIPC):\n    print(0)\n    raise SystemExit\n" + SYSV_FILL.format(n=6)
+# A pipe grown to 1 MB (256 slots) holding one 4 KB reference into each of 256 transparent huge pages, which
+# the program then unmaps: the pipe keeps 2 MB per slot alive, and RLIMIT_AS no longer sees any of it.
+PIN_PIPE_HUGE = LIBC + """
+import fcntl, mmap
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+libc.vmsplice.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+class IoVec(ctypes.Structure):
+    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]
+def huge_kb():
+    for line in open('/proc/self/smaps_rollup'):
+        if line.startswith('AnonHugePages:'):
+            return int(line.split()[1])
+    return 0
+r, w = os.pipe()
+try:
+    fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ
+except OSError:
+    pass
+slots = fcntl.fcntl(w, 1032) // 4096  # F_GETPIPE_SZ
+pinned_kb, done, H = 0, 0, 2 << 20
+while done < slots:
+    n = min(32, slots - done)
+    raw = libc.mmap(None, (n + 1) * H, 3, 0x22, -1, 0)  # PROT_READ|WRITE, MAP_PRIVATE|ANONYMOUS
+    base = (raw + H - 1) // H * H
+    libc.madvise(base, n * H, 14)  # MADV_HUGEPAGE
+    before = huge_kb()
+    for i in range(n):
+        ctypes.memset(base + i * H, 1, 4096)  # faults in a whole huge page where THP is available
+    per_page_kb = 2048 if huge_kb() - before >= n * 2048 else 4
+    for i in range(n):
+        iov = IoVec(base + i * H, 4096)
+        if libc.vmsplice(w, ctypes.byref(iov), 1, 0) == 4096:
+            pinned_kb += per_page_kb
+    libc.munmap(raw, (n + 1) * H)
+    done += n
+print(pinned_kb // 1024)
+"""
+# Socket buffers: in-flight data is charged to the sending socket (up to its SO_SNDBUF), not to any rlimit.
+FILL = """
+def fill(s):
+    s.setblocking(False)
+    sent = 0
+    try:
+        while True:
+            sent += s.send(b'x' * 65536)
+    except OSError:
+        return sent
+"""
+PIN_SOCKET_PAIRS = "import socket\n" + FILL + """
+pairs, sent = [], 0
+for _ in range(100):
+    try:
+        pair = socket.socketpair()
+    except OSError:
+        break
+    for s in pair:
+        for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            try:
+                s.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
+            except OSError:
+                pass
+    sent += fill(pair[0]) + fill(pair[1])
+    pairs.append(pair)
+print(sent >> 20)
+"""
+# The same with default buffers, spread over 32 processes (RLIMIT_NOFILE is per process).
+PIN_SOCKETS_FORKED = "import os, socket, time\n" + FILL + """
+r, w = os.pipe()
+for _ in range(32):
+    if os.fork() == 0:
+        os.close(r)
+        held, sent = [], 0
+        for _ in range(32):
+            try:
+                pair = socket.socketpair()
+            except OSError:
+                break
+            sent += fill(pair[0]) + fill(pair[1])
+            held.append(pair)
+        os.write(w, f"{sent}\\n".encode())
+        os.close(w)
+        time.sleep(60)  # holds its sockets until the execution ends
+        os._exit(0)
+os.close(w)
+report = b''
+while True:
+    chunk = os.read(r, 4096)
+    if not chunk:
+        break
+    report += chunk
+print(sum(int(x) for x in report.split()) >> 20)
+"""
+# One listening socket: every pending connection holds what its client sent, after the client has closed.
+PIN_LISTEN_BACKLOG = "import socket\n" + FILL + """
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind('\\0nanogrpo-backlog')
+srv.listen(4096)
+sent = 0
+for _ in range(2048):
+    try:
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect('\\0nanogrpo-backlog')
+    except OSError:
+        break
+    sent += fill(c)
+    c.close()
+print(sent >> 20)
 """
 
 # -- channels from one execution to the next (same slot): writer prints the secret, reader what it found --
@@ -156,6 +300,172 @@ for line in open('/proc/self/maps'):
 print(sorted(x.decode() for x in found))
 """
 
+# The pid counter of a slot: the writer forks until its last child's pid encodes 10 bits; the next
+# execution's own pid follows on from it. Three writer/reader pairs, each with its own secret.
+PID_WRITE = """
+import os
+secret = int.from_bytes(os.urandom(2), 'little') % 1024
+for _ in range(2048):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    if pid % 1024 == secret:
+        break
+print(secret)
+"""
+PID_READ = "import os\nprint(os.getpid())"
+
+# -- channels between two executions running at once on different slots, through the files every slot
+# shares read-only (/usr): the writer sends 16 bits (and a marker) by locking or reading files, the reader
+# receives them. Both print 'CH-xxxx': the writer what it sent, the reader what it got.
+SHARED_FILES = ("import glob, os, time\nt0 = time.monotonic()\n"
+                "files = sorted(glob.glob('/usr/lib/python3*/[a-z]*.py'))[:17]  # [0]: the marker\n")
+SEND = SHARED_FILES + "bits = int.from_bytes(os.urandom(2), 'little')\nsent = [0] + [i + 1 for i in range(16) if bits >> i & 1]\n"
+RECEIVE = SHARED_FILES + """
+def show(got):
+    print('CH-%04x' % sum(1 << (i - 1) for i in got if i) if 0 in got else 'nothing')
+"""
+FLOCK_WRITE = SEND + """
+import fcntl
+fds = [os.open(f, os.O_RDONLY) for f in files]
+try:
+    for i in reversed(sent):  # the marker last: the bits are all set when the reader sees it
+        fcntl.flock(fds[i], fcntl.LOCK_EX)
+except OSError:
+    pass
+print('CH-%04x' % bits, flush=True)
+time.sleep(6)
+"""
+FLOCK_READ = RECEIVE + """
+import errno, fcntl
+def held(fd):
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        return e.errno == errno.EWOULDBLOCK
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+fds = [os.open(f, os.O_RDONLY) for f in files]
+while time.monotonic() - t0 < 4 and not held(fds[0]):
+    time.sleep(0.02)
+show([i for i, fd in enumerate(fds) if held(fd)])
+"""
+# Record locks (fcntl / lockf) do the same with a read lock, which any reader of a file may take.
+LOCKF_WRITE = SEND + """
+import fcntl
+fds = [os.open(f, os.O_RDONLY) for f in files]
+try:
+    for i in reversed(sent):
+        fcntl.lockf(fds[i], fcntl.LOCK_SH)
+except OSError:
+    pass
+print('CH-%04x' % bits, flush=True)
+time.sleep(6)
+"""
+LOCKF_READ = RECEIVE + """
+import fcntl, struct
+def held(fd):  # F_GETLK: would a write lock conflict with someone's lock?
+    try:
+        got = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack('hh4xqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0))
+    except OSError:
+        return False
+    return struct.unpack('hh4xqqi4x', got)[0] != fcntl.F_UNLCK
+fds = [os.open(f, os.O_RDONLY) for f in files]
+while time.monotonic() - t0 < 4 and not held(fds[0]):
+    time.sleep(0.02)
+show([i for i, fd in enumerate(fds) if held(fd)])
+"""
+# inotify reports every open and read of a watched file, whoever does it (another slot, or the host).
+INOTIFY = LIBC + """
+import select, struct
+def watch(paths):
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        return None, {}
+    return fd, {libc.inotify_add_watch(fd, p.encode(), 0x21): i for i, p in enumerate(paths)}  # IN_ACCESS|IN_OPEN
+def events(fd, seconds):
+    end, wds = time.monotonic() + seconds, []
+    while fd is not None and time.monotonic() < end:
+        if select.select([fd], [], [], max(0.0, end - time.monotonic()))[0]:
+            data = os.read(fd, 65536)
+            while data:
+                wd, _, _, n = struct.unpack_from('iIII', data)
+                wds.append(wd)
+                data = data[16 + n:]
+    return wds
+"""
+INOTIFY_WRITE = SEND + """
+print('CH-%04x' % bits, flush=True)
+while time.monotonic() - t0 < 6:
+    for i in sent:
+        with open(files[i], 'rb') as f:
+            f.read(1)
+    time.sleep(0.05)
+"""
+INOTIFY_READ = RECEIVE + INOTIFY + """
+fd, index = watch(files)
+show({index[wd] for wd in events(fd, 4) if wd in index})
+"""
+HOST_WATCHED = "/usr/lib/os-release"
+INOTIFY_HOST = "import os, time\n" + INOTIFY + f"""
+fd, index = watch([{HOST_WATCHED!r}])
+print('host file events:', len(events(fd, 3)) if fd is not None else 'none (inotify refused)')
+"""
+# What /proc tells a program about the machine: paths in command lines and mounts, the kernel command line,
+# its uid and working directory (which encoded the trainer's pid).
+PROC_HOST_INFO = """
+import glob, os
+def read(p):
+    try:
+        return open(p, 'rb').read(1 << 16).replace(b'\\0', b' ').decode(errors='replace')
+    except OSError:
+        return ''
+words = set()
+for p in ['/proc/self/mountinfo'] + glob.glob('/proc/[0-9]*/cmdline') + glob.glob('/proc/[0-9]*/environ'):
+    words.update(w for w in read(p).split() if '/' in w)
+print('uid', os.getuid(), 'cwd', os.getcwd())
+print('kernel', read('/proc/cmdline')[:300].strip())
+print(' '.join(sorted(words))[:3000])
+"""
+# Socket families other than AF_UNIX: TCP autotunes its buffers to megabytes, and vsock reaches the VM's
+# host, which the network namespace does not cover. Creating one is all this tries.
+SOCKET_FAMILIES = """
+import socket
+made = []
+for name in ('AF_INET', 'AF_INET6', 'AF_NETLINK', 'AF_PACKET', 'AF_VSOCK'):
+    try:
+        socket.socket(getattr(socket, name), socket.SOCK_STREAM if name == 'AF_VSOCK' else socket.SOCK_DGRAM).close()
+        made.append(name)
+    except (OSError, AttributeError):
+        pass
+print('created', made)
+"""
+# A directory tree deeper than the runner's cleanup could recurse (1,500 levels, paths past PATH_MAX), left in
+# the job directory by a wrong answer in assert mode (whose replay starts from a cleaned directory).
+DEEP_TREE = ("import os\ntop = os.open('.', os.O_RDONLY)\nfor _ in range(1500):\n    os.mkdir('deeper__')\n"
+             "    os.chdir('deeper__')\nos.fchdir(top)\ndef add(a, b):\n    return 0\n")
+# A hog on one slot that spins in 40 processes (each its own session, so its own scheduler autogroup) and
+# pauses once, for 0.35 s, around the moment the other slot's program hits its wall deadline (6 s).
+BURSTY_HOG = """
+import os, time
+t0 = time.monotonic()
+def spin_until(t):
+    while time.monotonic() - t0 < t:
+        pass
+for _ in range(40):
+    if os.fork() == 0:
+        os.setsid()
+        spin_until(5.75)
+        time.sleep(max(0.0, 6.1 - (time.monotonic() - t0)))
+        spin_until(14)
+        os._exit(0)
+for _ in range(40):
+    os.wait()
+print('ok')
+"""
+STARVED_VICTIM = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.8:\n    pass\nprint('ok')"
+
 # -- correct programs that must score 1 --------------------------------------------------------
 MP_POOL = ("from multiprocessing import Pool\nif __name__ == '__main__':\n"
            "    with Pool(2) as p:\n        print(sum(p.map(abs, range(-5, 5))))\n")
@@ -222,6 +532,7 @@ FORGED_LINES = ["{}", "[1]", '{"value": {"__t": "nope"}}', '{"value": 3',
                 '{"value": {"__t": "complex", "v": [' + "9" * 400 + ', 0]}}']  # complex(10**400, 0): OverflowError
 FORGED = "import os\nos.write(1, ({mark!r} + {forged!r} + '\\n').encode())\nos._exit(0)\ndef add(a, b): return 0"
 DELETE_BINARY = "#include <cstdio>\nint main(){remove(\"main\"); puts(\"5\");}"
+ADD_RIGHT = "def add(a, b):\n    return a + b\n"
 ADD_TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"
 
 
@@ -233,10 +544,12 @@ def asserting(test=ADD_TEST, entry="add"):
 @dataclass
 class Attack:
     name: str
-    programs: list                   # run in turn on one slot, a fresh job each
-    problem: dict = field(default_factory=stdio)
+    programs: list                   # run in turn on one slot, a fresh job each (together: at once, a slot each)
+    problem: dict | list = field(default_factory=stdio)  # one for all programs, or one per program
     escaped: Callable = None         # (verdicts) -> True when the attack got what it wanted
-    kind: str = "isolation"          # isolation | memory | leak | judge | correct
+    kind: str = "isolation"          # isolation | memory | leak | channel | judge | correct
+    together: bool = False           # the programs run at the same time, on different slots
+    host: Callable = None            # (stop: threading.Event) -> None: host activity while the programs run
 
 
 def _pinned_over(cap_mb):
@@ -267,7 +580,39 @@ def _kept_over(limit):
     return lambda vs: vs[0] is None or any(max(len(r.stdout), len(r.stderr)) > limit for r in vs[0].results)
 
 
-# The most a program may pin outside RLIMIT_AS (/dev/shm tmpfs plus SysV shm), in MB.
+def _pid_carried(vs):
+    """Each reader's pid follows its writer's secret by the same offset (mod 1024): the counter carried it."""
+    pairs = [(int(out(w).split()[0]), int(out(r).split()[0])) for w, r in zip(vs[0::2], vs[1::2])
+             if out(w).split() and out(r).split()]
+    offsets = [(pid - secret) % 1024 for secret, pid in pairs]
+    return len(offsets) == 3 and all(min((o - offsets[0]) % 1024, (offsets[0] - o) % 1024) <= 8 for o in offsets)
+
+
+def _host_info_shown(vs):
+    """The repository's path, the kernel command line, or the trainer's pid (in the uid or the job directory)."""
+    import os
+    import re
+
+    text = out(vs[0])
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open("/proc/cmdline") as f:
+        kernel = f.read().strip()
+    uid = re.search(r"uid (\d+)", text)
+    pid = os.getpid()  # the process that runs the pool: the trainer
+    return (vs[0] is None or root in text or (kernel and kernel[:60] in text) or f"j{pid}-" in text
+            or (uid is not None and (int(uid.group(1)) - 100000) // 256 == pid))
+
+
+def _touching(path):
+    """Host activity: read `path` every 20 ms until stopped."""
+    def run(stop):
+        while not stop.wait(0.02):
+            with open(path, "rb") as f:
+                f.read(1)
+    return run
+
+
+# The most a program may pin outside RLIMIT_AS by any one means (/dev/shm, SysV shm, pipes, sockets), in MB.
 PIN_CAP_MB = 128
 ATTACKS = [
     Attack("pin SysV shm 12 x 100 MB", [PIN_SYSV_SHM], stdio("0", tl=5, memory_limit_mb=256),
@@ -320,6 +665,37 @@ ATTACKS = [
     Attack("C++ deletes its own binary (test 2 of 2 is a real 0)", [DELETE_BINARY],
            {**stdio("5", tl=5), "language": "cpp", "tests": [{"input": "", "output": "5"}] * 2},
            lambda vs: vs[0] is None or vs[0].reward != 0.5, "judge"),
+    # user namespaces, pipe and socket buffers: memory outside RLIMIT_AS
+    Attack("own user namespace: mount a 1 GB tmpfs", [PIN_USERNS_TMPFS], stdio("0", tl=5, memory_limit_mb=256),
+           _pinned_over(PIN_CAP_MB), "memory"),
+    Attack("own user namespace: fresh IPC namespace, SysV shm 6 x 100 MB", [PIN_USERNS_IPC],
+           stdio("0", tl=5, memory_limit_mb=256), _pinned_over(PIN_CAP_MB), "memory"),
+    Attack("pipe grown to 1 MB, vmspliced huge pages", [PIN_PIPE_HUGE], stdio("0", tl=5, memory_limit_mb=256),
+           _pinned_over(PIN_CAP_MB), "memory"),
+    Attack("100 socket pairs, SO_SNDBUF / SO_RCVBUF 4 MB", [PIN_SOCKET_PAIRS], stdio("0", tl=5, memory_limit_mb=256),
+           _pinned_over(PIN_CAP_MB), "memory"),
+    Attack("32 processes x 32 socket pairs", [PIN_SOCKETS_FORKED], stdio("0", tl=5, memory_limit_mb=256),
+           _pinned_over(PIN_CAP_MB), "memory"),
+    Attack("listen backlog of 2,048 closed clients' data", [PIN_LISTEN_BACKLOG], stdio("0", tl=5, memory_limit_mb=256),
+           _pinned_over(PIN_CAP_MB), "memory"),
+    # one execution to the next, and executions on two slots at once
+    Attack("pid counter to the next execution", [PID_WRITE, PID_READ] * 3, stdio(tl=5), _pid_carried, "leak"),
+    Attack("flock on shared /usr files, slot to slot", [FLOCK_WRITE, FLOCK_READ], stdio(tl=2), _leaked, "channel",
+           together=True),
+    Attack("fcntl read locks on shared /usr files, slot to slot", [LOCKF_WRITE, LOCKF_READ], stdio(tl=2), _leaked,
+           "channel", together=True),
+    Attack("inotify on shared /usr files, slot to slot", [INOTIFY_WRITE, INOTIFY_READ], stdio(tl=2), _leaked,
+           "channel", together=True),
+    Attack("inotify sees the host's file activity", [INOTIFY_HOST], stdio(tl=2),
+           lambda vs: vs[0] is None or "events: 0" not in out(vs[0]) and "refused" not in out(vs[0]),
+           host=_touching(HOST_WATCHED)),
+    Attack("/proc: repository path, kernel command line, trainer pid", [PROC_HOST_INFO], escaped=_host_info_shown),
+    Attack("socket families other than AF_UNIX (TCP buffers, vsock)", [SOCKET_FAMILIES],
+           escaped=lambda vs: vs[0] is None or "'AF_" in out(vs[0])),
+    Attack("bursty hog on the other slot, paused at the deadline", [BURSTY_HOG, STARVED_VICTIM],
+           [stdio(tl=3), stdio(tl=1)], lambda vs: vs[1] is not None and vs[1].status == "timeout", together=True),
+    Attack("1,500-deep directory tree, wrong answer (assert mode); then a right one", [DEEP_TREE, ADD_RIGHT],
+           asserting(), lambda vs: None in vs or vs[0].reward != 0.0 or vs[1].reward != 1.0, "judge"),
     Attack("multiprocessing.Pool", [MP_POOL], stdio("25"), _not_one, "correct"),
     Attack("ProcessPoolExecutor", [MP_EXECUTOR], stdio("25"), _not_one, "correct"),
     Attack("multiprocessing.Queue", [MP_QUEUE], stdio("25"), _not_one, "correct"),
@@ -328,10 +704,25 @@ BY_NAME = {a.name: a for a in ATTACKS}
 
 
 def run_attack(pool, attack):
-    """Verdicts of the attack's programs, in turn, on one slot (the pool must have concurrency 1)."""
+    """Verdicts of the attack's programs: in turn on one slot (the pool must have concurrency 1), or, for an
+    attack `together`, all at once on a slot each (the pool must have exactly that many slots)."""
+    import threading
+
     from nanogrpo.sandbox import judge_many
 
-    return [judge_many([p], [attack.problem], pool=pool)[0] for p in attack.programs]
+    problems = attack.problem if isinstance(attack.problem, list) else [attack.problem] * len(attack.programs)
+    stop = threading.Event()
+    host = threading.Thread(target=attack.host, args=(stop,), daemon=True) if attack.host else None
+    if host:
+        host.start()
+    try:
+        if attack.together:
+            return judge_many(attack.programs, problems, pool=pool)
+        return [judge_many([p], [q], pool=pool)[0] for p, q in zip(attack.programs, problems)]
+    finally:
+        stop.set()
+        if host:
+            host.join()
 
 
 def meminfo() -> dict:
