@@ -26,19 +26,9 @@ log-probs over the whole interleaved sequence, so every model token is scored in
 context it was sampled in. A sandbox infrastructure failure mid-rollout ends the rollout with
 `failed = True`, and train.py turns its reward into None (never 0).
 
-State: one session per rollout. Local backend (bubblewrap, through the shared sandbox pool): replay.
-Each call runs, in a fresh sandboxed interpreter, the tools file and every earlier cell of the
-rollout with their output discarded, then the new cell with its output kept. Replay needs no
-long-lived process per rollout (none to leak or kill, and the pool stays the one place that runs
-untrusted code), and it is exact for deterministic code: `random` is seeded the same way in every
-replay. What does not carry over: wall-clock time, files written outside the job directory, and
-cells that timed out (they are not replayed, or every later call would time out too). The cost is
-CPU growing with the number of calls (at most `max_tool_calls`), and the CPU limit of a call is
-`tool_timeout_s` per cell it runs. E2B backend: one sandbox per rollout, created at its first call,
-running cells in its stateful Jupyter kernel, killed when the rollout ends. A sandbox that errors
-is killed and replaced (the earlier cells are replayed into the new one), retried, then the
-rollout fails. Sandbox-seconds (the cost the E2B agent PR worried about): the local backend's
-execution wall time, E2B sandbox lifetimes.
+State: one session per rollout, kept by replay through the sandbox pool on either backend (local
+bubblewrap or E2B): nanogrpo/sandbox/cells.py. Sandbox-seconds (the cost the E2B agent PR worried
+about) are the executions' wall time.
 
 A user's tools: `tools_file` (a Python file) is run in every session before the model's first cell;
 `describe_tools` lists its functions (signature and docstring, read with `ast`, never run on the
@@ -48,16 +38,14 @@ host) for the system prompt.
 from __future__ import annotations
 
 import ast
-import asyncio
-import json
 import logging
 import re
-import signal
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nanogrpo.sampler import Completion, SamplingParams
+from nanogrpo.sandbox.cells import CellResult
 
 log = logging.getLogger(__name__)
 
@@ -114,14 +102,6 @@ def answer_text(c: Completion) -> str:
 
 TRUNCATED = "\n[... output truncated]"
 TIMEOUT = "TimeoutError: the cell ran longer than {:g} s and was stopped"
-
-
-@dataclass
-class CellResult:
-    output: str  # stdout and stderr as the model sees them (before truncation; at most output_chars + 1)
-    status: str  # ok | error | timeout | exited (the cell ended its interpreter: the session restarts)
-    seconds: float  # sandbox time this call cost
-    note: str = ""  # what the sandbox says about the cell, shown after the (cut) output
 
 
 def session_after(cells: list[tuple[str, str]], cell: tuple[str, str], res: CellResult) -> list[tuple[str, str]]:
@@ -370,223 +350,12 @@ def system_prompt(tool_cfg: ToolConfig, base: str = "") -> str:
     return f"{base}\n\n{text}" if base else text
 
 
-# ----------------------------------------------------------------------------------------------
-# Backends: run one cell per rollout, for many rollouts at once
-
-
-# The local session: replay the tools file and the earlier cells with their output discarded (also at
-# the file-descriptor level, for C code and subprocesses), then the new cell with stdout and stderr
-# together, line by line, as a terminal shows them. The last expression of the new cell is echoed, as in a
-# notebook (and as E2B's kernel does). The process's own stderr only carries MARK lines: which cell starts,
-# that the last one raised, that all of them ran; without "done" the interpreter ended inside a cell.
-MARK = "__nanogrpo_replay__"
-REPLAY = r"""
-import ast, io, json, os, random, sys, traceback
-random.seed(0)
-cells = json.load(open("_cells.json"))
-env = {"__name__": "__main__"}
-mark, out, null = os.dup(2), os.dup(1), os.open(os.devnull, os.O_WRONLY)
-
-def note(event):
-    os.write(mark, ("MARK " + event + "\n").encode())
-
-def run(src, name, echo):
-    tree = ast.parse(src, name)
-    last = tree.body.pop() if echo and tree.body and isinstance(tree.body[-1], ast.Expr) else None
-    exec(compile(tree, name, "exec"), env)
-    if last is not None:
-        value = eval(compile(ast.Expression(last.value), name, "eval"), env)
-        if value is not None:
-            print(repr(value))
-
-for i, (name, src) in enumerate(cells):
-    final = i == len(cells) - 1
-    note(f"cell {i}")
-    os.dup2(out if final else null, 1)
-    os.dup2(out if final else null, 2)
-    if final:  # what the cell printed before ending its interpreter (os._exit, a signal) is not lost
-        sys.__stdout__.reconfigure(line_buffering=True)
-    sys.stdout = sys.stderr = sys.__stdout__ if final else io.StringIO()
-    try:
-        run(src, name, final)
-    except SystemExit:
-        pass
-    except BaseException as e:
-        if final:
-            frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename.startswith("<cell")]
-            if frames:
-                print("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)), end="")
-            print("".join(traceback.format_exception_only(type(e), e)), end="")
-            note("raised")
-    sys.stdout.flush()
-note("done")
-""".replace("MARK", MARK)
-
-
-def session_seed(key: int) -> int:
-    """PYTHONHASHSEED of a rollout's session: fixed for the rollout, so every replay iterates a set of strings
-    in the order the model saw (a forked warm interpreter has its slot's seed, which differs between slots)."""
-    return 1 + key % (2**32 - 1)
-
-
-def exit_note(code: int, cells: list[tuple[str, str]], at: int) -> str:
-    """What the model reads when the interpreter ended inside cell `at` of this replay."""
-    try:
-        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-    except ValueError:
-        how = f"was killed by signal {-code}"
-    where = "" if at == len(cells) - 1 else f" while the session re-ran {cells[at][0]}, so this cell did not run"
-    return f"[the interpreter {how}{where}; the session was restarted: what earlier cells defined is gone]"
-
-
-class LocalCells:
-    """Cells through the local sandbox pool (bubblewrap), by replay; see the module docstring."""
-
-    def __init__(self, tool_cfg: ToolConfig, pool, python: str = "/usr/bin/python3"):
-        self.cfg, self.pool, self.python = tool_cfg, pool, python
-        self.seconds = 0.0
-
-    def _cells(self, prior: list[tuple[str, str]], cell: tuple[str, str]) -> list[tuple[str, str]]:
-        return ([("<tools>", self.cfg.tools_source)] if self.cfg.tools_source else []) + prior + [cell]
-
-    def _spec(self, cells: list[tuple[str, str]], seed: int):
-        from nanogrpo.sandbox import ExecSpec, Limits
-
-        cpu = self.cfg.timeout_s * len(cells)  # every replayed cell gets the budget it ran within
-        # -s, not -I: a fresh interpreter that reads PYTHONHASHSEED (the runner's environment is scrubbed anyway)
-        return ExecSpec([self.python, "-s", "_replay.py"], files={"_replay.py": REPLAY, "_cells.json": json.dumps(cells)},
-                        limits=Limits(cpu_s=cpu, wall_s=max(20.0, 5 * cpu), out_bytes=1 << 20), clean=True,
-                        hash_seed=seed)
-
-    def _result(self, res, cells: list[tuple[str, str]]) -> CellResult | None:
-        events, rest = [], []
-        for line in res.stderr.splitlines(keepends=True):
-            if line.startswith(MARK + " "):
-                events.append(line[len(MARK) + 1 :].strip())
-            else:
-                rest.append(line)
-        text = (res.stdout + "".join(rest))[: self.cfg.output_chars + 1]  # what the model can be shown, and 1 more
-        # a cell can write to the marker fd too: a forged line only misleads its own rollout, never raises
-        started = [int(e[5:]) for e in events if re.fullmatch(r"cell \d{1,6}", e) and int(e[5:]) < len(cells)]
-        if res.status == "timeout":
-            return CellResult(text, "timeout", res.time_s)
-        if not started:  # the replay never reached a cell: the sandbox's interpreter failed, not the model
-            log.warning("tool session: the replay did not start (%s): %s", res.status, res.stderr[-500:])
-            return None
-        if "done" in events or res.status == "output_limit":  # ran to the end, or was stopped for its output
-            raised = "raised" in events or res.status != "ok"
-            return CellResult(text, "error" if raised else "ok", res.time_s)
-        return CellResult(text, "exited", res.time_s, note=exit_note(res.exit_code, cells, started[-1]))
-
-    def run(self, calls: list[tuple[int, list[tuple[str, str]], tuple[str, str]]]) -> list[CellResult | None]:
-        """calls: (rollout key, its earlier (name, code) cells, the new one) -> a CellResult each, None when
-        the sandbox failed."""
-
-        async def one(session, call):
-            key, prior, cell = call
-            cells = self._cells(prior, cell)
-            return self._result(await session.exec(self._spec(cells, session_seed(key))), cells)
-
-        out = self.pool.map(one, calls)
-        self.seconds += sum(r.seconds for r in out if r is not None)
-        return out
-
-    def close(self, keys: list[int]) -> None:
-        pass  # nothing lives between calls
-
-    def pop_stats(self) -> dict[str, float]:
-        s, self.seconds = self.seconds, 0.0
-        return {"sandbox_seconds": s}
-
-
-class E2BCells:
-    """Cells on E2B: one sandbox per rollout (its Jupyter kernel keeps the state), killed when the
-    rollout ends; a sandbox that errors is killed, replaced and replayed, retried, then None."""
-
-    def __init__(self, tool_cfg: ToolConfig, concurrency: int = 16, retries: int = 2, api_key: str | None = None,
-                 template: str | None = None, sandbox_class=None):
-        import os
-
-        self.cfg, self.retries, self.template = tool_cfg, retries, template
-        self.api_key = api_key or os.environ.get("E2B_API_KEY")
-        self.sandbox_class = sandbox_class  # a fake in tests; e2b_code_interpreter.AsyncSandbox otherwise
-        self.live: dict[int, tuple[object, float]] = {}  # rollout key -> (sandbox, created at)
-        self.limit = concurrency
-        self.loop = asyncio.new_event_loop()  # sandboxes outlive a round: one loop for their lifetime
-        self.seconds, self.created = 0.0, 0
-
-    def _class(self):
-        if self.sandbox_class is not None:
-            return self.sandbox_class
-        from e2b_code_interpreter import AsyncSandbox  # the only import of e2b's kernel client
-
-        return AsyncSandbox
-
-    async def _open(self, key: int, prior: list[tuple[str, str]]):
-        sbx = await self._class().create(template=self.template, api_key=self.api_key, allow_internet_access=False)
-        self.live[key] = (sbx, time.time())
-        self.created += 1
-        for code in ([self.cfg.tools_source] if self.cfg.tools_source else []) + [c for _, c in prior]:  # replay, output ignored
-            await sbx.run_code(code, timeout=self.cfg.timeout_s)
-        return sbx
-
-    async def _kill(self, key: int) -> None:
-        sbx, born = self.live.pop(key, (None, 0.0))
-        if sbx is not None:
-            self.seconds += time.time() - born
-            try:
-                await asyncio.wait_for(sbx.kill(), 30)
-            except Exception:  # noqa: BLE001  already gone; E2B also expires it
-                pass
-
-    async def _one(self, gate, key: int, prior: list[tuple[str, str]], cell: tuple[str, str]) -> CellResult | None:
-        code = cell[1]
-        async with gate:
-            for attempt in range(self.retries + 1):
-                t0 = time.time()
-                try:
-                    sbx = self.live[key][0] if key in self.live else await self._open(key, prior)
-                    ex = await sbx.run_code(code, timeout=self.cfg.timeout_s)
-                except Exception as e:  # noqa: BLE001
-                    await self._kill(key)  # a timeout leaves the kernel busy; anything else is infrastructure
-                    if type(e).__name__ == "TimeoutException":
-                        return CellResult("", "timeout", time.time() - t0)
-                    await asyncio.sleep(0.5 * 2**attempt)
-                    continue
-                text = "".join(ex.logs.stdout) + "".join(ex.logs.stderr)
-                text += "".join(r.text + "\n" for r in ex.results if getattr(r, "text", None))
-                if ex.error is not None:
-                    text += f"{ex.error.name}: {ex.error.value}\n"
-                text = text[: self.cfg.output_chars + 1]  # what the model can be shown, and 1 more (it was cut)
-                return CellResult(text, "error" if ex.error is not None else "ok", time.time() - t0)
-            return None
-
-    def run(self, calls: list[tuple[int, list[tuple[str, str]], tuple[str, str]]]) -> list[CellResult | None]:
-        async def all_calls():
-            gate = asyncio.Semaphore(self.limit)
-            return await asyncio.gather(*[self._one(gate, *c) for c in calls])
-
-        return self.loop.run_until_complete(all_calls())
-
-    def close(self, keys: list[int]) -> None:
-        keys = [k for k in keys if k in self.live]
-        if keys:
-            async def kill_all():
-                await asyncio.gather(*[self._kill(k) for k in keys])
-
-            self.loop.run_until_complete(kill_all())
-
-    def pop_stats(self) -> dict[str, float]:
-        s, self.seconds = self.seconds, 0.0
-        return {"sandbox_seconds": s}
-
-
 def make_cells(tool_cfg: ToolConfig, backend: str = "local", concurrency: int = 0, allow_unsandboxed: bool = False):
-    """The cell backend for `sandbox = local | e2b`. The local one shares the code rewards' pool, started
-    now so that missing isolation stops the run before any compute."""
-    if backend == "e2b":
-        return E2BCells(tool_cfg, concurrency=concurrency or 16)
+    """The cells of `sandbox = local | e2b`: replayed sessions through the shared sandbox pool of that backend
+    (nanogrpo/sandbox/cells.py), started now so that a missing sandbox stops the run before any compute."""
     from nanogrpo.sandbox import get_pool
+    from nanogrpo.sandbox.cells import ReplayCells
 
-    pool = get_pool(backend="local", concurrency=concurrency or None, allow_unsandboxed=allow_unsandboxed).start()
-    return LocalCells(tool_cfg, pool)
+    pool = get_pool(backend=backend, concurrency=concurrency or None,
+                    **({"allow_unsandboxed": allow_unsandboxed} if backend == "local" else {})).start()
+    return ReplayCells(tool_cfg, pool)

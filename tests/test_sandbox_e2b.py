@@ -123,3 +123,27 @@ def test_missing_api_key_is_none_not_an_exception(monkeypatch):
         assert judge_many([ADD], [PROBLEM], pool=pool) == [None]
     finally:
         pool.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the fake runs the runner as root")
+def test_tool_sessions_replay_on_the_e2b_backend(fake):
+    """Tool cells on E2B are the pool's replayed sessions, as on the local backend: state carries from cell to
+    cell, a dropped connection is retried on a fresh sandbox, one that stays down is None (the rollout fails)."""
+    from nanogrpo.sandbox.cells import ReplayCells
+    from nanogrpo.tools import ToolConfig, session_after
+
+    pool = make_pool(fake, retries=2).start()
+    try:
+        cells, prior, shown = ReplayCells(ToolConfig(timeout_s=2.0), pool), [], []
+        for k, src in enumerate(["x = 20", "print(x + 1)", "print(x + 2)"], 1):
+            if k == 3:
+                fake.failures[0] = 1  # the third call's first try drops
+            [res] = cells.run([(0, prior, (f"<cell {k}>", src))])
+            shown.append(res.output)
+            prior = session_after(prior, (f"<cell {k}>", src), res)
+        assert shown == ["", "21\n", "22\n"] and fake.killed == 1
+        fake.failures[0] = 100
+        assert cells.run([(0, prior, ("<cell 4>", "print(x)"))]) == [None]
+    finally:
+        fake.failures[0] = 0
+        pool.close()
