@@ -4,7 +4,7 @@ Math row: {"problem": str, "answer": str}. Code rows (the unified code schema) p
 A row that cannot be normalised stops the run before any compute, naming the file, line and field.
 
 The built-in task "arithmetic" (3-digit addition, "347+589=" -> "936") needs no files: it is what the
-tiny CPU model is warm-started on (nanogrpo/tiny.py) and what the default GRPO run trains on.
+tiny CPU model is warm-started on (scripts/tiny.py) and what the default GRPO run trains on.
 "word_problems" (nanogrpo/word_problems.py) is GSM8K-style, for small pretrained chat models.
 """
 

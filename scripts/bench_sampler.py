@@ -103,7 +103,7 @@ def main() -> None:
     dirs: list[tuple[str, str]] = []
     for m in args.models.split(","):
         if m == "tiny":
-            from nanogrpo.tiny import build_random_model_dir
+            from tiny import build_random_model_dir
 
             dirs.append(("tiny (random)", str(build_random_model_dir(Path(tempfile.mkdtemp()) / "tiny"))))
         elif m == "smollm2":

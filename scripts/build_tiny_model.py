@@ -5,7 +5,7 @@ ordinary sft.py run (configs/tiny_warm_start.toml; --tools: configs/tiny_tools_w
     python scripts/build_tiny_model.py --out models/tiny-arithmetic    # rebuild the committed default, on purpose
     python scripts/build_tiny_model.py --tools --out models/tiny-multiply-tools   # the tool task's model
 
-Steps: the random model (nanogrpo/tiny.py) and its rows go to OUT.build/ (the warm-start rows, and the
+Steps: the random model (scripts/tiny.py) and its rows go to OUT.build/ (the warm-start rows, and the
 train-split validation rows the stop measures: never a held-out problem); `sft.py CONFIG model=... task=...
 eval_task=... sft_stop_accuracy=TARGET` trains until the sampled (T=1) validation accuracy reaches the target
 (0 or less: all --steps). A run that misses it is followed by another from the same random model, the rows in
@@ -52,7 +52,7 @@ def warm_start(out: Path, seed: int, steps: int, target: float, tools: bool = Fa
     6,000, the units digit wrong in 7 of 10 held-out sums (README "Does it learn?"). Attempt 1 is the run a
     single attempt would be, so a seed that reaches its target first time is unchanged."""
     import sft
-    from nanogrpo import tiny
+    import tiny
     from nanogrpo.data import arithmetic_rows
     from nanogrpo.multiply import multiply_rows, warm_start_rows
     from nanogrpo.tools import ToolConfig
@@ -147,7 +147,8 @@ def heldout(out: Path, tools: bool, n: int, seed: int) -> dict:
     the real tool loop, with the share of answers that ran code."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from nanogrpo import data, tiny
+    import tiny
+    from nanogrpo import data
 
     if tools:
         rows, got = data.load_rows("multiply", split="test", n=n), {"heldout_rows": n}

@@ -12,7 +12,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A random tiny Qwen2 (tied embeddings) + BPE tokenizer, as an HF directory."""
-    from nanogrpo.tiny import build_random_model_dir
+    from tiny import build_random_model_dir
 
     return str(build_random_model_dir(tmp_path_factory.mktemp("tiny_tied"), tie_word_embeddings=True))
 
@@ -20,7 +20,7 @@ def tiny_model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_untied_model_dir(tmp_path_factory):
     """The same with an untied lm_head."""
-    from nanogrpo.tiny import build_random_model_dir
+    from tiny import build_random_model_dir
 
     return str(build_random_model_dir(tmp_path_factory.mktemp("tiny_untied"), tie_word_embeddings=False))
 

@@ -172,7 +172,7 @@ class ChatTok:
 
 
 def test_format_prompt_raw_and_chat():
-    from nanogrpo.tiny import build_tokenizer
+    from tiny import build_tokenizer
 
     row = {"problem": "347+589=", "answer": "936"}
     tok = build_tokenizer()
@@ -241,7 +241,7 @@ def test_math_eval_template_is_the_prompt_eval_py_scores():
     """template="math_eval" trains on exactly the token ids eval.py gives the same row (gsm8k task)."""
     import eval as eval_cli
     from nanogrpo import benchmarks
-    from nanogrpo.tiny import build_tokenizer
+    from tiny import build_tokenizer
 
     tok = build_tokenizer()
     tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"

@@ -125,7 +125,7 @@ def accumulate(model_dir: str, out: str) -> None:
 def test_sharded_accumulation_holds_a_shard_of_the_gradients_not_all_of_them(tmp_path):
     """After the first micro-batch's backward, `unsharded` holds every fp32 gradient (4 bytes x params) on each
     rank, `sharded` its half (2 bytes x params) and a layer's gradients still in flight; the updates are equal."""
-    from nanogrpo.tiny import build_random_model_dir
+    from tiny import build_random_model_dir
 
     model_dir = build_random_model_dir(tmp_path / "model", hidden_size=256, intermediate_size=768, num_hidden_layers=4)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}

@@ -231,7 +231,7 @@ def test_first_token_distribution(tiny_model_dir, temperature, top_p):
 
 
 def _other_model(tmp_path, tied):
-    from nanogrpo.tiny import build_random_model_dir
+    from tiny import build_random_model_dir
 
     d = build_random_model_dir(tmp_path / f"other_{tied}", tie_word_embeddings=tied, seed=1)
     return AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()

@@ -6,7 +6,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nanogrpo.data import arithmetic_rows, heldout_pairs
-from nanogrpo.tiny import build_tokenizer, curriculum_rows, evaluate_accuracy, sample, tiny_config
+from tiny import build_tokenizer, curriculum_rows, evaluate_accuracy, sample, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,7 +79,7 @@ def builder():
 def test_warm_start_is_an_sft_run_that_writes_a_loadable_seeded_model(builder, tmp_path):
     """scripts/build_tiny_model.py: the random model, then sft.py on the curriculum rows; OUT is an HF
     directory holding the last checkpoint's weights, and the same seed gives the same bytes."""
-    from nanogrpo.tiny import build_random_model_dir
+    from tiny import build_random_model_dir
 
     m = builder.warm_start(tmp_path / "a", seed=3, steps=4, target=0.0, keep_build=True, attempts=3)
     assert m["steps_run"] == 4 and m["sft_loss"] > 0 and "heldout_accuracy" in m
