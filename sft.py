@@ -237,7 +237,7 @@ def main(argv: list[str]) -> dict:
     if cfg.prompts_per_step % world:
         raise C.ConfigError(f"prompts_per_step={cfg.prompts_per_step} (rows per step) is not divisible by the "
                             f"world size {world}")
-    dtype = torch.bfloat16 if (cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")) else torch.float32
+    dtype = C.torch_dtype(cfg, device.type == "cuda")
     torch.manual_seed(cfg.seed)
     if not cfg.resume and ((Path(cfg.out_dir) / "metrics.jsonl").exists() or checkpoint.latest(cfg.out_dir)):
         raise C.ConfigError(f"out_dir {cfg.out_dir!r} already holds a run: pass resume=true to continue it, "
