@@ -67,6 +67,10 @@ The choices, as config knobs (defaults in brackets):
 - `mask_truncated` [off]: completions that hit max_new_tokens get no loss (DAPO's overlong filtering).
 - `tis_cap` [0 = off]: the sampler (vLLM, bf16 kernels) and the trainer do not compute exactly the
   same probabilities; c_it re-weights each token by the trainer/sampler ratio, truncated at the cap.
+- `exact_logprobs` [off] (nanogrpo/parity.py): with the PyTorch sampler, logp_sampler is recomputed from the
+  sampler's own weights through this forward, in these micro-batches (`step`'s `behaviour`): bit-equal to
+  the trainer's while the weights are, so c_it = 1 and the logged `logprob_gap` is exactly 0. The gap gate
+  (`max_logprob_gap`, `gap_patience`, train.py) stops a run whose gap stays too large.
 
 FAQ: why is the loss about 0 at step 0 (and near 0 throughout)?
 With mu = 1, ρ = 1 in value, so the loss is -Σ w·A / Z. The advantages of each group have mean zero,
@@ -78,6 +82,7 @@ reward, the KL and the clip fractions instead.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -402,7 +407,9 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     with torch.no_grad():  # fixed targets: reference (beta > 0) and old (mu > 1) log-probs, taken once
         ref = [logprobs(ref_policy, b)[0] for b in batches] if cfg.beta > 0 else [None] * len(batches)
         old = [logprobs(policy, b)[0] for b in batches] if cfg.mu > 1 else [None] * len(batches)
+        t0 = time.perf_counter()
         behaved = [logprobs(behaviour, b)[0] for b in batches] if behaviour is not None else [None] * len(batches)
+        t_recompute = time.perf_counter() - t0
 
     sums = {k: torch.zeros((), dtype=torch.float64) for k in ("tokens", "clip_low", "clip_high", "kl", "entropy", "gap", "loss")}
     grad_norms = []
@@ -453,4 +460,5 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
         "logprob_gap": t["gap"] / tokens,  # mean |trainer - sampler| log-prob per completion token
         "grad_norm": sum(grad_norms) / len(grad_norms),
         "train_tokens": t["tokens"],
+        **({"time_recompute": t_recompute} if behaviour is not None else {}),  # exact_logprobs: its cost, in the update
     }

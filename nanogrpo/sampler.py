@@ -14,7 +14,11 @@ How one `generate` call runs:
 
 Log-probs: each token's log-prob is log_softmax(logits / temperature) at that token, computed in
 fp32 before top-p truncation: the quantity the trainer recomputes. Greedy decoding
-(temperature == 0) reports log_softmax(logits) (temperature 1) at the argmax token.
+(temperature == 0) reports log_softmax(logits) (temperature 1) at the argmax token. They come from the
+decode's kernels (a KV cache, one token per row per call), which round differently from the trainer's
+whole-sequence forward (~5e-7 per token in fp32); `exact_logprobs` has the trainer recompute them with
+this sampler's weights instead (nanogrpo/parity.py). In bf16 / fp16 the weights are in that dtype;
+`lm_head_fp32` computes the logits in fp32 from them, as the trainer does with the same key.
 """
 
 from __future__ import annotations
