@@ -21,11 +21,12 @@ finish. The trainer computes whole sequences, padded or packed, many per call. B
 those shapes need every reduction (matmul, attention, norms, log-softmax) to be independent of the
 batch size, the padding and the position in the batch. On this CPU they are not: MKL's fp32 matmul
 gives other bits for 1-3 rows than for more (and with 2 threads for 5-11 rows as well), and attention
-over a cache of n keys is not the same reduction as a causal call over the whole sequence. Making
+over a cache of n keys is not the same reduction as a causal call over the whole sequence (hence the
+default run's ~6e-7 per token). Making
 them so means our own matmul and attention kernels with fixed reduction orders in the sampler's
 decode loop, slower for every generated token, for a property that the one call per step below gives
-by construction. The recompute costs one no-grad forward of the trained micro-batches per step (a
-third of the update's forward + backward; measured in docs/precision.md); it needs no kernel property
+by construction. The recompute costs one no-grad forward of the trained micro-batches per step (on the
+default run 22% of the update's time, 1.2x the time per step: docs/precision.md); it needs no kernel property
 beyond determinism for equal shapes, and it does not hide a stale sampler, because the recompute runs
 the sampler's weights, not the trainer's. What it gives up: the tokens were drawn from the decode
 kernels' distribution, which differs from the recomputed one by the decode's rounding (~1e-7 in fp32);
@@ -84,10 +85,10 @@ class SamplerPolicy(nn.Module):
             config._attn_implementation = own
 
 
-# max_logprob_gap = -1: the limit by precision. fp32: healthy runs measure 2e-7 to 6e-6 (docs/precision.md), so
-# 1e-3 is far above any of them and far below a stale sampler (1.9e-2 after one missed sync on the default run).
-# bf16 / fp16: our CPU runs measure up to ~1e-4, but bf16 vLLM samplers against FSDP trainers on GPU are
-# reported at ~1e-2 mean |delta log p| on dense models; 0.1 leaves them a factor of 10.
+# max_logprob_gap = -1: the limit by precision (docs/precision.md). fp32: healthy runs measure at most 6e-6 per
+# step, a stale sampler 1.9e-2 after one missed sync on the default run, so 1e-3 is far from both. bf16 / fp16:
+# our CPU runs measure at most 9.4e-4 per step, but bf16 GPU samplers (vLLM, SGLang) against bf16 trainers are
+# reported at ~1e-2 on dense models; 0.1 leaves them a factor of 10.
 AUTO_LIMIT = {torch.float32: 1e-3, torch.bfloat16: 0.1, torch.float16: 0.1}
 
 
