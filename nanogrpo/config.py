@@ -257,7 +257,7 @@ def validate(cfg: Config, here: bool = True) -> Config:
 
 
 def _check_exact(cfg: Config) -> None:
-    """The settings exact_logprobs cannot be exact with (nanogrpo/parity.py says why)."""
+    """Settings lm_head_fp32 and exact_logprobs cannot work with (nanogrpo/parity.py says why)."""
     if cfg.lm_head_fp32 and cfg.sampler != "torch":
         raise ConfigError("lm_head_fp32 = true needs sampler=torch (vLLM computes its lm_head in the model dtype: "
                           f"the two sides would differ by more than without it); got sampler={cfg.sampler}")

@@ -74,6 +74,12 @@ def test_exact_logprobs_refuses_what_it_cannot_make_exact(over, match):
         load(["exact_logprobs=true", over])
 
 
+def test_lm_head_fp32_needs_the_pytorch_sampler():
+    with pytest.raises(ConfigError, match="lm_head_fp32 = true needs sampler=torch"):
+        load(["lm_head_fp32=true", "sampler=vllm"])
+    assert load(["lm_head_fp32=true", "dtype=float16"]).lm_head_fp32
+
+
 def test_sampler_policy_runs_the_trainers_forward_on_the_samplers_weights(tiny_model_dir):
     """The recompute reads the sampler's weights (not the trainer's) and leaves the sampler's attention as it was."""
     from nanogrpo import dist
