@@ -244,7 +244,7 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
     if cfg.prompts_per_step % world:
         raise C.ConfigError(f"prompts_per_step={cfg.prompts_per_step} (rows per step) is not divisible by the "
                             f"world size {world}")
-    dtype = torch.bfloat16 if (cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")) else torch.float32
+    dtype = C.torch_dtype(cfg, device.type == "cuda")
     torch.manual_seed(cfg.seed)
     # train.py's check: writable; a run already there is continued only with resume=true, and never replaced
     resume_from = checkpoint.open_run(cfg.out_dir, cfg.resume)

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
-from nanogrpo import checkpoint, data, dist, grpo, hub, lora, memory, tools
+from nanogrpo import checkpoint, data, dist, grpo, hub, lora, memory, parity, tools
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.log import Logger
@@ -91,7 +91,7 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
     rank, world = dist.rank(), dist.world_size()
     if cfg.prompts_per_step % world:
         raise C.ConfigError(f"prompts_per_step={cfg.prompts_per_step} is not divisible by the world size {world}")
-    dtype = torch.bfloat16 if (cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")) else torch.float32
+    dtype = C.torch_dtype(cfg, device.type == "cuda")
     torch.manual_seed(cfg.seed)
 
     # writable; a run already there is continued only with resume=true, from its newest complete checkpoint
@@ -122,16 +122,20 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
     policy = M.make_policy(cfg.model if cfg.lora_rank else weights, device, dtype, cfg.logprob_chunk,
                            cfg.activation_checkpointing, compile=cfg.compile, attention=cfg.attention,
                            lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets,
-                           adapters_from=resume_from if cfg.lora_rank else None)
+                           adapters_from=resume_from if cfg.lora_rank else None, lm_head_fp32=cfg.lm_head_fp32)
     if cfg.beta > 0:  # with LoRA the reference is the base: the policy with its adapters off, no second copy
         ref = lora.BaseModel(policy) if cfg.lora_rank else M.make_policy(
-            cfg.model, device, dtype, cfg.logprob_chunk, False, trainable=False, compile=cfg.compile, attention=cfg.attention)
+            cfg.model, device, dtype, cfg.logprob_chunk, False, trainable=False, compile=cfg.compile, attention=cfg.attention,
+            lm_head_fp32=cfg.lm_head_fp32)
     else:
         ref = None
     optimizer, scheduler = make_optimizer(policy.parameters(), cfg, cfg.steps * cfg.mu)
     stream = data.PromptStream(train_rows, cfg.prompts_per_step, rank, world, cfg.seed)
     start = checkpoint.resume(resume_from, policy, optimizer, scheduler, stream)
     sampler = trainer_sampler(cfg, weights, device, dtype)  # with tools=true, the tool loop (its sandbox starts now)
+    behaviour = parity.SamplerPolicy(sampler, policy) if cfg.exact_logprobs else None  # nanogrpo/parity.py
+    gap_gate = parity.GapGate(cfg.max_logprob_gap, cfg.gap_patience, dtype, cfg.sampler, parity.sampler_dtype(sampler),
+                              cfg.exact_logprobs)
 
     out = Path(cfg.out_dir)
     if dist.is_main():
@@ -192,7 +196,7 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
         # 4. the update
         t0 = time.time()
         lr = scheduler.get_last_lr()[0]
-        stats = grpo.step(policy, ref, optimizer, scheduler, rollouts, cfg, pad_id)
+        stats = grpo.step(policy, ref, optimizer, scheduler, rollouts, cfg, pad_id, behaviour)
         t_train = time.time() - t0
 
         # 5. the sampler gets the new weights (streamed, never the whole model at once)
@@ -225,6 +229,7 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
         logger.log(step, metrics, cfg.log_every)
         none_history.append(metrics["none_frac"])
         check_rewards_alive(none_history, cfg)
+        gap_gate(step, metrics["logprob_gap"])  # warns, and stops a run whose sampler and trainer drifted apart
         stopped = "" if last else stop.requested()  # an all-reduce: every rank stops after the same step
         if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final) or stopped:
             path = checkpoint.save(cfg.out_dir, step + 1, policy, optimizer, scheduler, tokenizer,

@@ -27,7 +27,8 @@ class Config:
     model: str = "models/tiny-arithmetic"  # HF model directory (the default is committed; scripts/build_tiny_model.py rebuilds it), or a Hub id (owner/name: downloaded to the HF cache; HF_HUB_OFFLINE=1 reads the cache only)
     device: str = "auto"  # auto | cpu | cuda
     cpu_allocator: str = "hugepages"  # CPU runs (nanogrpo/dist.py): hugepages (large tensors on transparent huge pages: 512x fewer page faults, same peak) | reuse (glibc keeps freed memory for the next tensor: no faults, a higher peak RSS) | system (glibc's default: every large tensor faulted in 4 KiB at a time); measured: scripts/bench_memory.py
-    dtype: str = "auto"  # auto (bf16 params on GPU with fp32 reduce, fp32 on CPU) | float32 | bfloat16
+    dtype: str = "auto"  # auto (bfloat16 on GPU, float32 on CPU) | float32 | bfloat16 | float16: the trainer computes in it (fp32 master weights and gradient reduction) and the sampler runs it (docs/precision.md)
+    lm_head_fp32: bool = False  # bfloat16 / float16: the lm_head matmul in fp32 in the trainer and the PyTorch sampler (logits never rounded to the low dtype)
     activation_checkpointing: bool = False  # keep only each decoder layer's input for backward and recompute the layer there (memory for time: scripts/bench_memory.py)
     compile: bool = False  # torch.compile each decoder layer (measured, not assumed: docs/throughput.md)
     attention: str = "auto"  # auto (flash_attention_2 on GPU when installed, else sdpa) | sdpa (torch SDPA, one causal call per packed sequence: no (T, T) mask) | flex_attention | flash_attention_2
@@ -84,6 +85,9 @@ class Config:
     policy_loss: str = "clip"  # clip (PPO clipped surrogate) | cispo (capped, detached IS weight x logp x A: no token dropped)
     cispo_high: float = 4.0  # cispo: the importance weight is capped at 1 + cispo_high (no lower bound)
     log_ratio_clamp: float = 20.0  # log pi/pi_old (and the KL's log pi_ref/pi) clamped to +-this before exp: no inf, no 1e10 gradient from a token whose probability ran away
+    exact_logprobs: bool = False  # sampler=torch: recompute the sampler's log-probs with its own weights through the trainer's forward in the update's micro-batches: bit-equal to the trainer's (logprob_gap exactly 0) while the weights are (nanogrpo/parity.py)
+    max_logprob_gap: float = -1.0  # a step whose logprob_gap is above this warns, gap_patience such steps in a row stop the run naming the likely cause (stale weights, dtype, kernels); 0 = off; -1 = by precision: 1e-3 at float32, 0.1 at bfloat16 / float16, and any gap > 0 with exact_logprobs (measured gaps and why: docs/precision.md)
+    gap_patience: int = 5  # steps in a row above max_logprob_gap before the run stops
 
     # --- LoRA (lora_rank = 0: full fine-tuning) ---
     lora_rank: int = 0  # rank r of the adapters; > 0 trains only them (base frozen), see nanogrpo/lora.py
@@ -135,7 +139,7 @@ FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 CHOICES = {
     "device": ("auto", "cpu", "cuda"),
     "cpu_allocator": ("hugepages", "reuse", "system"),
-    "dtype": ("auto", "float32", "bfloat16"),
+    "dtype": ("auto", "float32", "bfloat16", "float16"),
     "template": ("raw", "chat", "math_eval"),
     "reward": ("exact", "math", "code"),
     "sandbox": ("local", "e2b"),
@@ -198,6 +202,7 @@ RANGES = {
     "sandbox_concurrency": "[0, 256]", "micro_batch_tokens": "[0, inf)", "max_tool_calls": "[0, inf)",
     "tool_output_tokens": "[1, inf)", "tool_timeout_s": "(0, 600]", "sft_stop_accuracy": "[0, 1]",
     "vllm_gpu_memory_utilization": "(0, 1)", "vllm_kv_cache_gb": "(0, inf)", "log_ratio_clamp": "(0, 700]",
+    "gap_patience": "[1, inf)",
 }
 
 
@@ -262,7 +267,34 @@ def validate(cfg: Config, here: bool = True) -> Config:
         raise ConfigError("group_size must be >= 2: GRPO's baseline is the mean of the group")
     if cfg.tools:
         _check_tools(cfg)
+    if cfg.max_logprob_gap < 0 and cfg.max_logprob_gap != -1:
+        raise ConfigError(f"config key 'max_logprob_gap' must be >= 0 (0 = off) or -1 (by precision); got {cfg.max_logprob_gap}")
+    _check_exact(cfg)
     return cfg
+
+
+def _check_exact(cfg: Config) -> None:
+    """Settings lm_head_fp32 and exact_logprobs cannot work with (nanogrpo/parity.py says why)."""
+    if cfg.lm_head_fp32 and cfg.sampler != "torch":
+        raise ConfigError("lm_head_fp32 = true needs sampler=torch (vLLM computes its lm_head in the model dtype: "
+                          f"the two sides would differ by more than without it); got sampler={cfg.sampler}")
+    if not cfg.exact_logprobs:
+        return
+    why = {"sampler": (cfg.sampler != "torch", "sampler=torch (vLLM's kernels and weights are not a torch module "
+                                               "the trainer's forward can run)"),
+           "lora_rank": (cfg.lora_rank > 0, "lora_rank=0 (the sampler holds W + BA merged, the trainer computes "
+                                            "W x + B A x: the sums round differently)"),
+           "compile": (cfg.compile, "compile=false (compiled layers run other kernels than the sampler's copy)")}
+    for key, (bad, need) in why.items():
+        if bad:
+            raise ConfigError(f"exact_logprobs = true needs {need}; got {key}={getattr(cfg, key)}")
+
+
+def torch_dtype(cfg: Config, gpu: bool):
+    """The torch dtype `dtype` names: auto is bfloat16 on a GPU, float32 on the CPU."""
+    import torch
+
+    return getattr(torch, cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if gpu else "float32"))
 
 
 def nvidia_devices() -> list[str]:

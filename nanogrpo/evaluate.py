@@ -57,7 +57,8 @@ def trainer_sampler(cfg, weights: str, device, dtype: torch.dtype) -> Sampler:
     """The sampler a trainer generates with (`sampler`), wrapped in the tool loop when `tools` is on; the
     sandbox starts now, before any compute."""
     memory = {"gpu_memory_utilization": cfg.vllm_gpu_memory_utilization, "kv_cache_gb": cfg.vllm_kv_cache_gb}
-    sampler = make_sampler(cfg.sampler, weights, str(device), dtype, **(memory if cfg.sampler == "vllm" else {}))
+    own = memory if cfg.sampler == "vllm" else {"lm_head_fp32": cfg.lm_head_fp32}
+    sampler = make_sampler(cfg.sampler, weights, str(device), dtype, **own)
     if cfg.tools:  # rollouts run code mid-answer (nanogrpo/tools.py)
         tool_cfg = tools.ToolConfig.from_config(cfg)
         sampler = tools.ToolSampler(sampler, tool_cfg, tools.make_cells(tool_cfg, cfg.sandbox, cfg.sandbox_concurrency,

@@ -67,6 +67,10 @@ The choices, as config knobs (defaults in brackets):
 - `mask_truncated` [off]: completions that hit max_new_tokens get no loss (DAPO's overlong filtering).
 - `tis_cap` [0 = off]: the sampler (vLLM, bf16 kernels) and the trainer do not compute exactly the
   same probabilities; c_it re-weights each token by the trainer/sampler ratio, truncated at the cap.
+- `exact_logprobs` [off] (nanogrpo/parity.py): with the PyTorch sampler, logp_sampler is recomputed from the
+  sampler's own weights through this forward, in these micro-batches (`step`'s `behaviour`): bit-equal to
+  the trainer's while the weights are, so c_it = 1 and the logged `logprob_gap` is exactly 0. The gap gate
+  (`max_logprob_gap`, `gap_patience`, train.py) stops a run whose gap stays too large.
 
 FAQ: why is the loss about 0 at step 0 (and near 0 throughout)?
 With mu = 1, ρ = 1 in value, so the loss is -Σ w·A / Z. The advantages of each group have mean zero,
@@ -78,6 +82,7 @@ reward, the KL and the clip fractions instead.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -367,10 +372,15 @@ def even_out(batches: list[Batch], pad_id: int, cfg, micro_batch_tokens: int) ->
     return batches + [make_batches([filler], 1, pad_id, cfg, micro_batch_tokens)[0] for _ in range(most - len(batches))]
 
 
-def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg, pad_id: int) -> dict[str, float]:
+def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg, pad_id: int,
+         behaviour=None) -> dict[str, float]:
     """One GRPO update on this rank's rollouts: mu passes, each a full pass over the micro-batches
     followed by one optimizer step. Ranks may hold different numbers of rollouts and tokens:
-    `even_out` gives every rank the same number of micro-batches (FSDP collectives run in each)."""
+    `even_out` gives every rank the same number of micro-batches (FSDP collectives run in each).
+
+    `behaviour` (exact_logprobs, nanogrpo/parity.py): a Policy over the sampler's own weights. The
+    sampler's log-probs are then recomputed by it, in these same micro-batches with this same forward,
+    instead of taken from the sampler's decode: bit-equal to the trainer's while the weights are."""
     device = next(policy.parameters()).device
     budget = cfg.micro_batch_tokens
     z = normaliser(rollouts, cfg.loss_norm, cfg.mask_truncated)
@@ -397,6 +407,9 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     with torch.no_grad():  # fixed targets: reference (beta > 0) and old (mu > 1) log-probs, taken once
         ref = [logprobs(ref_policy, b)[0] for b in batches] if cfg.beta > 0 else [None] * len(batches)
         old = [logprobs(policy, b)[0] for b in batches] if cfg.mu > 1 else [None] * len(batches)
+        t0 = time.perf_counter()
+        behaved = [logprobs(behaviour, b)[0] for b in batches] if behaviour is not None else [None] * len(batches)
+        t_recompute = time.perf_counter() - t0
 
     sums = {k: torch.zeros((), dtype=torch.float64) for k in ("tokens", "clip_low", "clip_high", "kl", "entropy", "gap", "loss")}
     grad_norms = []
@@ -411,7 +424,8 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
             policy.set_requires_gradient_sync(last or cfg.grad_accumulation == "sharded")
             logp, ent = logprobs(policy, b, entropy=p == 0)
             old_logp = old[i] if old[i] is not None else logp.detach()
-            mask, sampler_logp = to(b.loss_mask), to(b.sampler_logp)
+            mask = to(b.loss_mask)
+            sampler_logp = to(b.sampler_logp) if behaved[i] is None else behaved[i]
             loss, st = policy_loss(logp, old_logp, ref[i], to(b.advantages), mask, cfg, sampler_logp, to(b.seq_weight), z)
             (loss * scale).backward()
             if p == 0:  # metrics describe the rollouts under the weights that sampled them
@@ -446,4 +460,5 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
         "logprob_gap": t["gap"] / tokens,  # mean |trainer - sampler| log-prob per completion token
         "grad_norm": sum(grad_norms) / len(grad_norms),
         "train_tokens": t["tokens"],
+        **({"time_recompute": t_recompute} if behaviour is not None else {}),  # exact_logprobs: its cost, in the update
     }

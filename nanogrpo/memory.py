@@ -143,7 +143,7 @@ def plan(cfg, shape: Shape, world: int = 1, device: str = "cpu", prompt_tokens: 
     max_new_tokens unless given. gpu_mem: bytes per device (None: the fit is not judged). sampler=False:
     the trainer alone (what scripts/bench_memory.py runs)."""
     gpu = device == "cuda"
-    b = 2 if (cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and gpu)) else 4
+    b = 2 if (cfg.dtype in ("bfloat16", "float16") or (cfg.dtype == "auto" and gpu)) else 4
     n = completion_tokens or cfg.max_new_tokens
     P, N = shape.params, world
     if cfg.lora_rank:

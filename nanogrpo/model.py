@@ -162,9 +162,18 @@ def _right_padded(attention_mask: torch.Tensor) -> bool:
     return bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all() and attention_mask[:, 0].all())
 
 
-def _chunk_logprobs(lm_head: nn.Module, h: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool):
+def fp32_head(lm_head: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """lm_head(h) computed in fp32: the hidden state and the (low-precision) weight upcast, so the logits are
+    never rounded to bf16 / fp16 (8 / 11 bits: a logit of 10 would be off by up to 0.03 in bf16). The
+    trainer (`lm_head_fp32`) and the PyTorch sampler run this same function."""
+    bias = lm_head.bias.float() if getattr(lm_head, "bias", None) is not None else None
+    return F.linear(h.float(), lm_head.weight.float(), bias)
+
+
+def _chunk_logprobs(lm_head: nn.Module, h: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool,
+                    head_fp32: bool = False):
     """log p(target) (and entropy) for one time-chunk; the chunk's fp32 logits live only in here."""
-    logits = lm_head(h).float()  # (B, C, V)
+    logits = fp32_head(lm_head, h) if head_fp32 else lm_head(h).float()  # (B, C, V)
     if temperature != 1.0 and temperature > 0:
         logits = logits / temperature
     logz = torch.logsumexp(logits, dim=-1)  # (B, C)
@@ -180,10 +189,11 @@ def _chunk_logprobs(lm_head: nn.Module, h: torch.Tensor, targets: torch.Tensor, 
 class Policy(nn.Module):
     """The HF model plus chunked token log-probs in one forward (the FSDP root)."""
 
-    def __init__(self, hf_model: nn.Module, chunk_size: int = 512):
+    def __init__(self, hf_model: nn.Module, chunk_size: int = 512, lm_head_fp32: bool = False):
         super().__init__()
         self.hf = hf_model
         self.chunk_size = chunk_size
+        self.lm_head_fp32 = lm_head_fp32  # the lm_head matmul in fp32 (see fp32_head); a no-op for fp32 weights
 
     def forward(self, input_ids, attention_mask, temperature: float = 1.0, with_entropy: bool = False, position_ids=None,
                 positions=None):
@@ -208,18 +218,19 @@ class Policy(nn.Module):
         if positions is not None:
             h = h.reshape(-1, h.shape[-1])[positions].unsqueeze(0)  # (1, K, H)
             targets = targets.reshape(-1)[positions].unsqueeze(0)  # (1, K)
-        return chunked_logprobs(self.hf.get_output_embeddings(), h, targets, temperature, with_entropy, self.chunk_size)
+        return chunked_logprobs(self.hf.get_output_embeddings(), h, targets, temperature, with_entropy, self.chunk_size,
+                                self.lm_head_fp32)
 
 
 def chunked_logprobs(lm_head: nn.Module, h: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
-                     with_entropy: bool = False, chunk_size: int = 512):
+                     with_entropy: bool = False, chunk_size: int = 512, head_fp32: bool = False):
     """(logp, entropy), each (B, T) fp32, of `targets` under lm_head(h), chunk_size positions at a time.
 
     Only one chunk's (B, C, V) fp32 logits exist at once, in forward and (recomputed) in backward.
     """
     logps, ents = [], []
     for s in range(0, h.shape[1], chunk_size):
-        args = (lm_head, h[:, s : s + chunk_size], targets[:, s : s + chunk_size], temperature, with_entropy)
+        args = (lm_head, h[:, s : s + chunk_size], targets[:, s : s + chunk_size], temperature, with_entropy, head_fp32)
         if torch.is_grad_enabled():
             # recompute the chunk's logits in backward instead of saving (B, C, V) per chunk
             lp, en = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
@@ -241,7 +252,8 @@ def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk_size
 def make_policy(path: str, device: torch.device, dtype: torch.dtype, chunk_size: int, activation_checkpointing: bool,
                 trainable: bool = True, compile: bool = False, attention: str = "auto",
                 reshard_after_forward: bool = True, lora_rank: int = 0, lora_alpha: float = 16.0,
-                lora_targets: list[str] | tuple[str, ...] = (), adapters_from: str | None = None) -> Policy:
+                lora_targets: list[str] | tuple[str, ...] = (), adapters_from: str | None = None,
+                lm_head_fp32: bool = False) -> Policy:
     """The sharded Policy of the model at `path`, built so that no rank holds the whole model on its device.
 
     Every rank builds the model on the meta device (no memory), shards it (FSDP2 on each decoder layer
@@ -281,7 +293,8 @@ def make_policy(path: str, device: torch.device, dtype: torch.dtype, chunk_size:
         pass
     if lora_rank > 0:
         lora.add_adapters(hf, lora_rank, lora_alpha, list(lora_targets))
-    policy = wrap_policy(hf, dtype, chunk_size, activation_checkpointing, trainable, compile, reshard_after_forward)
+    policy = wrap_policy(hf, dtype, chunk_size, activation_checkpointing, trainable, compile, reshard_after_forward,
+                         lm_head_fp32)
     policy.to_empty(device=device)  # this rank's shards, uninitialised
     set_model_state_dict(hf, full.state_dict() if full is not None else {},
                          options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
@@ -296,11 +309,14 @@ def make_policy(path: str, device: torch.device, dtype: torch.dtype, chunk_size:
 
 
 def wrap_policy(hf: nn.Module, dtype: torch.dtype, chunk_size: int, activation_checkpointing: bool,
-                trainable: bool = True, compile: bool = False, reshard_after_forward: bool = True) -> Policy:
+                trainable: bool = True, compile: bool = False, reshard_after_forward: bool = True,
+                lm_head_fp32: bool = False) -> Policy:
     """An HF model (already on its device) as a sharded Policy.
 
-    Parameters stay fp32 (the optimizer's master copy); on GPU compute runs in `dtype` (bf16) with
-    fp32 gradient reduction. `compile` compiles each decoder layer's forward (the layer object stays,
+    Parameters stay fp32 (the optimizer's master copy); compute runs in `dtype` (bf16 / fp16, on GPU and
+    CPU alike) with fp32 gradient reduction: FSDP2 all-gathers the parameters in `dtype` and reduce-scatters
+    the gradients in fp32 (checked under gloo: tests/test_precision.py, docs/precision.md). `lm_head_fp32`:
+    the lm_head matmul in fp32 (fp32_head). `compile` compiles each decoder layer's forward (the layer object stays,
     so FSDP's hooks run outside the graph and parameter names stay the HF ones). FSDP2 settings, see
     docs/throughput.md: layers reshard after forward (False keeps them gathered until backward: one
     all-gather fewer per layer for a whole unsharded model of memory more); the root never does
@@ -313,7 +329,7 @@ def wrap_policy(hf: nn.Module, dtype: torch.dtype, chunk_size: int, activation_c
             layer.forward = torch.compile(layer.forward)
         if activation_checkpointing:
             layer.forward = _recomputed(layer.forward)
-    policy = Policy(hf, chunk_size).eval()  # no dropout: see the module docstring
+    policy = Policy(hf, chunk_size, lm_head_fp32).eval()  # no dropout: see the module docstring
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype != torch.float32 else MixedPrecisionPolicy()
     for layer in hf.model.layers:
         fully_shard(layer, mp_policy=mp, reshard_after_forward=reshard_after_forward)

@@ -14,11 +14,16 @@ How one `generate` call runs:
 
 Log-probs: each token's log-prob is log_softmax(logits / temperature) at that token, computed in
 fp32 before top-p truncation: the quantity the trainer recomputes. Greedy decoding
-(temperature == 0) reports log_softmax(logits) (temperature 1) at the argmax token.
+(temperature == 0) reports log_softmax(logits) (temperature 1) at the argmax token. They come from the
+decode's kernels (a KV cache, one token per row per call), which round differently from the trainer's
+whole-sequence forward (~5e-7 per token in fp32); `exact_logprobs` has the trainer recompute them with
+this sampler's weights instead (nanogrpo/parity.py). In bf16 / fp16 the weights are in that dtype;
+`lm_head_fp32` computes the logits in fp32 from them, as the trainer does with the same key.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Protocol
@@ -26,6 +31,8 @@ from typing import Iterable, Protocol
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from nanogrpo.model import fp32_head
 
 
 @dataclass
@@ -107,6 +114,7 @@ class TorchSampler:
         dtype: torch.dtype = torch.float32,
         max_batch_size: int = 64,
         max_batch_tokens: int | None = None,
+        lm_head_fp32: bool = False,
     ):
         if not (Path(model_dir) / "config.json").is_file():
             raise FileNotFoundError(f"sampler: {model_dir!r} is not a Hugging Face model directory (no config.json)")
@@ -118,6 +126,9 @@ class TorchSampler:
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(self.device).eval()
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        if lm_head_fp32:  # the trainer's `lm_head_fp32`: logits computed in fp32, never rounded to bf16 / fp16
+            head = self.model.get_output_embeddings()
+            head.forward = functools.partial(fp32_head, head)  # the instance's forward: parameter names unchanged
         # Pad positions are masked out, so the pad id only has to be a valid embedding index.
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)

