@@ -40,7 +40,8 @@ import torch
 from nanogrpo import checkpoint, data, dist, hub, packing
 from nanogrpo import config as C
 from nanogrpo import model as M
-from nanogrpo.evaluate import encode_prompts, heldout_accuracy, heldout_rows, trainer_sampler
+from nanogrpo.evaluate import heldout_accuracy, heldout_rows
+from nanogrpo.rollout import encode_prompts, trainer_sampler
 from nanogrpo.log import Logger
 from nanogrpo.optim import make_optimizer
 

@@ -19,8 +19,8 @@ from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.log import Logger
 from nanogrpo.optim import make_optimizer
-from nanogrpo.evaluate import (code_opts, encode_prompts, evaluate, heldout_accuracy, heldout_rows, mean_valid,
-                               score_rollouts, trainer_sampler)
+from nanogrpo.evaluate import evaluate, heldout_accuracy, heldout_rows
+from nanogrpo.rollout import code_opts, encode_prompts, mean_valid, score_rollouts, trainer_sampler
 from nanogrpo.sampler import SamplingParams
 
 

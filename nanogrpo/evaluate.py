@@ -1,14 +1,14 @@
-"""Generation and scoring, one path: build a sampler, prompt a benchmark row, generate, score, pass@k.
+"""Evaluation, one path: prompt a benchmark row, generate, score, pass@k; and the trainers' held-out accuracy.
 
-eval.py (the CLI), train.py's in-run evals (`eval_benchmarks`) and scripts/generate.py all run through
-this module, so a number from one of them means the same as from the others. Tasks, prompts and
-defaults live in nanogrpo/benchmarks.py; the metrics (pass@k) there too.
+eval.py (the CLI), train.py's in-run evals (`eval_benchmarks`, `eval_every`), sft.py's and
+scripts/generate.py all run through this module, so a number from one of them means the same as from
+the others. Tasks, prompts and defaults live in nanogrpo/benchmarks.py; the metrics (pass@k) there too.
+The sampler, the prompt encoding and the scoring are the trainer's own (nanogrpo/rollout.py).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -16,9 +16,10 @@ from pathlib import Path
 import torch
 
 from nanogrpo import benchmarks, data, files, hub, rewards, tools
+from nanogrpo.rollout import encode_prompts, make_sampler, score_rollouts
 from nanogrpo import dist as ndist
 from nanogrpo.benchmarks import Task
-from nanogrpo.sampler import Sampler, SamplingParams, TorchSampler
+from nanogrpo.sampler import SamplingParams
 
 MAX_NEW_TOKENS_CAP = 32768  # the reference evaluations' generation budget for reasoning models
 
@@ -28,42 +29,8 @@ def _log(msg: str, rank: int) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-def make_sampler(kind: str, model_dir: str, device: str, dtype: torch.dtype, **kwargs) -> Sampler:
-    """The sampler named by `kind`: "torch" (nanogrpo/sampler.py), "vllm" (imported only when asked for),
-    or "auto": vLLM where it is installed and the device is a GPU, the PyTorch sampler otherwise.
-
-    It lives here, not in sampler.py, because vllm_sampler.py imports sampler.py's types: a factory in
-    sampler.py that imports vllm_sampler.py would make the two import each other."""
-    if kind == "auto":
-        try:
-            import vllm  # noqa: F401
-
-            kind = "vllm" if str(device).startswith("cuda") else "torch"
-        except ImportError:
-            kind = "torch"
-    if kind == "torch":
-        return TorchSampler(model_dir, device=device, dtype=dtype, **kwargs)
-    if kind == "vllm":
-        from nanogrpo.vllm_sampler import VLLMSampler
-
-        return VLLMSampler(model_dir, device=device, dtype=dtype, **kwargs)
-    raise ValueError(f"unknown sampler kind {kind!r}: expected 'torch', 'vllm' or 'auto'")
-
 # ----------------------------------------------------------------------------------------------
 # The trainers' held-out accuracy (train.py, sft.py): a Config's prompts, rewards and sampler
-
-
-def trainer_sampler(cfg, weights: str, device, dtype: torch.dtype) -> Sampler:
-    """The sampler a trainer generates with (`sampler`), wrapped in the tool loop when `tools` is on; the
-    sandbox starts now, before any compute."""
-    memory = {"gpu_memory_utilization": cfg.vllm_gpu_memory_utilization, "kv_cache_gb": cfg.vllm_kv_cache_gb}
-    own = memory if cfg.sampler == "vllm" else {"lm_head_fp32": cfg.lm_head_fp32}
-    sampler = make_sampler(cfg.sampler, weights, str(device), dtype, **own)
-    if cfg.tools:  # rollouts run code mid-answer (nanogrpo/tools.py)
-        tool_cfg = tools.ToolConfig.from_config(cfg)
-        sampler = tools.ToolSampler(sampler, tool_cfg, tools.make_cells(tool_cfg, cfg.sandbox, cfg.sandbox_concurrency,
-                                                                         cfg.allow_unsandboxed))
-    return sampler
 
 
 def heldout_rows(cfg) -> list[dict]:
@@ -74,38 +41,6 @@ def heldout_rows(cfg) -> list[dict]:
         return []
     kind = "code" if cfg.reward == "code" else "math"
     return data.load_rows(source, kind, split="test", seed=cfg.seed)[: cfg.eval_size]
-
-
-def encode_prompts(rows: list[dict], tokenizer, cfg) -> list[list[int]]:
-    system = cfg.system_prompt
-    if cfg.tools and cfg.template != "raw":  # a chat model is told how to run code (and which functions it has)
-        system = tools.system_prompt(tools.ToolConfig.from_config(cfg), cfg.system_prompt)
-    return [data.encode_prompt(r, tokenizer, cfg.template, system_prompt=system or None) for r in rows]
-
-
-def code_opts(cfg) -> dict:
-    return {"backend": cfg.sandbox, "concurrency": cfg.sandbox_concurrency or None, "binary": cfg.code_binary,
-            "allow_unsandboxed": cfg.allow_unsandboxed}
-
-
-def score_rollouts(completions: list, rows: list[dict], cfg, prefilled_think: bool = False):
-    """Rewards (None = could not be computed) and per-component values; `correct` is the main reward == 1.
-    With tools the accuracy reward reads the text after the last tool output, and a rollout whose
-    sandbox failed gets None."""
-    total, parts = rewards.score_batch([c.text for c in completions], rows, cfg.reward, cfg.format_weight,
-                                       prefilled_think=prefilled_think, code_opts=code_opts(cfg),
-                                       answer_texts=[tools.answer_text(c) for c in completions])
-    for i, c in enumerate(completions):
-        if getattr(c, "failed", False):
-            total[i] = parts["accuracy"][i] = None
-    main = parts.get("accuracy", total)
-    correct = [None if r is None else float(r == 1.0) for r in main]
-    return total, parts, correct
-
-
-def mean_valid(xs) -> float:
-    v = [x for x in xs if x is not None]
-    return sum(v) / len(v) if v else math.nan
 
 
 def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg, prefilled_think: bool = False) -> dict:

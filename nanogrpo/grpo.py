@@ -6,71 +6,27 @@ For each prompt q the sampler draws a group of G completions o_1..o_G with rewar
 
     ρ_it  = exp(logp_θ(o_it) - logp_old(o_it))          ratio to the policy that sampled (old log-probs)
     A_i   = (r_i - mean(r_group)) / (std + adv_eps)     group-relative advantage, one per completion
-    KL_it = exp(ref - logp) - (ref - logp) - 1          k3 estimator of KL(π_θ || π_ref) (Schulman,
-                                                        "Approximating KL"); see `kl_estimator` for its gradient
+    KL_it = exp(ref - logp) - (ref - logp) - 1          k3 estimator of KL(π_θ || π_ref)
     c_it  = min(exp(logp_old - logp_sampler), tis_cap)  truncated importance sampling (only if tis_cap > 0)
-    Z, w  = the normaliser (below)
+    Z, w  = the normaliser (`normaliser`, `seq_weight`: the only place it is defined)
 
-The choices, as config knobs (defaults in brackets):
-- `scale` [group]: divide A by the group's reward std (GRPO); `batch`: by the std of all rewards of the
-  step (more robust with small groups); `none`: no division (Dr.GRPO: the std term biases towards
-  too-easy and too-hard prompts). std is the unbiased sample std; `adv_eps` [1e-4] guards the division.
-- Zero-variance groups (every valid reward exactly equal, e.g. all wrong; decided on the values, so
-  fractional rewards such as 0.1, 0.1, 0.1 count too) get A = 0 exactly: they add no gradient
-  (only KL), and their fraction is logged as `zero_std_frac`: when it nears 1, the task is too hard or
-  too easy for the model and the run has stopped learning.
-- A reward of None (the reward could not be computed, e.g. the sandbox failed) is left out of its
-  group's mean and std and out of the loss and the normaliser. It is never turned into 0, which would
-  punish the model for an infrastructure failure.
-- `clip_low` [0.2], `clip_high` [0.28]: separate clip ranges (clip-higher, DAPO) so that low-probability
-  tokens with positive advantage can grow faster than the symmetric PPO clip allows.
-- `mu` [1]: optimisation passes (each one optimizer step) over one batch of rollouts. The old log-probs
-  are computed once, before the first pass; with mu = 1 they equal the current log-probs, so we
-  reuse them detached (ρ = 1 with the right gradient) and skip a forward.
-- `beta` [0]: weight of the KL to a frozen reference model (the initial policy). With beta = 0 no
-  reference model is loaded at all (DAPO, Dr.GRPO and most recent recipes drop it). With LoRA the
-  reference is the policy with its adapters switched off (no second copy; nanogrpo/lora.py).
-- `kl_estimator` [k3]: which per-token estimate of KL(π_θ || π_ref) the loss differentiates. Write
-  r = π_ref/π_θ and ρ = π_θ/π_old for the sampled token (tokens are drawn from π_old; ρ = 1 when mu = 1),
-  and recall ∇KL(π_θ||π_ref) = E_θ[(logπ_θ - logπ_ref)·∇logπ_θ] (the E_θ[∇logπ_θ] term is 0).
-  - `k3` = r - log r - 1. Its value is unbiased for KL(π_θ||π_ref), its gradient is not:
-        ∇k3 = (1 - r)·∇logπ_θ,  E_θ[(1 - π_ref/π_θ)∇logπ_θ] = -Σ π_ref ∇logπ_θ = ∇KL(π_ref||π_θ),
-    the reverse KL's gradient, with a coefficient that grows like exp(log r) far from the reference.
-  - `k3_ratio` = ρ·k3, ρ not detached (the bias-corrected KL of the DeepSeek-V3.2 report):
-        ∇(ρ·k3) = ρ·(k3 + 1 - r)·∇logπ_θ = ρ·(-log r)·∇logπ_θ,  E_old[ρ·f] = E_θ[f]  ->  ∇KL(π_θ||π_ref),
-    and its value E_old[ρ·k3] is KL(π_θ||π_ref) also off-policy (mu > 1).
-  - `k2` = ½(log r)²:  ∇k2 = -log r·∇logπ_θ = (logπ_θ - logπ_ref)·∇logπ_θ -> ∇KL(π_θ||π_ref) on-policy
-    (samples from π_θ: mu = 1 or the first pass); its value is biased (a second-order approximation).
-- `ratio_level` [token]: `sequence` is GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"):
-  one ratio per completion, s_i = exp(1/|o_i| Σ_t (logp_θ - logp_old)), clipped per sequence (the paper
-  uses clip ranges of about 3e-4 / 4e-4, far below the token-level 0.2). We use the paper's GSPO-token
-  form s_it = sg(s_i)·π_θ(o_it)/sg(π_θ(o_it)): every token's value is s_i and its gradient s_i·∇logπ_θ,
-  so with loss_norm = sequence the loss is the paper's 1/G Σ_i 1/|o_i| Σ_t min(s_i A_i, clip(s_i) A_i).
-- `policy_loss` [clip]: `cispo` is CISPO (MiniMax-M1, 2025): J = 1/Z Σ_i Σ_t w_i·sg(min(ρ_it, 1 + cispo_high))
-  ·A_i·logπ_θ(o_it). The importance weight is capped and detached instead of the update being clipped, so
-  no token leaves the gradient (PPO's clip zeroes the gradient of rare tokens whose ratio ran away).
-  No lower bound on the weight, as in the paper; `cispo_high` [4.0] is our default, not the paper's.
-  With `ratio_level = sequence` the weight is GSPO's s_i. `clip_*_frac` count tokens at the cap.
-  The loss value is -Σ w·A·logπ/Z, not the surrogate's ≈ 0 (see the FAQ).
-- `loss_norm` [token]: Z = the number of valid completion tokens in the whole step, across
-  micro-batches and ranks (token-mean: DAPO and TRL's default; every token weighs the same).
-  `sequence`: each completion's tokens are averaged first (w = 1/len), then Z = number of completions
-  (the original GRPO; favours short wrong answers). `constant`: w = 1/max_new_tokens, Z = number of
-  completions (Dr.GRPO: no length bias). This is the only place the normaliser is defined.
-- Tool-integrated rollouts (nanogrpo/tools.py): tool output inside a completion is context the model
-  did not sample. Its tokens are masked: no loss, not counted in Z or in a completion's length for w.
-- `log_ratio_clamp` [20]: log ρ (and the KL's log π_ref/π_θ) is clamped to ±20 before exp, as verl
-  does. A token whose probability ran away since it was sampled (mu > 1, a stale sampler) would
-  otherwise have ρ = e^25 ≈ 7e10, and with A < 0 the clipped surrogate keeps the unclipped arm ρ·A
-  (the min picks it), so its gradient is ~1e10, bounded only by grad_clip. A clamped token gets no
-  gradient (the clamp's derivative is 0 outside the range). With mu = 1, ρ = 1 and it never acts.
+Every choice is a config knob (default in brackets); docs/grpo.md derives each one and cites its paper.
+- `scale` [group]: A divided by the group's reward std; `batch`: by the step's; `none`: not (Dr.GRPO).
+- Zero-variance groups (every valid reward equal) get A = 0 exactly, logged as `zero_std_frac`.
+- A reward of None (infrastructure failure) is left out of its group's baseline, the loss and Z; never 0.
+- `clip_low` [0.2], `clip_high` [0.28]: separate clip ranges (clip-higher, DAPO).
+- `mu` [1]: optimisation passes over one batch; with mu = 1 the old log-probs are the current ones, detached.
+- `beta` [0]: KL to a frozen reference (with beta = 0 none is loaded); `kl_estimator` [k3] | k3_ratio | k2.
+- `ratio_level` [token] | sequence (GSPO); `policy_loss` [clip] | cispo (capped, detached weight, `cispo_high` [4]).
+- `loss_norm` [token]: Z = the step's valid completion tokens over micro-batches and ranks; `sequence`
+  (w = 1/len, Z = completions: the original GRPO); `constant` (w = 1/max_new_tokens: Dr.GRPO).
+- Tool output inside a completion (nanogrpo/tools.py) is masked: no loss, not in Z nor in a length.
+- `log_ratio_clamp` [20]: log ρ and log π_ref/π_θ clamped before exp (a runaway token gets no gradient).
 - `mask_truncated` [off]: completions that hit max_new_tokens get no loss (DAPO's overlong filtering).
-- `tis_cap` [0 = off]: the sampler (vLLM, bf16 kernels) and the trainer do not compute exactly the
-  same probabilities; c_it re-weights each token by the trainer/sampler ratio, truncated at the cap.
-- `exact_logprobs` [off] (nanogrpo/parity.py): with the PyTorch sampler, logp_sampler is recomputed from the
-  sampler's own weights through this forward, in these micro-batches (`step`'s `behaviour`): bit-equal to
-  the trainer's while the weights are, so c_it = 1 and the logged `logprob_gap` is exactly 0. The gap gate
-  (`max_logprob_gap`, `gap_patience`, train.py) stops a run whose gap stays too large.
+- `tis_cap` [0 = off]: c_it, for a sampler whose probabilities differ from the trainer's (vLLM, bf16).
+- `exact_logprobs` [off] (nanogrpo/parity.py): logp_sampler recomputed from the sampler's own weights
+  through this forward (`step`'s `behaviour`): bit-equal while the weights are, so c_it = 1 and the gap 0.
+- `skip_zero_advantage` [on]: completions with A = 0 are not run (they add exactly 0 when beta = 0).
 
 FAQ: why is the loss about 0 at step 0 (and near 0 throughout)?
 With mu = 1, ρ = 1 in value, so the loss is -Σ w·A / Z. The advantages of each group have mean zero,
@@ -108,31 +64,6 @@ class Rollout:
         """Indices of the completion tokens the model sampled (the ones that carry loss)."""
         m = self.completion_mask
         return list(range(len(self.completion_ids))) if m is None else [j for j, x in enumerate(m) if x]
-
-
-@dataclass
-class Batch:
-    """One micro-batch, in one of two layouts.
-
-    Padded (`micro_batch_tokens = 0`): one right-padded prompt + completion row per rollout; the loss
-    tensors are (B, T-1) and index t is the prediction of token t+1.
-    Packed (`micro_batch_tokens > 0`): a single row (B = 1) holding N sequences back to back, no
-    padding, `position_ids` restarting at 0 per sequence and no attention mask (the model then keeps
-    attention inside each sequence); the loss tensors are (N, L), one row per completion.
-    In both, only the K completion tokens go through the lm_head (prompt and padding positions need
-    no log-prob): `positions` says where they are predicted in the model's flattened (B*(T-1))
-    outputs, `dest` where each lands in the flattened loss layout.
-    """
-
-    input_ids: torch.Tensor  # (B, T)
-    attention_mask: torch.Tensor | None  # (B, T); None for a packed row
-    loss_mask: torch.Tensor  # (B, T-1) padded | (N, L) packed; float: 1 where a counted completion token is predicted
-    advantages: torch.Tensor  # (B,) | (N,)
-    sampler_logp: torch.Tensor  # like loss_mask, 0 outside the completion
-    seq_weight: torch.Tensor  # (B,) | (N,) per-completion token weight w (see loss_norm)
-    position_ids: torch.Tensor | None = None  # (1, T) packed only
-    positions: torch.Tensor | None = None  # (K,) None: every position goes through the lm_head
-    dest: torch.Tensor | None = None  # (K,)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -290,76 +221,15 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, sampler_logp=No
 # Micro-batches and the update
 
 
-def make_batches(rollouts: list[Rollout], micro_batch_size: int, pad_id: int, cfg, micro_batch_tokens: int = 0) -> list[Batch]:
-    """Micro-batches of the rollouts: packed rows of at most `micro_batch_tokens` tokens when that is
-    > 0 (padding-free), else right-padded rows, `micro_batch_size` sequences per micro-batch."""
-    if any(not r.prompt_ids for r in rollouts):
-        raise ValueError("a rollout has an empty prompt: the first completion token needs a prefix to be predicted from")
-    if micro_batch_tokens > 0:
-        lengths = [len(r.prompt_ids) + len(r.completion_ids) for r in rollouts]
-        return [_packed_batch([rollouts[i] for i in group], cfg) for group in packing.plan(lengths, micro_batch_tokens)]
-    batches = []
-    for start in range(0, len(rollouts), micro_batch_size):
-        chunk = rollouts[start : start + micro_batch_size]
-        T = max(len(r.prompt_ids) + len(r.completion_ids) for r in chunk)
-        ids = torch.full((len(chunk), T), pad_id, dtype=torch.long)  # (B, T)
-        attn = torch.zeros((len(chunk), T), dtype=torch.long)
-        loss_mask = torch.zeros((len(chunk), T - 1))  # (B, T-1)
-        sampler_logp = torch.zeros((len(chunk), T - 1))
-        positions = []
-        for i, r in enumerate(chunk):
-            p, c = len(r.prompt_ids), len(r.completion_ids)
-            ids[i, : p + c] = torch.tensor(r.prompt_ids + r.completion_ids)
-            attn[i, : p + c] = 1
-            # token p+j is predicted at index p+j-1 of the shifted log-probs; only sampled tokens need one
-            js = torch.tensor(r.sampled(), dtype=torch.long)
-            if counts(r, cfg.mask_truncated):
-                loss_mask[i, p - 1 + js] = 1
-            sampler_logp[i, p - 1 : p - 1 + c] = torch.tensor(r.sampler_logprobs, dtype=torch.float32)
-            positions += (i * (T - 1) + p - 1 + js).tolist()
-        pos = _nonempty(positions)
-        batches.append(Batch(ids, attn, loss_mask, _advantages(chunk), sampler_logp, _weights(chunk, cfg), None, pos, pos))
-    return batches
+def make_batches(rollouts: list[Rollout], micro_batch_size: int, pad_id: int, cfg, micro_batch_tokens: int = 0) -> list[packing.Batch]:
+    """The micro-batches of an update (laid out by nanogrpo/packing.py: padded, or packed when
+    micro_batch_tokens > 0), with which completions carry loss and their weights w decided here."""
+    counted = [counts(r, cfg.mask_truncated) for r in rollouts]
+    weights = [seq_weight(len(r.sampled()), cfg.loss_norm, cfg.max_new_tokens) for r in rollouts]
+    return packing.make_batches(rollouts, counted, weights, micro_batch_size, pad_id, micro_batch_tokens)
 
 
-def _packed_batch(chunk: list[Rollout], cfg) -> Batch:
-    """One row: the sequences back to back, positions restarting per sequence, (N, L) loss tensors."""
-    L = max(max(len(r.completion_ids) for r in chunk), 1)
-    ids, pos, positions, dest = [], [], [], []
-    loss_mask = torch.zeros((len(chunk), L))  # (N, L)
-    sampler_logp = torch.zeros((len(chunk), L))
-    for i, r in enumerate(chunk):
-        p, c, start = len(r.prompt_ids), len(r.completion_ids), len(ids)
-        ids += r.prompt_ids + r.completion_ids
-        pos += range(p + c)
-        # completion token j sits at start+p+j in the row, so it is predicted at start+p+j-1; the
-        # prediction across a sequence boundary (last token -> next sequence's first) is never used
-        js = r.sampled()
-        positions += [start + p - 1 + j for j in js]
-        dest += [i * L + j for j in js]
-        if counts(r, cfg.mask_truncated):
-            loss_mask[i, js] = 1
-        sampler_logp[i, :c] = torch.tensor(r.sampler_logprobs, dtype=torch.float32)
-    row = torch.tensor([ids], dtype=torch.long)  # (1, T)
-    return Batch(row, None, loss_mask, _advantages(chunk), sampler_logp, _weights(chunk, cfg),
-                 torch.tensor([pos], dtype=torch.long), _nonempty(positions), _nonempty(dest))
-
-
-def _nonempty(idx: list[int]) -> torch.Tensor:
-    """(K,) indices; with no completion token at all, slot 0 (masked) stands in, so that the forward
-    and backward still run (and with them FSDP's collectives)."""
-    return torch.tensor(idx or [0], dtype=torch.long)
-
-
-def _advantages(chunk: list[Rollout]) -> torch.Tensor:
-    return torch.tensor([r.advantage for r in chunk], dtype=torch.float32)
-
-
-def _weights(chunk: list[Rollout], cfg) -> torch.Tensor:
-    return torch.tensor([seq_weight(len(r.sampled()), cfg.loss_norm, cfg.max_new_tokens) for r in chunk])
-
-
-def even_out(batches: list[Batch], pad_id: int, cfg, micro_batch_tokens: int) -> list[Batch]:
+def even_out(batches: list[packing.Batch], pad_id: int, cfg, micro_batch_tokens: int) -> list[packing.Batch]:
     """Append loss-free micro-batches until every rank has as many as the rank with the most.
 
     Each micro-batch's forward/backward runs FSDP collectives (all-gathers, and the reduce-scatter on
@@ -446,13 +316,18 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
 
+    metrics = step_metrics(sums, grad_norms)
+    return {**metrics, "time_recompute": t_recompute} if behaviour is not None else metrics  # exact_logprobs' cost
+
+
+def step_metrics(sums: dict[str, torch.Tensor], grad_norms: list[float]) -> dict[str, float]:
+    """The update's metrics from this rank's token sums (summed over ranks here): per-token means over the
+    trained completions (advantage != 0, or all of them when beta > 0)."""
     keys = list(sums)
-    totals = dist.all_reduce(torch.stack([sums[k] for k in keys]))  # sums over ranks
-    t = dict(zip(keys, totals.tolist()))
+    t = dict(zip(keys, dist.all_reduce(torch.stack([sums[k] for k in keys])).tolist()))
     tokens = t["tokens"] or math.nan  # no trained token anywhere: the per-token metrics are undefined
     return {
         "loss": t["loss"],  # already a global mean: summed partial means
-        # per-token means over the trained completions (advantage != 0, or all when beta > 0)
         "entropy": t["entropy"] / tokens,
         "kl": t["kl"] / tokens,
         "clip_low_frac": t["clip_low"] / tokens,
@@ -460,5 +335,4 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
         "logprob_gap": t["gap"] / tokens,  # mean |trainer - sampler| log-prob per completion token
         "grad_norm": sum(grad_norms) / len(grad_norms),
         "train_tokens": t["tokens"],
-        **({"time_recompute": t_recompute} if behaviour is not None else {}),  # exact_logprobs: its cost, in the update
     }

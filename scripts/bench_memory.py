@@ -85,7 +85,10 @@ def worker(argv: list[str], steps: int, completion_tokens: int, seed: int) -> di
     from nanogrpo import config as C
     from nanogrpo import dist, grpo
     from nanogrpo import model as M
-    from nanogrpo.evaluate import encode_prompts
+    try:
+        from nanogrpo.rollout import encode_prompts
+    except ImportError:  # an older checkout (--repo): encode_prompts lived in evaluate.py
+        from nanogrpo.evaluate import encode_prompts
     from nanogrpo.optim import make_optimizer
 
     cfg = C.load(argv)

@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from nanogrpo import benchmarks, data, files, hub  # noqa: E402
+from nanogrpo import benchmarks, data, files, hub, rollout  # noqa: E402
 from nanogrpo import evaluate as E  # noqa: E402
 from nanogrpo import model as M  # noqa: E402
 
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 ap.error(f"--kind code: {e}")
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-        sampler = E.make_sampler(args.sampler, model_dir, device, dtype)
+        sampler = rollout.make_sampler(args.sampler, model_dir, device, dtype)
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir)

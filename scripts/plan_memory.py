@@ -55,7 +55,7 @@ def longest_prompt(cfg: C.Config, rows: int = 256) -> int | None:
     try:
         import train
         from nanogrpo import model as M
-        from nanogrpo.evaluate import encode_prompts
+        from nanogrpo.rollout import encode_prompts
 
         tokenizer = M.load_tokenizer(cfg.model)
         return max(len(p) for p in encode_prompts(train.load_task(cfg)[0][:rows], tokenizer, cfg))

@@ -112,7 +112,7 @@ def test_code_rows_keep_exactly_the_passing_programs_and_count_sandbox_failures_
     real_judge = sandbox.judge_many
     monkeypatch.setattr(sandbox, "judge_many", lambda codes, problems, **kw: [
         None if c and "sandbox fails" in c else v for c, v in zip(codes, real_judge(codes, problems, **kw))])
-    monkeypatch.setattr(g.E, "make_sampler", lambda *a, **k: AnswerWheel())
+    monkeypatch.setattr(g.rollout, "make_sampler", lambda *a, **k: AnswerWheel())
     task = code_task(tmp_path)
     def run(out, *extra):
         return g.main([task, "--model", tiny_model_dir, "--out", str(out), "--kind", "code", "--n", "5",
@@ -188,7 +188,7 @@ def test_bad_input_is_named_exit_2_before_compute_and_no_file_changes(case, tmp_
                                                                      capsys):
     argv, named = BAD[case]
     g = gen()
-    monkeypatch.setattr(g.E, "make_sampler", lambda *a, **k: pytest.fail("a sampler was built despite bad input"))
+    monkeypatch.setattr(g.rollout, "make_sampler", lambda *a, **k: pytest.fail("a sampler was built despite bad input"))
     d = tmp_path / "in"
     d.mkdir()
     (d / "empty").mkdir()

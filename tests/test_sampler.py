@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from nanogrpo.evaluate import make_sampler
+from nanogrpo.rollout import make_sampler
 from nanogrpo.sampler import Completion, SamplingParams, TorchSampler
 
 PROMPTS = ["12+34=", "What is 1234 plus 5678? The answer is", "7", "99+1="]
@@ -315,7 +315,7 @@ def test_make_sampler(tiny_model_dir):
     assert isinstance(c, Completion) and len(c.token_ids) == 2
     with pytest.raises(ValueError, match="unknown sampler kind 'tgi'"):
         make_sampler("tgi", tiny_model_dir, "cpu", torch.float32)
-    # vllm is imported inside make_sampler only: no module-level import of it in sampler.py (nor evaluate.py).
+    # vllm is imported inside make_sampler only: no module-level import of it in sampler.py (nor rollout.py).
     import ast
 
     import nanogrpo.evaluate
