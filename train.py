@@ -34,7 +34,7 @@ def load_task(cfg: C.Config) -> tuple[list[dict], list[dict]]:
     kind = "code" if cfg.reward == "code" else "math"
     if kind == "code" and cfg.task in data.BUILTIN_TASKS:  # every reward would be None: nothing would train
         raise C.ConfigError(f"reward=code runs each row's tests, but task '{cfg.task}' is a built-in math task "
-                            "without tests: use a code dataset (DESIGN.md's code schema) or reward=exact / math")
+                            "without tests: use a code dataset (the code schema: docs/data.md) or reward=exact / math")
     where = {"subset": cfg.task_subset or None, "columns": data.parse_columns(cfg.task_columns)}  # Hub datasets / renames
     return data.load_rows(cfg.task, kind, split=cfg.task_split, seed=cfg.seed, **where), heldout_rows(cfg)
 

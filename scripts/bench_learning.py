@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = ROOT / "models" / "tiny-arithmetic"
-TARGET_GAIN = 0.30  # the bar (issue 10): every run gains at least +30 held-out points within 10 minutes
+TARGET_GAIN = 0.30  # the bar: every run gains at least +30 held-out points within 10 minutes
 
 
 def warm_start(seed: int, out: Path, threads: int, committed: Path = DEFAULT_MODEL, build_args: tuple = (),

@@ -5,7 +5,7 @@
         [--limit K] [--batch 16] [--sampler auto|torch|vllm] [--seed 0] [--split train] [--subset NAME]
 
 TASK is what train.py's `task` takes (a built-in task, a .jsonl / .parquet file, a Hub dataset id) with
-math rows, or with --kind code rows in DESIGN.md's code schema (as train.py's reward=code). The math
+math rows, or with --kind code rows in the code schema (docs/data.md) (as train.py's reward=code). The math
 prompt is R1's (template "chat": the problem, then "Please reason step by step, and put your final answer
 within \\boxed{}." as the user turn; "math_eval" is eval.py's math prompt; "raw" the problem text alone,
 for models without a chat template). The code prompt (template "chat") is eval.py's LiveCodeBench one,
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--n", type=int, default=4, help="generations per problem")
     ap.add_argument("--verify", action="store_true",
                     help="keep only the correct generations (math-verify; code: every test passes in the sandbox)")
-    ap.add_argument("--kind", default="math", choices=["math", "code"], help="the rows' schema (DESIGN.md)")
+    ap.add_argument("--kind", default="math", choices=["math", "code"], help="the rows' schema (docs/data.md)")
     ap.add_argument("--sft", default=None, help="also write the kept generations as chat rows for sft.py")
     ap.add_argument("--template", default="chat", choices=["chat", "math_eval", "raw"])
     ap.add_argument("--temperature", type=float, default=0.6)

@@ -164,7 +164,7 @@ def test_tools_file_is_loaded_and_described(tokenizer, local_cells, tmp_path):
     assert "double(x: int)" in tools.system_prompt(tools.ToolConfig(tools_source=src))
 
 
-# ---- sessions show the model exactly what happened (issue 26; the cases live in tests/helpers/attacks.py) ----
+# ---- sessions show the model exactly what happened (the cases live in tests/helpers/attacks.py) ----
 
 
 def test_replays_of_a_session_show_the_set_order_the_model_saw(tokenizer, local_cells):

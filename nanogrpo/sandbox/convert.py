@@ -1,4 +1,4 @@
-"""Converters from the common code datasets into the one code schema (DESIGN.md).
+"""Converters from the common code datasets into the one code schema (docs/data.md).
 
 Tests in the schema: stdio: stdin / expected stdout text. call: `input` is a JSON array of arguments,
 `output` the JSON of the expected value. assert: one test whose `input` is the test code defining

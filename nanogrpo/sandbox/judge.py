@@ -1,4 +1,4 @@
-"""Judging one program against one problem (the DESIGN.md code schema), on one sandbox session.
+"""Judging one program against one problem (the code schema, docs/data.md), on one sandbox session.
 
 A test passes only if the program finishes within its limits, exits 0 and its output matches.
 stdio: LiveCodeBench rules (`stdio_match`). call / assert: values come out of the sandbox as tagged

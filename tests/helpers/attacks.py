@@ -480,7 +480,7 @@ DEEP_RETURN = ("import sys\nsys.setrecursionlimit(100000)\ndef f():\n    x = []\
                "    for _ in range(2000):\n        x = [x]\n    return x\n")
 FORGED_DEEP = (f"import os\nos.write(1, ({MARK!r} + '{{\"value\": ' + '[' * 100000 + ']' * 100000 + '}}\\n')"
                ".encode())\nos._exit(0)\ndef f(): return 0\n")
-# Call mode (issue 26): integers compare exactly, and a comparison that cannot be made (an int past the
+# Call mode: integers compare exactly, and a comparison that cannot be made (an int past the
 # float range against a float: OverflowError) is a wrong answer. (name, program, expected value)
 WRONG_NUMBERS = [
     ("123456789013 for 123456789012", "def f():\n    return 123456789013", 123456789012),
