@@ -11,7 +11,7 @@
 
 Writes OUT (results JSON), OUT with `.samples.jsonl` (every generation with its verdict) and prints a
 markdown table. A bad argument (a range, the model, a task, an OUT that cannot be written or is a file
-the run reads) is an error naming it (exit 2) before anything is generated. Tasks, prompts and defaults: nanogrpo/benchmarks.py and docs/eval.md.
+the run reads) is an error naming it (exit 2) before anything is generated. Tasks, prompts and defaults: nanogrpo/tasks/benchmarks.py and docs/eval.md.
 The work is done by nanogrpo/evaluate.py (`evaluate()`), which train.py's in-run evals call too.
 """
 
@@ -24,7 +24,8 @@ import re
 import sys
 from pathlib import Path
 
-from nanogrpo import benchmarks, dist, files, hub, tools
+from nanogrpo import dist, files, hub, tools
+from nanogrpo.tasks import benchmarks
 from nanogrpo import config as C
 from nanogrpo import model as M
 # the work is done in the library (one path with train.py's in-run evals); these names stay importable from here

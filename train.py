@@ -58,7 +58,7 @@ def check_rewards_alive(history: list[float], cfg: C.Config) -> None:
 
 def load_benchmarks(cfg: C.Config) -> list:
     """eval.py tasks for `eval_benchmarks`, loaded now so a bad name or path stops the run before compute."""
-    from nanogrpo import benchmarks
+    from nanogrpo.tasks import benchmarks
 
     tasks = []
     for spec in filter(None, (s.strip() for s in cfg.eval_benchmarks.split(","))):

@@ -3,75 +3,18 @@
 Math row: {"problem": str, "answer": str}. Code rows (the unified code schema) pass through untouched.
 A row that cannot be normalised stops the run before any compute, naming the file, line and field.
 
-The built-in task "arithmetic" (3-digit addition, "347+589=" -> "936") needs no files: it is what the
-tiny CPU model is warm-started on (scripts/tiny.py) and what the default GRPO run trains on.
-"word_problems" (nanogrpo/word_problems.py) is GSM8K-style, for small pretrained chat models.
+The built-in tasks (arithmetic, word_problems, multiply: nanogrpo/tasks/) need no files.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nanogrpo.multiply import multiply_rows
-from nanogrpo.word_problems import word_problem_rows
-
-# ----------------------------------------------------------------------------------------------
-# The built-in task: 3-digit addition with a held-out split.
-
-ARITHMETIC_LO, ARITHMETIC_HI = 100, 999  # both operands have exactly 3 digits: prompts all 8 tokens long
-HELDOUT_PER_MILLE = 50  # 5% of the 810,000 (a, b) pairs are held out and never generated for train
-
-
-def _is_heldout(a: int, b: int) -> bool:
-    # A fixed integer hash (not Python's hash(), not the seed) so the split is the same in every
-    # process, every run and every seed: train rows drawn with any seed never hit a held-out pair.
-    h = ((a * 1_000_003 + b) * 2_654_435_761) % (1 << 32)
-    return (h >> 8) % 1000 < HELDOUT_PER_MILLE
-
-
-def arithmetic_row(a: int, b: int) -> dict:
-    return {"problem": f"{a}+{b}=", "answer": str(a + b)}
-
-
-@functools.lru_cache(maxsize=1)
-def heldout_pairs() -> tuple[tuple[int, int], ...]:
-    """All held-out (a, b) pairs, in a fixed order (about 40,500 of them)."""
-    r = range(ARITHMETIC_LO, ARITHMETIC_HI + 1)
-    return tuple((a, b) for a in r for b in r if _is_heldout(a, b))
-
-
-def arithmetic_rows(split: str, n: int, seed: int = 0) -> list[dict]:
-    """n rows of the arithmetic task, deterministic in (split, n, seed). split: "train" | "test".
-
-    Train rows are drawn with replacement from the pairs that are not held out; test rows are
-    distinct held-out pairs in a seeded order."""
-    if split not in ("train", "test"):
-        raise ValueError(f"arithmetic split must be 'train' or 'test', got {split!r}")
-    if n <= 0:
-        raise ValueError(f"arithmetic: n must be positive, got {n}")
-    rng = random.Random(f"arithmetic-{split}-{seed}")
-    if split == "test":
-        pairs = list(heldout_pairs())
-        if n > len(pairs):
-            raise ValueError(f"arithmetic: only {len(pairs)} distinct test rows, asked for {n}")
-        rng.shuffle(pairs)
-        return [arithmetic_row(a, b) for a, b in pairs[:n]]
-    rows = []
-    while len(rows) < n:
-        a, b = rng.randint(ARITHMETIC_LO, ARITHMETIC_HI), rng.randint(ARITHMETIC_LO, ARITHMETIC_HI)
-        if not _is_heldout(a, b):
-            rows.append(arithmetic_row(a, b))
-    return rows
-
-
-# Built-in tasks (no files): name -> rows(split, n, seed). Each has a held-out split.
-BUILTIN_TASKS = {"arithmetic": arithmetic_rows, "word_problems": word_problem_rows, "multiply": multiply_rows}
-
+from nanogrpo.tasks import BUILTIN_TASKS
 
 # ----------------------------------------------------------------------------------------------
 # Loading files and normalising rows.
@@ -181,7 +124,7 @@ def normalise_rows(records: list[tuple[str, dict]], kind: str, source: str, verb
                 validate_problem(rec)
             except ValueError as e:
                 raise DataError(f"{where}: not a code row the sandbox can score ({e}); convert dataset forms "
-                                "with nanogrpo.sandbox.convert.to_schema") from None
+                                "with nanogrpo.tasks.convert.to_schema") from None
         return [r for _, r in records]
     if kind != "math":
         raise DataError(f"unknown dataset kind {kind!r} (expected 'math' or 'code')")
@@ -265,7 +208,7 @@ def default_instruction(row: dict) -> str:
         return DEFAULT_CODE_INSTRUCTION.format(language=row.get("language") or "python")
     return DEFAULT_MATH_INSTRUCTION
 
-# eval.py's math prompt (aime24, math500, amc23, gsm8k; nanogrpo/benchmarks.py takes it from here).
+# eval.py's math prompt (aime24, math500, amc23, gsm8k; nanogrpo/tasks/benchmarks.py takes it from here).
 # Source: lighteval's MATH query template, which open-r1 uses for its AIME 2024 / MATH-500 evaluations
 # of DeepSeek-R1-style models (lighteval `math_500`/`aime24` tasks, originally the template of OpenAI's
 # simple-evals). We use it for GSM8K and AMC 2023 too (our choice:
@@ -286,7 +229,7 @@ def format_prompt(row: dict, tokenizer, template: str = "raw", system_prompt: st
     "chat": the tokenizer's chat template with an optional system message, the problem followed by
     `instruction` as the user turn, and the assistant header appended (add_generation_prompt).
     `instruction` "auto" is default_instruction(row) (math, or code for a code row); None: none.
-    "math_eval": as "chat", with eval.py's math prompt (lighteval's MATH template, nanogrpo/benchmarks.py)
+    "math_eval": as "chat", with eval.py's math prompt (lighteval's MATH template, nanogrpo/tasks/benchmarks.py)
     as the user turn, so a run trains on the prompt that eval.py scores it with."""
     if template == "raw":
         return row["problem"]

@@ -2,7 +2,7 @@
 
 eval.py (the CLI), train.py's in-run evals (`eval_benchmarks`, `eval_every`), sft.py's and
 scripts/generate.py all run through this module, so a number from one of them means the same as from
-the others. Tasks, prompts and defaults live in nanogrpo/benchmarks.py; the metrics (pass@k) there too.
+the others. Tasks, prompts and defaults live in nanogrpo/tasks/benchmarks.py; the metrics (pass@k) there too.
 The sampler, the prompt encoding and the scoring are the trainer's own (nanogrpo/rollout.py).
 """
 
@@ -15,10 +15,11 @@ from pathlib import Path
 
 import torch
 
-from nanogrpo import benchmarks, data, files, hub, rewards, tools
+from nanogrpo import data, files, hub, rewards, tools
+from nanogrpo.tasks import benchmarks
 from nanogrpo.rollout import encode_prompts, make_sampler, score_rollouts
 from nanogrpo import dist as ndist
-from nanogrpo.benchmarks import Task
+from nanogrpo.tasks.benchmarks import Task
 from nanogrpo.sampler import SamplingParams
 
 MAX_NEW_TOKENS_CAP = 32768  # the reference evaluations' generation budget for reasoning models

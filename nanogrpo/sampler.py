@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Iterable, Protocol
 
 import torch
-import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from nanogrpo.model import fp32_head

@@ -1,4 +1,4 @@
-"""Does GRPO learn to use the tool? The tool task (nanogrpo/multiply.py) with and without tools, over seeds.
+"""Does GRPO learn to use the tool? The tool task (nanogrpo/tasks/multiply.py) with and without tools, over seeds.
 
     python scripts/bench_tools.py --seeds 3 --grpo-seeds 1 --steps 100    # 3 warm starts x 1 GRPO seed x 2 arms
     python scripts/bench_tools.py --seeds 3 --jobs 2 key=value ...        # overrides go to train.py

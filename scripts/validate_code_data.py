@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from nanogrpo import files  # noqa: E402
 from nanogrpo.sandbox import SandboxPool, SandboxUnavailable, judge_many  # noqa: E402
-from nanogrpo.sandbox.convert import to_schema  # noqa: E402
+from nanogrpo.tasks.convert import to_schema  # noqa: E402
 
 
 def main(argv=None) -> int:

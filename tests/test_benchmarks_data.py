@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from nanogrpo import benchmarks
-from nanogrpo.benchmarks import HubSource, hub_source
+from nanogrpo.tasks import benchmarks
+from nanogrpo.tasks.benchmarks import HubSource, hub_source
 
 DATA = benchmarks.REPO_DATA_DIR
 HAS_DATASETS = importlib.util.find_spec("datasets") is not None
@@ -82,7 +82,8 @@ def test_math_tasks_load_from_a_cached_hub_dataset_offline(tmp_path):
     from test_hub import offline_python
 
     res = offline_python(tmp_path / "hf", CACHE_DATASET.format(tmp=tmp_path) + """
-    from nanogrpo import benchmarks, hub
+    from nanogrpo import hub
+    from nanogrpo.tasks import benchmarks
     aime = benchmarks.load_task("aime24=hub")
     gsm = benchmarks.load_task("gsm8k=openai/gsm8k", limit=2)
     train = benchmarks.load_task("gsm8k=openai/gsm8k:main@train")

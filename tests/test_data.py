@@ -2,17 +2,17 @@ import json
 
 import pytest
 
-from nanogrpo.benchmarks import REPO_DATA_DIR
 from nanogrpo.data import (
     DataError,
     PromptStream,
-    arithmetic_rows,
     encode_prompt,
     format_prompt,
     last_boxed,
     load_rows,
     normalise_math_row,
 )
+from nanogrpo.tasks.arithmetic import arithmetic_rows
+from nanogrpo.tasks.benchmarks import REPO_DATA_DIR
 
 BENCHMARKS = REPO_DATA_DIR  # data/benchmarks/, committed
 
@@ -36,7 +36,7 @@ def test_arithmetic_rows_are_correct_and_deterministic():
 
 
 def test_arithmetic_splits_are_disjoint():
-    from nanogrpo.data import heldout_pairs
+    from nanogrpo.tasks.arithmetic import heldout_pairs
 
     heldout = {f"{a}+{b}=" for a, b in heldout_pairs()}
     assert 0.04 < len(heldout) / 900**2 < 0.06  # about 5% of all pairs are held out
@@ -240,7 +240,7 @@ def test_stream_rejects_indivisible_batch():
 def test_math_eval_template_is_the_prompt_eval_py_scores():
     """template="math_eval" trains on exactly the token ids eval.py gives the same row (gsm8k task)."""
     import eval as eval_cli
-    from nanogrpo import benchmarks
+    from nanogrpo.tasks import benchmarks
     from tiny import build_tokenizer
 
     tok = build_tokenizer()

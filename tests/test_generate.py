@@ -136,7 +136,7 @@ def test_code_rows_keep_exactly_the_passing_programs_and_count_sandbox_failures_
 
 
 def test_code_prompt_is_evals_and_bad_code_settings_are_refused(tmp_path):
-    from nanogrpo import benchmarks
+    from nanogrpo.tasks import benchmarks
 
     g = gen()
     user, system = g.prompts("code", "chat")  # eval.py's LiveCodeBench prompt, with its system message

@@ -67,7 +67,7 @@ def test_find_cycle_finds_one():
 
 def test_no_import_circles_in_nanogrpo():
     graph = module_graph()
-    assert "nanogrpo.evaluate" in graph and "nanogrpo.data" in graph["nanogrpo.benchmarks"]
+    assert "nanogrpo.evaluate" in graph and "nanogrpo.data" in graph["nanogrpo.tasks.benchmarks"]
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 

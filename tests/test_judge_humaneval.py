@@ -12,7 +12,7 @@ from helpers.humaneval import altered
 
 @pytest.fixture(scope="module")
 def problems():
-    from nanogrpo.sandbox.convert import load_humaneval
+    from nanogrpo.tasks.convert import load_humaneval
 
     return load_humaneval()
 

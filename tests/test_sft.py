@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT))
 import sft  # noqa: E402
 from nanogrpo import config as C  # noqa: E402
 from nanogrpo import data, dist  # noqa: E402
+from nanogrpo.tasks.arithmetic import arithmetic_rows  # noqa: E402
 from nanogrpo import model as M  # noqa: E402
 
 # <|pad|> opens a turn, <|endoftext|> closes it (the tiny tokenizer's two special tokens)
@@ -242,7 +243,7 @@ def test_lora_trains_only_the_adapters_saves_merged_weights_and_resumes_exactly(
 
 
 def sums_file(path: Path, n: int, seed: int) -> Path:
-    return write_rows(path, data.arithmetic_rows("train", n, seed=seed))
+    return write_rows(path, arithmetic_rows("train", n, seed=seed))
 
 
 def metric_lines(out: Path) -> list[dict]:

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from nanogrpo.data import arithmetic_rows, heldout_pairs
+from nanogrpo.tasks.arithmetic import arithmetic_rows, heldout_pairs
 from tiny import build_tokenizer, curriculum_rows, evaluate_accuracy, sample, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent

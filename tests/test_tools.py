@@ -392,7 +392,7 @@ def test_eval_with_tools_scores_the_answer_after_the_last_output(tmp_path, token
     import json
 
     from nanogrpo import data
-    from nanogrpo.benchmarks import Task
+    from nanogrpo.tasks.benchmarks import Task
     from nanogrpo.evaluate import evaluate
 
     rows = data.load_rows("multiply", split="test", n=24)
@@ -442,7 +442,7 @@ def test_warm_start_rows_are_the_rollout_format_with_the_output_unscored(tokeniz
     block the loop inserts), and sft.py scores the code and the answer, never the tool output."""
     import sft
     from nanogrpo import config as C
-    from nanogrpo.multiply import warm_start_rows
+    from nanogrpo.tasks.multiply import warm_start_rows
 
     [row] = json.loads(json.dumps(warm_start_rows(1, 0, tool_frac=1.0, tool_cfg=FENCE)))  # as written to a file
     a, b = (int(x) for x in row["problem"][:-1].split("*"))

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from nanogrpo import data
-from nanogrpo.word_problems import ITEMS, NAMES, TEMPLATES, word_problem_rows
+from nanogrpo.tasks.word_problems import ITEMS, NAMES, TEMPLATES, word_problem_rows
 
 # What each template's wording asks for, computed from the numbers in the order they appear.
 SOLVERS = [

@@ -14,7 +14,6 @@ Two classic-BPF filters, x86_64 and aarch64 only (elsewhere: none, see docs/sand
 import ctypes
 import errno
 import fcntl
-import os
 import platform
 import struct
 

@@ -21,11 +21,11 @@ import numpy as np
 
 from nanogrpo import data, hub
 from nanogrpo.data import MATH_TEMPLATE
-from nanogrpo.sandbox import convert
+from nanogrpo.tasks import convert
 
 # The math benchmarks are committed (data/benchmarks/, its README gives origin and licence): a clone
 # evaluates with no network and nothing beside it. NANOGRPO_DATA or --data point elsewhere.
-REPO_DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "benchmarks"
+REPO_DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "benchmarks"
 DEFAULT_DATA_DIR = Path(os.environ.get("NANOGRPO_DATA", REPO_DATA_DIR))
 
 # ---------------------------------------------------------------- prompt templates

@@ -11,8 +11,8 @@ import json
 import pickle
 import zlib
 
-from .extract import extract_code
-from .judge import validate_problem
+from nanogrpo.sandbox.extract import extract_code
+from nanogrpo.sandbox.judge import validate_problem
 
 
 def _loads(v):
