@@ -39,7 +39,7 @@ def describe(vs) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--kind", default=None, help="only attacks of this kind")
+    ap.add_argument("--kind", default=None, choices=sorted({a.kind for a in ATTACKS}), help="only attacks of this kind")
     ap.add_argument("--details", action="store_true", help="print a row per attack")
     args = ap.parse_args(argv)
     if not bwrap_available():

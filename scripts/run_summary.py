@@ -26,10 +26,16 @@ def mean(xs: list) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
+def fail(message: str):
+    """Bad input: named, exit 2 (as every entry point does)."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def read(run_dir: str) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
-        sys.exit(f"error: {path} not found (is {run_dir!r} a run's out_dir?)")
+        fail(f"{path} not found (is {run_dir!r} a run's out_dir?)")
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
@@ -40,7 +46,7 @@ def compare(run_dirs: list[str]) -> None:
     for d in run_dirs:
         ev = [(m["step"], m["heldout_accuracy"]) for m in read(d) if m.get("heldout_accuracy") is not None]
         if len(ev) < 2:
-            sys.exit(f"error: {d} has fewer than two held-out evals")
+            fail(f"{d} has fewer than two held-out evals")
         gains.append(100 * (ev[-1][1] - ev[0][1]))
         print(f"| {d} | {ev[0][1]:.3f} | {ev[-1][1]:.3f} ({ev[-1][0]}) | {gains[-1]:+.1f} pts |")
     std = statistics.stdev(gains) if len(gains) > 1 else 0.0
@@ -54,14 +60,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--window", type=int, default=10, help="steps averaged at each end")
     a = ap.parse_args(argv)
     if a.window < 1:
-        sys.exit("error: --window must be >= 1")
+        fail("--window must be >= 1")
     if len(a.run_dir) > 1:
         return compare(a.run_dir)
     path = Path(a.run_dir[0]) / "metrics.jsonl"
     lines = read(a.run_dir[0])
     steps = [m for m in lines if "time_step" in m]
     if not steps:
-        sys.exit(f"error: {path} holds no training step yet")
+        fail(f"{path} holds no training step yet")
 
     print("| after step | eval | value |\n| --- | --- | --- |")
     for m in lines:

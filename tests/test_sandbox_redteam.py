@@ -261,3 +261,10 @@ def test_seccomp_filter_decides_each_call(machine):
     assert decide("setsockopt", 3, 1, 7) == eperm and decide("setsockopt", 3, 1, 8) == eperm  # SO_SNDBUF / RCVBUF
     assert decide("setsockopt", 3, 1, 2) == ALLOW and decide("setsockopt", 3, 6, 7) == ALLOW  # other options
     assert seccomp.seccomp_program("sparc") is None  # unknown machine: no filter (documented)
+
+
+def test_redteam_refuses_an_unknown_kind():
+    """A misspelt --kind used to run 0 attacks and report nothing escaped."""
+    res = subprocess.run([sys.executable, "scripts/redteam.py", "--kind", "nosuch"], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert res.returncode == 2 and "invalid choice: 'nosuch'" in res.stderr
