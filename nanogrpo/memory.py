@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 GIB = 2**30
-CPU_RUNTIME = 0.40 * GIB  # RSS after `import train` (torch, transformers), scripts/bench_memory.py, 2-core machine
+CPU_RUNTIME = 0.48 * GIB  # RSS after `import train` (torch, transformers): 0.42-0.50 GiB on the 2-core machines (scripts/bench_memory.py)
 GPU_RUNTIME = 2.0 * GIB  # CUDA context + NCCL + cuBLAS workspaces: an estimate, not measured here
 TORCH_SAMPLER_BATCH = 64  # TorchSampler's max_batch_size: sequences whose KV cache exists at once
 VLLM_BATCHED_TOKENS = 8192  # vLLM's profile batch: its activation reserve is taken for this many tokens
