@@ -65,11 +65,24 @@ def tool_transcript(a: int, b: int, tool_cfg) -> list[tuple[str, bool]]:
 
 
 def warm_start_rows(n: int, seed: int, tool_frac: float, tool_cfg) -> list[dict]:
-    """Supervised rows: {"problem", "segments": [(text, scored)]}; `tool_frac` of them use the tool."""
+    """Supervised rows: {"problem", "segments": [(text, scored)]}; `tool_frac` of them use the tool.
+
+    The tool rows are half 9-digit and half 10-digit products (drawn uniformly, 85% have 10 digits). The
+    model's first warm start saw uniform rows and stopped at 4% sampled accuracy (350 steps): it copied a tool's
+    output by position, right for 10 digits only (fed the output, 0 of 30 held-out 9-digit products right, 139
+    of 170 10-digit ones), so every 9-digit group scored 0 in every sample, GRPO had nothing to learn from, and
+    every run ended at 85%, the 10-digit share. Balanced rows for 400 steps copied 7 of 30 9-digit outputs;
+    balanced rows for a fixed 1000 steps (configs/tiny_tools_warm_start.toml) copy all 200."""
     rng = random.Random(f"multiply-warm-{seed}")
+    rows = multiply_rows("train", n, seed=10_000 + seed)
+    by_digits = {d: [r for r in rows if len(r["answer"]) == d] for d in (9, 10)}
     out = []
-    for r in multiply_rows("train", n, seed=10_000 + seed):
-        a, b = (int(x) for x in r["problem"][:-1].split("*"))
-        segs = tool_transcript(a, b, tool_cfg) if rng.random() < tool_frac else [(r["answer"], True)]
+    for r in rows:
+        if rng.random() < tool_frac:
+            r = rng.choice(by_digits[rng.choice([d for d in (9, 10) if by_digits[d]])])
+            a, b = (int(x) for x in r["problem"][:-1].split("*"))
+            segs = tool_transcript(a, b, tool_cfg)
+        else:
+            segs = [(r["answer"], True)]
         out.append({"problem": r["problem"], "segments": segs})
     return out

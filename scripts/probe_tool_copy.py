@@ -1,0 +1,65 @@
+"""Can a tool model copy the tool's output? Held-out products fed the tool transcript up to the answer, by length.
+
+    python scripts/probe_tool_copy.py models/tiny-multiply-tools runs/bench-tools/warm-start-1 ...
+
+For each of the 200 held-out products of the built-in `multiply` task (the held-out set train.py and
+scripts/bench_tools.py score), the model is given the prompt, the code and the tool's real output
+(`nanogrpo/tasks/multiply.py: tool_transcript`, exactly as a rollout shows them) and decodes the answer
+greedily. It isolates the copy from the decision to call the tool: a model that copies by position and not
+by content gets every 10-digit product right and no 9-digit one. Prints one row per model: right answers
+per product length, and a few wrong ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def probe(model_dir: str, n: int = 200) -> tuple[dict[int, list[int]], list[tuple[str, str]]]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from nanogrpo.tasks.multiply import multiply_rows, tool_transcript
+    from nanogrpo.tools import ToolConfig
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    by_len: dict[int, list[int]] = {}
+    wrong = []
+    for r in multiply_rows("test", n):
+        a, b = (int(x) for x in r["problem"][:-1].split("*"))
+        code, output, _ = tool_transcript(a, b, ToolConfig())
+        ids = tok(r["problem"] + code[0] + output[0], return_tensors="pt").input_ids
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=len(r["answer"]) + 2, do_sample=False,
+                                 pad_token_id=tok.pad_token_id or 0)
+        answer = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip().split("\n")[0]
+        right, total = by_len.setdefault(len(r["answer"]), [0, 0])
+        by_len[len(r["answer"])] = [right + (answer == r["answer"]), total + 1]
+        if answer != r["answer"]:
+            wrong.append((r["answer"], answer))
+    return by_len, wrong
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("models", nargs="+", help="model directories (the tool task's warm starts or GRPO checkpoints)")
+    ap.add_argument("--n", type=int, default=200, help="held-out products (default 200)")
+    a = ap.parse_args()
+    for m in a.models:
+        if not (Path(m) / "config.json").is_file():
+            sys.exit(f"error: {m} is not a model directory (no config.json)")
+    print("| model | copied right, 9-digit products | 10-digit products | wrong (product -> answer), first 3 |")
+    print("| --- | ---: | ---: | --- |")
+    for m in a.models:
+        by_len, wrong = probe(m, a.n)
+        cell = lambda d: f"{by_len.get(d, [0, 0])[0]} / {by_len.get(d, [0, 0])[1]}"  # noqa: E731
+        print(f"| {m} | {cell(9)} | {cell(10)} | {', '.join(f'{p} -> {w}' for p, w in wrong[:3])} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
