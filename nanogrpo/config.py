@@ -20,7 +20,7 @@ class Config:
     # --- run ---
     out_dir: str = "runs/tiny-arithmetic"  # metrics.jsonl, config.toml and checkpoints/ go here
     seed: int = 0  # seeds init, data order and sampling (sampling seed = f(seed, step, rank))
-    steps: int = 1500  # GRPO steps (optimizer steps = steps * mu); the default run: ~6 min on 2 cores (README)
+    steps: int = 1500  # GRPO steps (optimizer steps = steps * mu); the default run: ~6-9 min on 2 cores (docs/results.md)
     resume: bool = False  # continue from the last complete checkpoint in out_dir/checkpoints
 
     # --- model ---
@@ -126,7 +126,7 @@ class Config:
     save_every: int = 0  # checkpoint every N steps (and at the end); 0 = only at the end
     keep_checkpoints: int = 2  # older complete checkpoints are deleted
     save_final: bool = True  # write a checkpoint after the last step
-    stop_signal: str = "SIGTERM"  # signal(s) that stop the run cleanly, comma-separated (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGXCPU; "" = none): the current step ends, a checkpoint is saved, the process exits with code 75 (README "Checkpoints and resume")
+    stop_signal: str = "SIGTERM"  # signal(s) that stop the run cleanly, comma-separated (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGXCPU; "" = none): the current step ends, a checkpoint is saved, the process exits with code 75 (README "Checkpoints and stopping")
     wandb_project: str = ""  # log to wandb when set
     wandb_run_name: str = ""
 

@@ -49,7 +49,7 @@ def warm_start(out: Path, seed: int, steps: int, target: float, tools: bool = Fa
     An attempt that ends without reaching `target` is followed, up to `attempts` runs, by another sft.py run
     from the same random model on the same rows in another order (sft seed + ATTEMPT_SEED_STRIDE). A seed can
     fall into a trap the cap does not get it out of: seed 3 sat at 5-8% sampled accuracy from step 2,000 to
-    6,000, the units digit wrong in 7 of 10 held-out sums (README "Does it learn?"). Attempt 1 is the run a
+    6,000, the units digit wrong in 7 of 10 held-out sums (docs/results.md "Does it learn?"). Attempt 1 is the run a
     single attempt would be, so a seed that reaches its target first time is unchanged."""
     import sft
     import tiny
@@ -139,7 +139,7 @@ def main():
     print(" ".join(f"{k} {v:.3f}" for k, v in info.items() if k.startswith(("heldout_", "tool_use_")) and k != "heldout_rows"))
     if not info["reached_target"]:
         print(f"WARNING: no attempt ({len(m['attempts'])} of at most {steps} steps) reached --target-acc {target}: GRPO "
-              "may learn little from this model (README \"Does it learn?\"); try another --seed or more --attempts")
+              "may learn little from this model (docs/results.md \"Does it learn?\"); try another --seed or more --attempts")
 
 
 def heldout(out: Path, tools: bool, n: int, seed: int) -> dict:

@@ -62,7 +62,7 @@ def test_resume_continues_exactly(warm_model_dir, tmp_path):
     AutoModelForCausalLM.from_pretrained(checkpoint.latest(str(cut)))
 
 
-# The learning test's bound, from the sweep in the README (`scripts/bench_learning.py --seeds 5 --grpo-seeds 2`,
+# The learning test's bound, from the sweep in docs/results.md (`scripts/bench_learning.py --seeds 5 --grpo-seeds 2`,
 # 2026-11-23 late evening, warm starts built by sft.py, warm start 3 on its second attempt): the held-out gain at
 # step 600 of the default recipe over the 5 warm starts x 2 GRPO seeds was +13.6 to +44.0 points; from the
 # committed model +39.4 and +43.8. (A warm start that missed its target, the first attempt of warm start 3,
