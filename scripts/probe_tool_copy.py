@@ -20,14 +20,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def probe(model_dir: str, n: int = 200) -> tuple[dict[int, list[int]], list[tuple[str, str]]]:
+    """({product length: [copied right, products]}, [(product, answer) for each wrong one])."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from nanogrpo import model as M
     from nanogrpo.tasks.multiply import multiply_rows, tool_transcript
     from nanogrpo.tools import ToolConfig
 
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tok, model = M.load_tokenizer(model_dir), M.load_model(model_dir).eval()
     by_len: dict[int, list[int]] = {}
     wrong = []
     for r in multiply_rows("test", n):
@@ -36,10 +36,11 @@ def probe(model_dir: str, n: int = 200) -> tuple[dict[int, list[int]], list[tupl
         ids = tok(r["problem"] + code[0] + output[0], return_tensors="pt").input_ids
         with torch.no_grad():
             out = model.generate(ids, max_new_tokens=len(r["answer"]) + 2, do_sample=False,
-                                 pad_token_id=tok.pad_token_id or 0)
+                                 pad_token_id=tok.pad_token_id)
         answer = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip().split("\n")[0]
-        right, total = by_len.setdefault(len(r["answer"]), [0, 0])
-        by_len[len(r["answer"])] = [right + (answer == r["answer"]), total + 1]
+        counts = by_len.setdefault(len(r["answer"]), [0, 0])
+        counts[0] += answer == r["answer"]
+        counts[1] += 1
         if answer != r["answer"]:
             wrong.append((r["answer"], answer))
     return by_len, wrong
@@ -50,9 +51,14 @@ def main() -> None:
     ap.add_argument("models", nargs="+", help="model directories (the tool task's warm starts or GRPO checkpoints)")
     ap.add_argument("--n", type=int, default=200, help="held-out products (default 200)")
     a = ap.parse_args()
-    for m in a.models:
-        if not (Path(m) / "config.json").is_file():
-            sys.exit(f"error: {m} is not a model directory (no config.json)")
+    from nanogrpo.model import check_model_dir
+
+    for m in a.models:  # every directory checked before any is probed
+        try:
+            check_model_dir(m)
+        except (OSError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
     print("| model | copied right, 9-digit products | 10-digit products | wrong (product -> answer), first 3 |")
     print("| --- | ---: | ---: | --- |")
     for m in a.models:

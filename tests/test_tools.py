@@ -448,6 +448,13 @@ def test_the_committed_tool_model_copies_a_tool_output_of_either_length():
     assert by_len[9][0] >= 28 and by_len[10][0] >= 165, (by_len, wrong)  # measured: 30 / 30, 170 / 170
 
 
+def test_probe_tool_copy_names_a_bad_model_directory_before_probing_any(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "probe_tool_copy.py"), TOOL_MODEL, str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "no config.json" in r.stderr, r.stderr
+    assert TOOL_MODEL not in r.stdout  # the good directory was not probed first
+
+
 def test_warm_start_tool_rows_copy_9_and_10_digit_outputs_alike():
     """Half the tool transcripts copy a 9-digit output (15% of uniform products): a warm start that saw
     mostly 10-digit outputs copied by position and got no 9-digit product right, a ceiling GRPO cannot lift."""

@@ -12,7 +12,7 @@ it can write the product as code and copy what the sandbox prints:
     4345293451<EOS>
 
 The scored answer is the text after the last tool output (nanogrpo/tools.py: answer_text), compared
-exactly (reward = "exact"). `warm_start_rows` are the supervised rows of the tool model's short warm
+exactly (reward = "exact"). `warm_start_rows` are the supervised rows of the tool model's warm
 start (scripts/build_tiny_model.py --tools: an sft.py run): most answer directly (and are wrong for the model, which
 cannot learn the products), `tool_frac` of them show the tool format once, so GRPO starts from a
 model that calls the tool now and then and must learn that calling it pays.
@@ -67,12 +67,10 @@ def tool_transcript(a: int, b: int, tool_cfg) -> list[tuple[str, bool]]:
 def warm_start_rows(n: int, seed: int, tool_frac: float, tool_cfg) -> list[dict]:
     """Supervised rows: {"problem", "segments": [(text, scored)]}; `tool_frac` of them use the tool.
 
-    The tool rows are half 9-digit and half 10-digit products (drawn uniformly, 85% have 10 digits). The
-    model's first warm start saw uniform rows and stopped at 4% sampled accuracy (350 steps): it copied a tool's
-    output by position, right for 10 digits only (fed the output, 0 of 30 held-out 9-digit products right, 139
-    of 170 10-digit ones), so every 9-digit group scored 0 in every sample, GRPO had nothing to learn from, and
-    every run ended at 85%, the 10-digit share. Balanced rows for 400 steps copied 7 of 30 9-digit outputs;
-    balanced rows for a fixed 1000 steps (configs/tiny_tools_warm_start.toml) copy all 200."""
+    The tool rows are half 9-digit and half 10-digit products (drawn uniformly, 85% have 10 digits). A warm
+    start on uniform rows learned to copy the tool's output by position, right only for 10 digits: no 9-digit
+    product was ever right, so GRPO had nothing to learn from there and every run ended at 85%
+    (docs/results.md "With tools"; scripts/probe_tool_copy.py measures the copy)."""
     rng = random.Random(f"multiply-warm-{seed}")
     rows = multiply_rows("train", n, seed=10_000 + seed)
     by_digits = {d: [r for r in rows if len(r["answer"]) == d] for d in (9, 10)}
