@@ -44,14 +44,20 @@ def huge_pages() -> bool:
     first write faults in every page: 8,400 faults of 4 KiB for a 34 MB tensor, which made an
     elementwise op 5-10x slower than the arithmetic (37-59 ms against 7-9 ms with huge pages, 512x fewer
     faults). Unlike `keep_freed_memory`, freed memory still goes back to the OS at once, so the peak RSS
-    stays what the tensors need. torch reads the variable at its first allocation of 2 MiB or more, so
-    this must run before any: True when a probe allocation was faulted in as huge pages."""
+    stays what the tensors need. torch reads the variable once, at its first allocation of 2 MiB or more, so
+    this must run before any: True when a probe allocation was faulted in as huge pages. The variable is
+    then removed again (unless the user had set it): child processes (torchrun workers, a test's probe)
+    inherited it and ran with huge pages whatever allocator they asked for."""
     import resource
 
+    ours = "THP_MEM_ALLOC_ENABLE" not in os.environ
     os.environ["THP_MEM_ALLOC_ENABLE"] = "1"
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     torch.empty(4 << 20).fill_(0)  # 16 MiB: 4,096 faults of 4 KiB; measured about 520 with huge pages
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 2048
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    if ours:
+        del os.environ["THP_MEM_ALLOC_ENABLE"]
+    return faults < 2048
 
 
 def keep_freed_memory() -> bool:
