@@ -3,6 +3,7 @@
     python scripts/bench_memory.py configs/word_problems_smollm2.toml               # the grid below
     python scripts/bench_memory.py configs/tiny_arithmetic.toml --grid micro_batch_size=32,128
     python scripts/bench_memory.py CONFIG key=value ... --grid KEY=V1,V2 --grid KEY2=V1,V2 --steps 3 --json out.json
+    python scripts/bench_memory.py CONFIG --grid micro_batch_tokens=4096 --profile 20   # + the 20 ops taking most time
 
 Each point of the grid (every combination of the --grid values; default: padded and packed micro-batches,
 activation checkpointing off and on) runs in a fresh process, because peak RSS is a process's high-water
@@ -34,6 +35,7 @@ import resource
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -78,7 +80,7 @@ def update_flops(hf_config, lengths: list[tuple[int, int]], matmul_params: int, 
 # ---------------------------------------------------------------------------------------------- one point
 
 
-def worker(argv: list[str], steps: int, completion_tokens: int, seed: int) -> dict:
+def worker(argv: list[str], steps: int, completion_tokens: int, seed: int, profile: int = 0) -> dict:
     """Runs in its own process: build, update `steps` times, report memory and times."""
     base = rss_peak()
     import train
@@ -120,10 +122,13 @@ def worker(argv: list[str], steps: int, completion_tokens: int, seed: int) -> di
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
-        grpo.step(policy, None, optimizer, scheduler, rollouts, cfg, tokenizer.pad_token_id)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if profile else nullcontext() as prof:
+            grpo.step(policy, None, optimizer, scheduler, rollouts, cfg, tokenizer.pad_token_id)
         if on_gpu:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+    if profile:  # where the update's time goes, by op (self time: an op's own, not its children's)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=profile), file=sys.stderr)
     peak = torch.cuda.max_memory_allocated() if on_gpu else rss_peak()
     # this point's own matmul peak, right after its updates: on a shared machine the peak moves between points
     matmul = matmul_peak(device.type)
@@ -174,10 +179,13 @@ def main() -> None:
     ap.add_argument("--repo", action="append", default=[], metavar="DIR",
                     help="also run every point with the trainer of this checkout (e.g. a git worktree of an older "
                          "commit), right after this one's: before/after side by side (repeatable)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also print the N ops with the most self time of each point's timed updates (torch.profiler; "
+                         "it slows the update, so read the times from a run without it)")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        print(json.dumps(worker(json.loads(a.worker), a.steps, a.completion_tokens, a.seed)))
+        print(json.dumps(worker(json.loads(a.worker), a.steps, a.completion_tokens, a.seed, a.profile)))
         return
     from nanogrpo import config as C
 
@@ -198,7 +206,8 @@ def main() -> None:
     for p in points:
         for label, repo in repos:  # this checkout, then each --repo: side by side, on the same machine state
             cmd = [sys.executable, str(Path(__file__).resolve()), a.config, "--worker", json.dumps(base + p), "--steps",
-                   str(a.steps), "--completion-tokens", str(a.completion_tokens), "--seed", str(a.seed)]
+                   str(a.steps), "--completion-tokens", str(a.completion_tokens), "--seed", str(a.seed),
+                   "--profile", str(a.profile)]
             t0 = time.time()
             # the worker imports the trainer of `repo` (its train.py, nanogrpo/); the config's paths stay ROOT's
             env = {**os.environ, "PYTHONPATH": str(repo)}
@@ -207,6 +216,8 @@ def main() -> None:
             if r.returncode:
                 print(f"  {name}: failed\n{r.stderr[-2000:]}", flush=True)
                 continue
+            if a.profile:
+                print(r.stderr[r.stderr.find("---"):], flush=True)
             res = json.loads(r.stdout.strip().splitlines()[-1])
             res["point"] = [label.rstrip(": ")] * bool(label) + p
             results.append(res)

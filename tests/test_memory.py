@@ -251,6 +251,17 @@ def test_bench_memory_measures_a_peak_the_planner_predicts(tmp_path):
     assert "| micro_batch_tokens=64 |" in r.stdout
 
 
+
+@pytest.mark.slow
+def test_bench_memory_profile_shows_where_the_update_spends_its_time():
+    r = run_script("scripts/bench_memory.py", "configs/tiny_arithmetic.toml", "prompts_per_step=2", "group_size=2",
+                   "--grid", "micro_batch_tokens=0", "--profile", "5")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    rules = [i for i, line in enumerate(lines) if line.startswith("-----")]
+    rows = lines[rules[1] + 1 : rules[2]]  # the table's body: the 5 ops asked for, one row each
+    assert len(rows) == 5 and any("aten::mm" in row for row in rows), rows
+
 if __name__ == "__main__":  # the 2-rank worker: MODEL OUT
     accumulate(sys.argv[1], sys.argv[2])
     print(json.dumps("ok"))
