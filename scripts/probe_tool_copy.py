@@ -24,15 +24,14 @@ def probe(model_dir: str, n: int = 200) -> tuple[dict[int, list[int]], list[tupl
     import torch
 
     from nanogrpo import model as M
-    from nanogrpo.tasks.multiply import multiply_rows, tool_transcript
+    from nanogrpo.tasks.multiply import multiply_rows, operands, tool_transcript
     from nanogrpo.tools import ToolConfig
 
     tok, model = M.load_tokenizer(model_dir), M.load_model(model_dir).eval()
     by_len: dict[int, list[int]] = {}
     wrong = []
     for r in multiply_rows("test", n):
-        a, b = (int(x) for x in r["problem"][:-1].split("*"))
-        code, output, _ = tool_transcript(a, b, ToolConfig())
+        code, output, _ = tool_transcript(*operands(r), ToolConfig())
         ids = tok(r["problem"] + code[0] + output[0], return_tensors="pt").input_ids
         with torch.no_grad():
             out = model.generate(ids, max_new_tokens=len(r["answer"]) + 2, do_sample=False,

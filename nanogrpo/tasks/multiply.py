@@ -38,6 +38,12 @@ def row(a: int, b: int) -> dict:
     return {"problem": f"{a}*{b}=", "answer": str(a * b)}
 
 
+def operands(r: dict) -> tuple[int, int]:
+    """(a, b) of a row made by `row`: "48213*90127=" -> (48213, 90127)."""
+    a, b = r["problem"][:-1].split("*")
+    return int(a), int(b)
+
+
 def multiply_rows(split: str, n: int, seed: int = 0) -> list[dict]:
     """n rows, deterministic in (split, n, seed); test rows are distinct held-out pairs."""
     if split not in ("train", "test"):
@@ -78,8 +84,7 @@ def warm_start_rows(n: int, seed: int, tool_frac: float, tool_cfg) -> list[dict]
     for r in rows:
         if rng.random() < tool_frac:
             r = rng.choice(by_digits[rng.choice([d for d in (9, 10) if by_digits[d]])])
-            a, b = (int(x) for x in r["problem"][:-1].split("*"))
-            segs = tool_transcript(a, b, tool_cfg)
+            segs = tool_transcript(*operands(r), tool_cfg)
         else:
             segs = [(r["answer"], True)]
         out.append({"problem": r["problem"], "segments": segs})
