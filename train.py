@@ -46,6 +46,7 @@ NONE_CAUSES = {
             "E2B_API_KEY) or the rows' tests cannot be run",
     "math": "math-verify could not check any answer (is math-verify installed? are the rows' answers parseable?)",
     "exact": "the rows have no 'answer' to compare with",
+    "number": "the rows' answers are not numbers (reward = \"number\" needs a number; \"math\" checks expressions)",
 }
 
 

@@ -35,14 +35,14 @@ class Config:
     logprob_chunk: int = 512  # tokens per chunk for the lm_head + log-softmax (bounds the fp32 logits)
 
     # --- data and rewards ---
-    task: str = "arithmetic"  # built-in "arithmetic" / "word_problems", a .jsonl / .parquet path of math or code rows, or a Hub dataset id (owner/name, through `datasets`)
+    task: str = "arithmetic"  # built-in "arithmetic" / "word_problems" / "word_problems_large" / "multiply", a .jsonl / .parquet path of math or code rows, or a Hub dataset id (owner/name, through `datasets`)
     task_split: str = "train"  # Hub dataset: the split trained on (eval_task, when a Hub id, reads "test")
     task_subset: str = ""  # Hub dataset: the subset (config name), e.g. "default"; "" = the dataset's only one
     task_columns: str = ""  # rename columns before the schema is read: "problem=question,answer=gold" (field=column)
     eval_task: str = ""  # held-out rows for eval_every ("" = the task's held-out split; arithmetic has one)
     template: str = "raw"  # raw (problem text as is) | chat (tokenizer chat template) | math_eval (chat + eval.py's math prompt)
     system_prompt: str = ""  # chat template only; "" = the data module's default instruction
-    reward: str = "exact"  # exact (answer string) | math (math-verify) | code (sandbox tests)
+    reward: str = "exact"  # exact (answer string) | number (the boxed / last number, GSM8K-style) | math (math-verify) | code (sandbox tests)
     format_weight: float = 0.0  # weight of the <think>...</think> format reward added to the main reward
     sandbox: str = "local"  # code rewards: local (bubblewrap, see docs/sandbox.md) | e2b (E2B_API_KEY)
     sandbox_concurrency: int = 0  # parallel executions; 0 = number of cores
@@ -141,7 +141,7 @@ CHOICES = {
     "cpu_allocator": ("hugepages", "reuse", "system"),
     "dtype": ("auto", "float32", "bfloat16", "float16"),
     "template": ("raw", "chat", "math_eval"),
-    "reward": ("exact", "math", "code"),
+    "reward": ("exact", "number", "math", "code"),
     "sandbox": ("local", "e2b"),
     "sampler": ("torch", "vllm"),
     "scale": ("group", "batch", "none"),

@@ -3,7 +3,7 @@
 Math row: {"problem": str, "answer": str}. Code rows (the unified code schema) pass through untouched.
 A row that cannot be normalised stops the run before any compute, naming the file, line and field.
 
-The built-in tasks (arithmetic, word_problems, multiply: nanogrpo/tasks/) need no files.
+The built-in tasks (arithmetic, word_problems, word_problems_large, multiply: nanogrpo/tasks/) need no files.
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def map_columns(records: list[tuple[str, dict]], columns: dict[str, str]) -> lis
 
 def load_rows(source: str, kind: str = "math", split: str = "train", n: int | None = None, seed: int = 0,
               verbose: bool = True, subset: str | None = None, columns: dict[str, str] | None = None) -> list[dict]:
-    """Rows from a built-in task ("arithmetic", "word_problems"; split/n/seed used), a .jsonl / .parquet
+    """Rows from a built-in task (nanogrpo/tasks: BUILTIN_TASKS; split/n/seed used), a .jsonl / .parquet
     file, or a Hub dataset id (split, subset), with `columns` ({field: column}) renamed first.
 
     Every row is normalised before anything else runs, so a bad row stops the run at once."""

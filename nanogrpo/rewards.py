@@ -5,6 +5,7 @@ checker or sandbox itself broke). `None` is an infrastructure verdict, never the
 trainer leaves such completions out of the group instead of scoring them 0.
 
 - `exact_reward`   string match after stripping (the built-in arithmetic task).
+- `number_reward`  GSM8K-style: the final answer is the number itself (the last \\boxed{}, else the last number).
 - `math_reward`    math-verify, run in worker processes with a hard per-item timeout.
 - `format_reward`  the R1 layout `<think>reasoning</think>answer`.
 - `code_reward`    tests run in the sandbox pool (`nanogrpo.sandbox`, imported lazily).
@@ -38,6 +39,54 @@ def exact_reward(completion: str, answer: str) -> float:
     try:
         return float(str(completion).strip() == str(answer).strip())
     except Exception:  # rewards never raise; a str() that fails is a broken row, not a model error
+        return 0.0
+
+
+# ---------------------------------------------------------------- number
+
+_NUMBER = r"-?\d+(?:,\d{3})*(?:\.\d+)?"
+_NUMBERS = re.compile(_NUMBER)
+_ONLY_NUMBER = re.compile(rf"\s*\\?\$?\s*({_NUMBER})\s*\$?\s*\.?\s*")  # "1,056", "$42", "\\$42", "7."
+
+
+def _boxed(text: str) -> str | None:
+    """The content of the last \\boxed{...}, braces balanced; None when there is none."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, i = 0, start + len("\\boxed")
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i + 1 : j]
+    return None
+
+
+def _as_number(text: str):
+    from decimal import Decimal
+
+    return Decimal(text.replace(",", ""))
+
+
+def number_reward(completion: str, answer: str) -> float | None:
+    """1.0 when the final answer is the gold number: the last \\boxed{} must hold a number and nothing else
+    (thousands commas, a $ and a final period allowed); without a box, the last number in the text counts (as
+    GSM8K's graders read answers). None when the gold is not a number.
+
+    Why not math-verify for number answers: it evaluates what it parses, so \\boxed{22 * 46 - 844} scores as 168.
+    A run without tools on "word_problems_large" learned to box the expression instead of computing it in 7 steps
+    (sampled accuracy 6% -> 92%): sympy did the arithmetic the task is about (docs/results.md "Tools on a chat model")."""
+    try:
+        gold = _ONLY_NUMBER.fullmatch(str(answer))
+        if gold is None:
+            return None
+        box = _boxed(str(completion))
+        if box is not None:
+            got = _ONLY_NUMBER.fullmatch(box)
+            return float(got is not None and _as_number(got.group(1)) == _as_number(gold.group(1)))
+        found = _NUMBERS.findall(str(completion))
+        return float(bool(found) and _as_number(found[-1]) == _as_number(gold.group(1)))
+    except Exception:  # rewards never raise
         return 0.0
 
 
@@ -312,7 +361,7 @@ def code_rewards(completions: list[str], problems: list[dict], **opts) -> list[f
 
 # ---------------------------------------------------------------- batches
 
-REWARDS = ("exact", "math", "code")
+REWARDS = ("exact", "number", "math", "code")
 
 
 def score_batch(
@@ -331,7 +380,7 @@ def score_batch(
     total = accuracy_weight * accuracy + format_weight * format; None when accuracy is None (the
     trainer leaves those completions out). Components: {"accuracy": [...], "format": [...]}; format is
     always computed (it is cheap), so its rate can be logged even when it carries no weight.
-    Rows: math/exact rows need "answer"; code rows are the code schema (docs/data.md).
+    Rows: math/number/exact rows need "answer"; code rows are the code schema (docs/data.md).
     code_opts: passed to the sandbox (backend, concurrency, binary, allow_unsandboxed, ...).
     answer_texts: what the accuracy reward reads, when not the whole completion (tool rollouts: the text
     after the last tool output); the format reward always reads the whole completion.
@@ -347,8 +396,9 @@ def score_batch(
         acc = code_rewards(completions, rows, **(code_opts or {}))
     else:
         answers = [row.get("answer") if isinstance(row, dict) else None for row in rows]
-        if reward == "exact":
-            acc = [None if a is None else exact_reward(c, a) for c, a in zip(completions, answers)]
+        if reward in ("exact", "number"):
+            fn = exact_reward if reward == "exact" else number_reward
+            acc = [None if a is None else fn(c, a) for c, a in zip(completions, answers)]
         else:
             todo = [i for i, a in enumerate(answers) if a is not None]
             acc = [None] * len(completions)

@@ -130,6 +130,33 @@ def test_exact_reward():
     assert exact_reward("9360", "936") == 0.0
     assert exact_reward("", "936") == 0.0
 
+@pytest.mark.parametrize("completion, answer, expected", [
+    ("Therefore, the final answer is: $\\boxed{168}$.", "168", 1.0),
+    ("$\\boxed{22 * 46 - 844}$", "168", 0.0),  # an unevaluated expression is not the number (math-verify: 1.0)
+    ("so \\boxed{1,056}", "1056", 1.0),
+    ("\\boxed{\\$42}", "42", 1.0),
+    ("\\boxed{1.50}", "1.5", 1.0),
+    ("\\boxed{-3}", "-3", 1.0),
+    ("\\boxed{168 apples}", "168", 0.0),
+    ("\\boxed{\\frac{1}{2}}", "0.5", 0.0),
+    ("\\boxed{12} wait, \\boxed{13}", "13", 1.0),  # the last box
+    ("\\boxed{12} wait, \\boxed{13}", "12", 0.0),
+    ("12 * 14 = 168\nThe answer is 168.", "168", 1.0),  # no box: the last number, as GSM8K's graders
+    ("168 apples and 7 left", "168", 0.0),
+    ("no number", "5", 0.0),
+    ("\\boxed{168}", "x + 1", None),  # the gold is not a number: unscored, never 0
+])
+def test_number_reward(completion, answer, expected):
+    assert rewards.number_reward(completion, answer) == expected
+
+
+def test_math_verify_accepts_an_unevaluated_expression_that_number_refuses():
+    """The reason the number reward exists: math-verify evaluates what it parses."""
+    text = "Therefore, the final answer is: $\\boxed{22 * 46 - 844}$."
+    assert math_reward(text, "168") == 1.0
+    total, parts = score_batch([text, text.replace("22 * 46 - 844", "168")], [{"answer": "168"}] * 2, "number")
+    assert total == [0.0, 1.0] and parts["accuracy"] == [0.0, 1.0]
+
 
 @pytest.mark.parametrize(
     "completion,prefilled,expected",

@@ -1,13 +1,20 @@
-"""The built-in task "word_problems": GSM8K-style one- and two-step word problems, generated.
+"""The built-in tasks "word_problems" and "word_problems_large": GSM8K-style one- and two-step word problems,
+generated.
 
-It exists to show GRPO working on a real pretrained model on CPU with nothing to download: a
+"word_problems" exists to show GRPO working on a real pretrained model on CPU with nothing to download: a
 135M chat model (SmolLM2-135M-Instruct) solves a fraction of these, GSM8K itself is nearly out of
 its reach (1-3%). Problems use small whole numbers and have a whole-number answer.
 
+"word_problems_large" is the same eight templates with larger numbers (3-digit sums, 2-digit products,
+quotients of 3-digit numbers): the tool task of a chat model (configs/word_problems_smollm2_tools.toml). Text
+alone can still score (the sums more often than the products), so a run with tools and one without are a
+real comparison. Each template knows its own solution (`STEPS`), so `warm_start_rows` writes worked answers
+from it: in text ("347 * 28 = 9716") or as a tool call (`print(347 * 28)`, its output, the answer).
+
 Held-out split: an instance (template, numbers) is held out by a fixed integer hash, so no train
 row with any seed ever has the numbers of a held-out row under the same template. There are about
-1,000 held-out instances; templates with few number choices run out first, so a large test set
-leans towards the templates with many.
+1,000 held-out instances of "word_problems" (templates with few number choices run out first, so a large
+test set leans towards the templates with many), and tens of thousands of "word_problems_large".
 """
 
 from __future__ import annotations
@@ -19,36 +26,67 @@ NAMES = [("Ava", "she"), ("Ben", "he"), ("Chloe", "she"), ("Diego", "he"), ("Emm
          ("Maya", "she"), ("Noah", "he"), ("Olga", "she"), ("Pedro", "he")]
 ITEMS = ["apples", "marbles", "stickers", "cookies", "pencils", "cards", "shells", "balloons", "stamps", "beads"]
 HELDOUT_PERCENT = 10
+FINAL = "Therefore, the final answer is: $\\boxed{{{}}}$."  # the last line eval.py's math prompt asks for
+
+# Per template: its text ({n} {p} {P} {m} {item} with the operands {a} {b} {c}), its solution as steps
+# (x, op, y) where x, y are operands or "r" (the previous step's result), and its operand samplers, small and
+# large. Division is exact by construction.
+TEMPLATES = [
+    ("{n} has {a} {item}. {P} gets {b} more {item} from {m}. How many {item} does {n} have now?",
+     [("a", "+", "b")],
+     lambda r: (r.randint(2, 40), r.randint(2, 30), 0),
+     lambda r: (r.randint(100, 999), r.randint(100, 999), 0)),
+    ("{n} had {a} {item}. {P} gave {b} of them to {m}. How many {item} does {n} have left?",
+     [("a", "-", "b")],
+     lambda r: (lambda b: (b + r.randint(1, 30), b, 0))(r.randint(2, 30)),
+     lambda r: (lambda b: (b + r.randint(100, 999), b, 0))(r.randint(100, 500))),
+    ("{n} buys {a} bags of {item}. Each bag holds {b} {item}. How many {item} did {n} buy?",
+     [("a", "*", "b")],
+     lambda r: (r.randint(2, 9), r.randint(2, 9), 0),
+     lambda r: (r.randint(12, 99), r.randint(12, 99), 0)),
+    ("{n} has {a} {item} and puts them into {b} equal piles. How many {item} are in each pile?",
+     [("a", "/", "b")],
+     lambda r: (lambda q, b: (q * b, b, 0))(r.randint(2, 9), r.randint(2, 9)),
+     lambda r: (lambda q, b: (q * b, b, 0))(r.randint(12, 99), r.randint(3, 19))),
+    ("{n} buys {a} boxes of {item} with {b} {item} in each box. {P} gives {c} of them to {m}. "
+     "How many {item} does {n} have left?",
+     [("a", "*", "b"), ("r", "-", "c")],
+     lambda r: (lambda a, b: (a, b, r.randint(1, a * b - 1)))(r.randint(2, 5), r.randint(2, 6)),
+     lambda r: (lambda a, b: (a, b, r.randint(1, a * b - 1)))(r.randint(12, 60), r.randint(12, 48))),
+    ("{n} earns {a} dollars an hour and works {b} hours on Saturday. Then {p} spends {c} dollars on lunch. "
+     "How many dollars of Saturday's pay does {n} have left?",
+     [("a", "*", "b"), ("r", "-", "c")],
+     lambda r: (lambda a, b: (a, b, r.randint(1, min(a * b - 1, 20))))(r.randint(5, 12), r.randint(2, 6)),
+     lambda r: (lambda a, b: (a, b, r.randint(1, min(a * b - 1, 200))))(r.randint(12, 45), r.randint(3, 12))),
+    ("{n} reads {a} pages on Monday, {b} pages on Tuesday and {c} pages on Wednesday. "
+     "How many pages does {n} read in the three days?",
+     [("a", "+", "b"), ("r", "+", "c")],
+     lambda r: (r.randint(2, 20), r.randint(2, 20), r.randint(2, 20)),
+     lambda r: (r.randint(20, 300), r.randint(20, 300), r.randint(20, 300))),
+    ("{m} has {a} {item}. {n} has {b} times as many {item} as {m}. How many {item} do they have together?",
+     [("a", "*", "b"), ("a", "+", "r")],
+     lambda r: (r.randint(2, 10), r.randint(2, 4), 0),
+     lambda r: (r.randint(20, 200), r.randint(3, 9), 0)),
+]
+OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y, "/": lambda x, y: x // y}
 
 
-def _templates():
-    """(text with {n} {p} {m} {item} {a} {b} {c}, operand sampler, answer) per template."""
-    return [
-        ("{n} has {a} {item}. {P} gets {b} more {item} from {m}. How many {item} does {n} have now?",
-         lambda r: (r.randint(2, 40), r.randint(2, 30), 0), lambda a, b, c: a + b),
-        ("{n} had {a} {item}. {P} gave {b} of them to {m}. How many {item} does {n} have left?",
-         lambda r: (lambda b: (b + r.randint(1, 30), b, 0))(r.randint(2, 30)), lambda a, b, c: a - b),
-        ("{n} buys {a} bags of {item}. Each bag holds {b} {item}. How many {item} did {n} buy?",
-         lambda r: (r.randint(2, 9), r.randint(2, 9), 0), lambda a, b, c: a * b),
-        ("{n} has {a} {item} and puts them into {b} equal piles. How many {item} are in each pile?",
-         lambda r: (lambda q, b: (q * b, b, 0))(r.randint(2, 9), r.randint(2, 9)), lambda a, b, c: a // b),
-        ("{n} buys {a} boxes of {item} with {b} {item} in each box. {P} gives {c} of them to {m}. "
-         "How many {item} does {n} have left?",
-         lambda r: (lambda a, b: (a, b, r.randint(1, a * b - 1)))(r.randint(2, 5), r.randint(2, 6)),
-         lambda a, b, c: a * b - c),
-        ("{n} earns {a} dollars an hour and works {b} hours on Saturday. Then {p} spends {c} dollars on lunch. "
-         "How many dollars of Saturday's pay does {n} have left?",
-         lambda r: (lambda a, b: (a, b, r.randint(1, min(a * b - 1, 20))))(r.randint(5, 12), r.randint(2, 6)),
-         lambda a, b, c: a * b - c),
-        ("{n} reads {a} pages on Monday, {b} pages on Tuesday and {c} pages on Wednesday. "
-         "How many pages does {n} read in the three days?",
-         lambda r: (r.randint(2, 20), r.randint(2, 20), r.randint(2, 20)), lambda a, b, c: a + b + c),
-        ("{m} has {a} {item}. {n} has {b} times as many {item} as {m}. How many {item} do they have together?",
-         lambda r: (r.randint(2, 10), r.randint(2, 4), 0), lambda a, b, c: a + a * b),
-    ]
+def solve(t: int, a: int, b: int, c: int) -> list[tuple[int, str, int, int]]:
+    """The worked solution of an instance: (x, op, y, result) per step; the last result is the answer."""
+    values, out = {"a": a, "b": b, "c": c}, []
+    for x, op, y in TEMPLATES[t][1]:
+        xv, yv = values[x], values[y]
+        values["r"] = OPS[op](xv, yv)
+        out.append((xv, op, yv, values["r"]))
+    return out
 
 
-TEMPLATES = _templates()
+def expression(t: int, a: int, b: int, c: int) -> str:
+    """The solution as one Python expression: "12 * 34 - 5" (division is exact, so // is the quotient)."""
+    values, expr = {"a": str(a), "b": str(b), "c": str(c)}, ""
+    for x, op, y in TEMPLATES[t][1]:  # no template needs brackets (tests/test_word_problems.py evaluates each)
+        expr = f"{expr if x == 'r' else values[x]} {'//' if op == '/' else op} {expr if y == 'r' else values[y]}"
+    return expr
 
 
 def _is_heldout(t: int, a: int, b: int, c: int) -> bool:
@@ -57,35 +95,68 @@ def _is_heldout(t: int, a: int, b: int, c: int) -> bool:
     return (h >> 8) % 100 < HELDOUT_PERCENT
 
 
-def _instance(rng: random.Random) -> tuple[int, int, int, int]:
-    t = rng.randrange(len(TEMPLATES))
-    return (t, *TEMPLATES[t][1](rng))
-
-
 def _row(t: int, a: int, b: int, c: int, rng: random.Random) -> dict:
-    text, _, answer = TEMPLATES[t]
     (n, p), (m, _) = rng.sample(NAMES, 2)
-    problem = text.format(n=n, p=p, P=p.capitalize(), m=m, item=rng.choice(ITEMS), a=a, b=b, c=c)
-    return {"problem": problem, "answer": str(answer(a, b, c))}
+    problem = TEMPLATES[t][0].format(n=n, p=p, P=p.capitalize(), m=m, item=rng.choice(ITEMS), a=a, b=b, c=c)
+    return {"problem": problem, "answer": str(solve(t, a, b, c)[-1][3])}
 
 
-def word_problem_rows(split: str, n: int, seed: int = 0) -> list[dict]:
-    """n rows, deterministic in (split, n, seed). Train: drawn with replacement from instances that are
-    not held out. Test: distinct held-out instances."""
+def _instances(split: str, n: int, seed: int, large: bool, name: str):
+    """n (instance, row) pairs, deterministic in (split, n, seed, large). Train: drawn with replacement from
+    instances that are not held out. Test: distinct held-out instances."""
     if split not in ("train", "test"):
-        raise ValueError(f"word_problems split must be 'train' or 'test', got {split!r}")
+        raise ValueError(f"{name} split must be 'train' or 'test', got {split!r}")
     if n <= 0:
-        raise ValueError(f"word_problems: n must be positive, got {n}")
-    rng = random.Random(f"word_problems-{split}-{seed}")
-    rows, seen, misses = [], set(), 0
-    while len(rows) < n:
-        if misses > 100_000:  # the held-out instances are finite (about 1,000): say so instead of spinning
-            raise ValueError(f"word_problems: only {len(rows)} distinct test rows, asked for {n}")
-        inst = _instance(rng)
+        raise ValueError(f"{name}: n must be positive, got {n}")
+    rng = random.Random(f"{name}-{split}-{seed}")
+    out, seen, misses = [], set(), 0
+    while len(out) < n:
+        if misses > 100_000:  # the held-out instances are finite: say so instead of spinning
+            raise ValueError(f"{name}: only {len(out)} distinct test rows, asked for {n}")
+        t = rng.randrange(len(TEMPLATES))
+        inst = (t, *TEMPLATES[t][3 if large else 2](rng))
         misses += 1
         if _is_heldout(*inst) != (split == "test") or (split == "test" and inst in seen):
             continue
         seen.add(inst)
         misses = 0
-        rows.append({**_row(*inst, rng), "id": f"wp-{split}-{len(rows)}"})
-    return rows
+        out.append((inst, {**_row(*inst, rng), "id": f"{'wpl' if large else 'wp'}-{split}-{len(out)}"}))
+    return out
+
+
+def word_problem_rows(split: str, n: int, seed: int = 0) -> list[dict]:
+    """The "word_problems" rows (small numbers): n rows, deterministic in (split, n, seed)."""
+    return [row for _, row in _instances(split, n, seed, False, "word_problems")]
+
+
+def large_word_problem_rows(split: str, n: int, seed: int = 0) -> list[dict]:
+    """The "word_problems_large" rows: n rows, deterministic in (split, n, seed)."""
+    return [row for _, row in _instances(split, n, seed, True, "word_problems_large")]
+
+
+def text_solution(t: int, a: int, b: int, c: int) -> str:
+    """A worked answer in text, one line per step, then the final line eval.py's math prompt asks for."""
+    steps = solve(t, a, b, c)
+    return "\n".join(f"{x} {op} {y} = {r}" for x, op, y, r in steps) + "\n" + FINAL.format(steps[-1][3])
+
+
+def tool_transcript(t: int, a: int, b: int, c: int, tool_cfg) -> list[tuple[str, bool]]:
+    """A tool-using answer as (text, written by the model) segments: the expression as code, its output (context
+    only, wrapped as nanogrpo/tools.py wraps it), the final line. The same tags the tool loop runs."""
+    from nanogrpo.tools import output_block
+
+    answer = solve(t, a, b, c)[-1][3]
+    code = f"{tool_cfg.open}\nprint({expression(t, a, b, c)})\n{tool_cfg.close}\n"
+    return [(code, True), (output_block(tool_cfg, f"{answer}\n"), False), (FINAL.format(answer), True)]
+
+
+def warm_start_rows(n: int, seed: int, tool_frac: float, tool_cfg) -> list[dict]:
+    """Supervised rows of "word_problems_large" train instances: {"problem", "answer", "segments"}; `tool_frac`
+    of them answer with the tool, the rest in text. Never a held-out instance (different rows from any GRPO
+    run's: their seed stream is "warm-{seed}")."""
+    rng = random.Random(f"word_problems_large-warm-{seed}")
+    out = []
+    for inst, row in _instances("train", n, 1_000_000 + seed, True, "word_problems_large"):
+        segs = tool_transcript(*inst, tool_cfg) if rng.random() < tool_frac else [(text_solution(*inst), True)]
+        out.append({"problem": row["problem"], "answer": row["answer"], "segments": segs})
+    return out
