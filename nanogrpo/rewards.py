@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from decimal import Decimal
 from multiprocessing.connection import wait as wait_ready
 
 # ---------------------------------------------------------------- exact
@@ -62,9 +63,7 @@ def _boxed(text: str) -> str | None:
     return None
 
 
-def _as_number(text: str):
-    from decimal import Decimal
-
+def _as_number(text: str) -> Decimal:
     return Decimal(text.replace(",", ""))
 
 

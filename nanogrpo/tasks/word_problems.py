@@ -8,8 +8,8 @@ its reach (1-3%). Problems use small whole numbers and have a whole-number answe
 "word_problems_large" is the same eight templates with larger numbers (3-digit sums, 2-digit products,
 quotients of 3-digit numbers): the tool task of a chat model (configs/word_problems_smollm2_tools.toml). Text
 alone can still score (the sums more often than the products), so a run with tools and one without are a
-real comparison. Each template knows its own solution (`STEPS`), so `warm_start_rows` writes worked answers
-from it: in text ("347 * 28 = 9716") or as a tool call (`print(347 * 28)`, its output, the answer).
+real comparison. Each template carries its own solution as steps (TEMPLATES), so `warm_start_rows` writes worked
+answers from it: in text ("347 * 28 = 9716") or as a tool call (`print(347 * 28)`, its output, the answer).
 
 Held-out split: an instance (template, numbers) is held out by a fixed integer hash, so no train
 row with any seed ever has the numbers of a held-out row under the same template. There are about
@@ -152,8 +152,8 @@ def tool_transcript(t: int, a: int, b: int, c: int, tool_cfg) -> list[tuple[str,
 
 def warm_start_rows(n: int, seed: int, tool_frac: float, tool_cfg) -> list[dict]:
     """Supervised rows of "word_problems_large" train instances: {"problem", "answer", "segments"}; `tool_frac`
-    of them answer with the tool, the rest in text. Never a held-out instance (different rows from any GRPO
-    run's: their seed stream is "warm-{seed}")."""
+    of them answer with the tool, the rest in text. Never a held-out instance, and not the rows of a GRPO run
+    with a small seed (the instances are drawn with seed 1,000,000 + seed)."""
     rng = random.Random(f"word_problems_large-warm-{seed}")
     out = []
     for inst, row in _instances("train", n, 1_000_000 + seed, True, "word_problems_large"):
