@@ -37,8 +37,6 @@ CONFIGS = {"multiply": ROOT / "configs" / "multiply_tools.toml",
            "word_problems": ROOT / "configs" / "word_problems_smollm2_tools.toml"}
 
 
-
-
 def warm_start(task: str, seed: int, out: Path, threads: int) -> Path:
     if task == "multiply":
         return bench_learning.warm_start(seed, out, threads, DEFAULT_MODEL, ("--tools",), quiet=True)
