@@ -67,8 +67,10 @@ def add_adapters(model: nn.Module, rank: int, alpha: float, targets: list[str]) 
     is in `targets` (e.g. "q_proj"). Returns the adapted module names. Call before sharding."""
     if rank < 1 or not targets:
         raise ValueError(f"LoRA needs a rank >= 1 and at least one target layer; got rank {rank}, targets {targets}")
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    found = [(name, module) for name, module in model.named_modules() if isinstance(module, nn.Linear)
+             and module is not head]  # the trainer's log-prob kernel reads the lm_head's weight directly
     model.requires_grad_(False)
-    found = [(name, module) for name, module in model.named_modules() if isinstance(module, nn.Linear)]
     chosen = [(name, module) for name, module in found if name.rsplit(".", 1)[-1] in targets]
     missing = set(targets) - {name.rsplit(".", 1)[-1] for name, _ in chosen}
     if missing:  # a typo would otherwise train fewer layers than asked, silently

@@ -12,8 +12,10 @@ mark. The process builds the trainer's model and optimizer as train.py does (`mo
 task, encoded as train.py encodes them, group_size completions each of --completion-tokens random tokens,
 default max_new_tokens: the longest a step can be; non-zero advantages, so every completion is in the
 update), runs one warm-up update on the first group alone (it creates AdamW's state and touches every
-kernel), then --steps updates on all of them (`grpo.step`); the time is the last one's, the peak the
-process's high-water mark.
+kernel), then --steps updates on all of them (`grpo.step`, default 2); the time is the last one's, the peak
+the process's high-water mark. The last, because the first update on all of them still pays one-time costs
+(SmolLM2 recipe, packed: 86.8 s, then 74.9 s; a process's first update also keeps memory for good,
+tests/test_memory.py): the second is what every later step of a run costs.
 
 Reported per point: peak memory (CPU: the process's peak RSS; GPU: max_memory_allocated), the planner's
 figure for the same config (nanogrpo/memory.py: weights + gradients + AdamW + activations + runtime), the
@@ -172,7 +174,7 @@ def main() -> None:
     ap.add_argument("config", help="CONFIG.toml, then key=value overrides applied to every point")
     ap.add_argument("overrides", nargs="*")
     ap.add_argument("--grid", action="append", help=f"KEY=V1,V2 (repeatable); default: {' '.join(DEFAULT_GRID)}")
-    ap.add_argument("--steps", type=int, default=1, help="updates per point after the warm-up; the last is reported (default 1)")
+    ap.add_argument("--steps", type=int, default=2, help="updates per point after the warm-up; the last is reported (default 2)")
     ap.add_argument("--completion-tokens", type=int, default=0, help="tokens per completion (default: max_new_tokens)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default="", help="also write every point's raw figures here")

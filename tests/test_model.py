@@ -40,6 +40,65 @@ def test_chunked_logprobs_equal_full(tiny_untied_model_dir, chunk):
         torch.testing.assert_close(g1[n], p.grad, atol=1e-5, rtol=1e-4, msg=n)
 
 
+def _naive_head(head, h, targets, temperature, fp32):
+    """The straightforward reference: the whole (B, T, V) fp32 logits, autograd through log_softmax."""
+    w, b = (head.weight.float(), None if head.bias is None else head.bias.float()) if fp32 else (head.weight, head.bias)
+    logits = torch.nn.functional.linear(h.to(w.dtype), w, b).float() / temperature
+    logp = torch.log_softmax(logits, -1)
+    return logp.gather(-1, targets[..., None])[..., 0], -(logp.exp() * logp).sum(-1)
+
+
+@pytest.mark.parametrize("dtype,fp32", [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_head_logprobs_and_gradients_equal_autograd_on_full_logits(dtype, fp32, bias):
+    """The lm_head's hand-written backward (model._HeadLogprobs) against autograd over the full logits:
+    log-probs, entropy, and the gradients of h, the weight and the bias, with a temperature and a chunk
+    that does not divide the positions; in bf16 with and without lm_head_fp32."""
+    g = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(16, 50, bias=bias).to(dtype)
+    h = torch.randn(2, 9, 16, generator=g).to(dtype)
+    targets = torch.randint(0, 50, (2, 9), generator=g)
+    weights = torch.randn(2, 9, generator=g)  # an arbitrary upstream gradient
+    grads = []
+    for run in ("got", "want"):
+        x = h.clone().requires_grad_()
+        head.zero_grad()
+        if run == "got":
+            logp, ent = M.chunked_logprobs(head, x, targets, 0.7, True, chunk_size=4, head_fp32=fp32)
+        else:
+            logp, ent = _naive_head(head, x, targets, 0.7, fp32)
+        (logp * weights).sum().backward()
+        grads.append((logp.detach(), ent.detach(), x.grad, head.weight.grad, head.bias.grad if bias else None))
+    tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
+    for name, got, want in zip(("logp", "entropy", "grad h", "grad weight", "grad bias"), *grads):
+        if want is not None:
+            assert got.dtype == want.dtype, name
+            torch.testing.assert_close(got.float(), want.float(), **tol, msg=name)
+
+
+def test_head_logprobs_keep_no_logits_for_backward_and_skip_frozen_weights():
+    """What backward keeps is the hidden states, the targets and one log-normaliser per position: no
+    (positions, vocab) tensor, however many chunks. A frozen lm_head gets no gradient computed."""
+    head = torch.nn.Linear(16, 500)
+    h = torch.randn(1, 64, 16, requires_grad=True)
+    targets = torch.randint(0, 500, (1, 64))
+    saved = []
+
+    def pack(t):
+        if t is not head.weight and t is not head.bias:
+            saved.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logp, _ = M.chunked_logprobs(head, h, targets, 1.0, True, chunk_size=8)
+    assert sum(saved) <= h.numel() + 2 * targets.numel(), saved  # h, targets, logz: no 500-wide tensor
+    head.requires_grad_(False)
+    M.chunked_logprobs(head, h, targets, 1.0, False, chunk_size=8)[0].sum().backward()
+    assert head.weight.grad is None and h.grad is not None
+    with pytest.raises(TypeError, match="plain nn.Linear"):
+        M.chunked_logprobs(torch.nn.Sequential(head), h, targets)
+
+
 def test_sharded_policy_matches_plain_model(tiny_model_dir):
     device = dist.init("cpu")
     policy = M.make_policy(tiny_model_dir, device, torch.float32, chunk_size=4, activation_checkpointing=True)
