@@ -172,8 +172,8 @@ def fp32_head(lm_head: nn.Module, h: torch.Tensor) -> torch.Tensor:
 
 
 class _HeadLogprobs(torch.autograd.Function):
-    """log p(target) and entropy, (B, T) each, of (B, T, H) hidden states under an lm_head, `chunk` positions at a time,
-    with a hand-written backward. Only one chunk's (C, V) fp32 logits exist at once, in forward and in
+    """log p(target) and entropy, (B, T) each, of (B, T, H) hidden states under an lm_head, `chunk` positions
+    at a time, with a hand-written backward. Only one chunk's (C, V) fp32 logits exist at once, in forward and in
     backward, which recomputes them from h (one matmul) instead of keeping them.
 
     Why by hand: autograd through logsumexp + gather (+ the temperature's division) runs about ten
@@ -188,8 +188,8 @@ class _HeadLogprobs(torch.autograd.Function):
     def forward(ctx, h, weight, bias, targets, temperature: float, chunk: int, with_entropy: bool, fp32: bool):
         scale = 1.0 / temperature if temperature > 0 and temperature != 1.0 else 1.0
         w = weight.float() if fp32 else weight  # the dtype the head's matmul runs in
-        out = torch.empty(targets.shape, dtype=torch.float32, device=h.device), torch.zeros(
-            targets.shape, dtype=torch.float32, device=h.device)  # (B, T), not views: FSDP hooks the root's outputs
+        kw = {"dtype": torch.float32, "device": h.device}
+        out = torch.empty(targets.shape, **kw), torch.zeros(targets.shape, **kw)  # (B, T), not views: FSDP hooks them
         logp, entropy = out[0].view(-1), out[1].view(-1)
         hs, ts = h.reshape(-1, h.shape[-1]), targets.reshape(-1)
         N = hs.shape[0]
