@@ -389,8 +389,8 @@ dist.all_reduce(gap, op=dist.ReduceOp.MAX)
 with open(f"{sys.argv[2]}/result_{rank}.txt", "w") as f:
     f.write(f"rank={rank} backend={backend} world={dist.get_world_size()} gap={gap.item():.3g}")
 sampler.close()  # vLLM's engine shutdown also destroys the default process group
-if dist.is_initialized():
-    dist.destroy_process_group()
+from nanogrpo import dist as nanogrpo_dist
+nanogrpo_dist.close()  # what train.py does last: the group if still there, then gloo's workers finish
 '''
 
 
