@@ -313,7 +313,7 @@ print(ticks[0])
 def test_close_lets_other_threads_finish_before_the_interpreter_exits():
     """dist.close gives up the GIL for a moment: a gloo worker dropping a finished collective needs it, and
     one still waiting for it when the interpreter shuts down aborts the process (SIGABRT, "terminate called
-    without an active exception": 3 of ~70 two-rank runs without the pause, 0 of 100 with it). Measured here:
+    without an active exception": 3 of ~70 two-rank runs without the pause, 0 of 140 with it). Measured here:
     ~100 passes of a 1 ms ticker during close, 8 during destroy_process_group alone."""
     out = subprocess.run([sys.executable, "-c", GIL_PROBE.format(root=str(ROOT))], capture_output=True, text=True,
                          check=True, env=ENV, timeout=120)
