@@ -90,10 +90,11 @@ def close() -> None:
     saw it finish; when that last reference holds tensors owned by Python, the drop needs the GIL. If the
     main thread reaches interpreter shutdown first (a script that ends right after its last collective),
     the waiting worker is told to exit inside a C++ destructor and the process aborts ("terminate called
-    without an active exception", SIGABRT): measured 3 runs in ~70 of a 2-rank FSDP2 script under torchrun (0 in 140 with the pause),
-    and once in CI. destroy_process_group does not join those threads while a model still holds the group.
-    Sleeping releases the GIL, so a waiting worker takes it and finishes; the pause is paid once per process,
-    also when the group is already gone (vLLM's engine shutdown destroys it; the workers may still run)."""
+    without an active exception", SIGABRT): measured 3 runs in ~70 of a 2-rank FSDP2 script under torchrun
+    (0 in 140 with the pause), and once in CI. destroy_process_group does not join those threads while a model
+    still holds the group. Sleeping releases the GIL, so a waiting worker takes it and finishes; the pause is
+    paid once per process, also when the group is already gone (vLLM's engine shutdown destroys it; the
+    workers may still run)."""
     if dist.is_initialized():
         dist.destroy_process_group()
     time.sleep(0.1)

@@ -14,7 +14,7 @@ default max_new_tokens: the longest a step can be; non-zero advantages, so every
 update), runs one warm-up update on the first group alone (it creates AdamW's state and touches every
 kernel), then --steps updates on all of them (`grpo.step`, default 2); the time is the last one's, the peak
 the process's high-water mark. The last, because the first update on all of them still pays one-time costs
-(SmolLM2 recipe, packed: 86.8 s, then 74.9 s; a process's first update also keeps memory for good,
+(SmolLM2 recipe, packed: 86.8 s, then 74.9 s; a process's first update also keeps ~9 MiB for good,
 tests/test_memory.py): the second is what every later step of a run costs.
 
 Reported per point: peak memory (CPU: the process's peak RSS; GPU: max_memory_allocated), the planner's
