@@ -8,7 +8,8 @@ larger of the two:
 generation (the sampler runs; the trainer's gradients are freed):
     weights 4P/N + AdamW 8P_t/N (fp32 shards, FSDP2), plus the sampler: vLLM on GPU takes
     vllm_gpu_memory_utilization x the card (its weights and KV cache live inside that); vLLM on CPU its
-    weights (bP) + vllm_kv_cache_gb; the PyTorch sampler its weights (bP) + a KV cache for a batch.
+    weights (bP) + vllm_kv_cache_gb; the PyTorch sampler its weights (bP; on CPU in fp32 twice: oneDNN packs a copy)
+    + a KV cache for a batch.
 update (vLLM sleeps: its weights and KV cache are released; the PyTorch sampler keeps its weights):
     weights + AdamW + gradients 4P_t/N (fp32 shards; grad_accumulation = "unsharded" holds every
     gradient unsharded, 4P_t, until the last micro-batch), the gathered parameters (b x (root + 2
@@ -37,7 +38,7 @@ import torch
 GIB = 2**30
 CPU_RUNTIME = 0.48 * GIB  # RSS after `import train` (torch, transformers): 0.42-0.50 GiB on the 2-core machines (scripts/bench_memory.py)
 GPU_RUNTIME = 2.0 * GIB  # CUDA context + NCCL + cuBLAS workspaces: an estimate, not measured here
-TORCH_SAMPLER_BATCH = 64  # TorchSampler's max_batch_size: sequences whose KV cache exists at once
+TORCH_SAMPLER_BATCH = 128  # TorchSampler's max_batch_size: sequences whose KV cache exists at once
 VLLM_BATCHED_TOKENS = 8192  # vLLM's profile batch: its activation reserve is taken for this many tokens
 VLLM_MAX_SEQS = 256
 
@@ -203,9 +204,10 @@ def plan(cfg, shape: Shape, world: int = 1, device: str = "cpu", prompt_tokens: 
         rows.append(("vLLM (CPU)", gen_s, f"weights {b} x P + vllm_kv_cache_gb {cfg.vllm_kv_cache_gb}"))
     else:
         kv = min(TORCH_SAMPLER_BATCH, prompts * cfg.group_size) * seq_len * shape.kv_bytes_per_token(b)
-        gen_s, upd_s = b * P + kv, b * P
-        rows.append(("PyTorch sampler", gen_s, f"its own weights ({b} x P) + KV cache of {TORCH_SAMPLER_BATCH} sequences "
-                                               "(during generation)"))
+        copies = 2 if (not gpu and b == 4) else 1  # CPU fp32: oneDNN's packed copy of its linears' weights beside them
+        gen_s, upd_s = copies * b * P + kv, copies * b * P
+        rows.append(("PyTorch sampler", gen_s, f"its own weights ({copies} x {b} x P{': packed for oneDNN' if copies > 1 else ''})"
+                                               f" + KV cache of {TORCH_SAMPLER_BATCH} sequences (during generation)"))
     runtime = GPU_RUNTIME if gpu else CPU_RUNTIME
     rows.append(("runtime", runtime, "CUDA context, NCCL, cuBLAS (estimate)" if gpu else "Python, torch, transformers (measured)"))
 

@@ -14,7 +14,7 @@ import torch
 import train
 from nanogrpo import parity
 from nanogrpo.config import ConfigError, load
-from nanogrpo.sampler import TorchSampler
+from nanogrpo.sampler import KV_ATTENTION, TorchSampler
 
 ROOT = Path(__file__).parent.parent
 
@@ -95,7 +95,7 @@ def test_sampler_policy_runs_the_trainers_forward_on_the_samplers_weights(tiny_m
         want, _ = policy(ids, attn)
         got, _ = behaviour(ids, attn)
         assert torch.equal(got * attn[:, 1:], want * attn[:, 1:])
-        assert sampler.model.config._attn_implementation == "sdpa"  # restored for the decode
+        assert sampler.model.config._attn_implementation == KV_ATTENTION  # restored for the decode
         next(sampler.model.parameters()).add_(1e-3)  # the sampler falls behind: the recompute shows it
         moved, _ = behaviour(ids, attn)
     assert (moved - want).mul(attn[:, 1:]).abs().max() > 1e-5

@@ -132,22 +132,24 @@ def test_stop_string_matches_naive(sampler):
 def test_sampled_stop_strings_cut_at_completing_token(sampler):
     prompts = encode(sampler, PROMPTS)
     stops = ("1", "a", "e ")
-    result = sampler.generate(prompts, 4, SamplingParams(max_new_tokens=20, temperature=1.0, seed=5, stop=stops))
+    dec = lambda ids: sampler.tokenizer.decode(ids)  # noqa: E731
     n_stopped = 0
-    for prompt, completions in zip(prompts, result):
-        for c in completions:
+    for seed in range(5, 10):  # the random tiny model completes a stop string now and then: several seeds
+        result = sampler.generate(prompts, 4, SamplingParams(max_new_tokens=20, temperature=1.0, seed=seed, stop=stops))
+        for prompt, c in ((p, c) for p, cs in zip(prompts, result) for c in cs):
             # Rows that finish early leave the batch; the rows still running must be unaffected.
             ref = reference_logprobs(sampler.model, prompt, c.token_ids, 1.0)
             torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-5, rtol=0)
-            dec = lambda ids: sampler.tokenizer.decode(ids)  # noqa: E731
             hit = any(s in c.text for s in stops)
-            if c.finish_reason == "stop":
+            if c.finish_reason == "stop" and c.token_ids[-1] in sampler.eos_ids:
+                assert not hit  # EOS came first
+            elif c.finish_reason == "stop":
                 n_stopped += 1
                 # The last token completed a stop string: without it, none is present.
                 assert hit and not any(s in dec(c.token_ids[:-1]) for s in stops)
             else:
                 assert c.finish_reason == "length" and len(c.token_ids) == 20 and not hit
-    assert 0 < n_stopped < 16  # some rows stopped early while others ran on
+    assert 0 < n_stopped < 80  # some rows stopped early while others ran on
 
 
 def test_eos_from_generation_config_list(tmp_path, tiny_model_dir):
@@ -294,12 +296,15 @@ def test_bad_inputs(sampler, tmp_path):
 def test_token_budget_splits_but_keeps_results(tiny_model_dir):
     """max_batch_tokens only changes how rows are grouped: greedy results stay the same."""
     big = TorchSampler(tiny_model_dir, max_batch_size=64)
-    small = TorchSampler(tiny_model_dir, max_batch_size=64, max_batch_tokens=40)
+    small = TorchSampler(tiny_model_dir, max_batch_size=64, max_batch_tokens=100)
     prompts = encode(big, PROMPTS)
     params = SamplingParams(max_new_tokens=6, temperature=0.0)
-    chunks = list(small._chunks(sorted(range(4), key=lambda i: -len(prompts[i])), 3, prompts, 6))
-    assert len(chunks) > 2 and sum(c for ch in chunks for _, c in ch) == 12
-    a, b = big.generate(prompts, 3, params), small.generate(prompts, 3, params)
+    per_step = {"big": [], "small": []}  # rows decoded at each step (the progress hook's tokens)
+    a = big.generate(prompts, 3, params, progress=lambda done, tokens: per_step["big"].append(tokens))
+    b = small.generate(prompts, 3, params, progress=lambda done, tokens: per_step["small"].append(tokens))
+    slots = 100 // (max(map(len, prompts)) + 6)  # the cache holds slots x (longest prompt + max_new_tokens) tokens
+    assert max(per_step["big"]) == 12 and 1 <= slots < 12 and max(per_step["small"]) == slots
+    assert sum(per_step["small"]) == sum(len(c.token_ids) for cs in b for c in cs)
     assert [[c.token_ids for c in cs] for cs in a] == [[c.token_ids for c in cs] for cs in b]
     for cs_a, cs_b in zip(a, b):
         for x, y in zip(cs_a, cs_b):
@@ -326,3 +331,183 @@ def test_make_sampler(tiny_model_dir):
         top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
         names = [a.name for n in top for a in n.names] + [n.module or "" for n in top if isinstance(n, ast.ImportFrom)]
         assert names and not [x for x in names if "vllm" in x], mod.__name__
+
+
+# ---- (6) the decode loop: every supported architecture, continuous batching, the cache, the streams ----
+
+
+def _arch_dir(root: Path, arch: str, **extra) -> str:
+    """A random 2-layer model of `arch` with the tiny tokenizer (initializer_range 0.2: peaked logits, no near-ties)."""
+    import transformers
+    from tiny import build_tokenizer
+
+    names = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral"}[arch]
+    tok = build_tokenizer()
+    kw = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, max_position_embeddings=256, initializer_range=0.2,
+              eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
+    cfg = getattr(transformers, f"{names}Config")(**{**kw, **extra})
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{names}ForCausalLM")(cfg)
+    out = root / arch
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return str(out)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral"])
+def test_every_architecture_matches_transformers(tmp_path, arch):
+    """The decode loop drives the model's own layers: greedy equals HF generate, log-probs equal a full forward."""
+    s = TorchSampler(_arch_dir(tmp_path, arch, **({"attention_bias": True} if arch == "llama" else {})),
+                     max_batch_size=3)
+    prompts = encode(s, PROMPTS)
+    greedy = s.generate(prompts, 2, SamplingParams(max_new_tokens=12, temperature=0.0))
+    sampled = s.generate(prompts, 2, SamplingParams(max_new_tokens=12, temperature=0.8, seed=0))
+    for prompt, g, cs in zip(prompts, greedy, sampled):
+        out = s.model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                               do_sample=False, max_new_tokens=12, eos_token_id=sorted(s.eos_ids), pad_token_id=s.pad_id)
+        assert g[0].token_ids == g[1].token_ids == out[0, len(prompt):].tolist()
+        for c in cs:
+            ref = reference_logprobs(s.model, prompt, c.token_ids, 0.8)
+            torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=2e-5, rtol=0)
+
+
+def test_other_architectures_and_windows_are_named(tmp_path):
+    (tmp_path / "gpt2").mkdir()
+    (tmp_path / "gpt2" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(ValueError, match="'gpt2' model: use sampler = 'vllm'"):
+        TorchSampler(str(tmp_path / "gpt2"))
+    # A sliding window is exact while the sequence fits in it, and an error past it (never silently wrong).
+    s = TorchSampler(_arch_dir(tmp_path, "mistral", sliding_window=24))
+    prompt = s.tokenizer.encode("12+34=")
+    assert len(s.generate([prompt], 1, SamplingParams(max_new_tokens=24 - len(prompt), temperature=0.0))[0][0].token_ids)
+    with pytest.raises(ValueError, match="sliding window"):
+        s.generate([prompt], 1, SamplingParams(max_new_tokens=40, temperature=0.0))
+
+
+def test_continuous_batching_refills_slots_and_keeps_results(sampler, tiny_model_dir):
+    """Rows that stop early free their slots for waiting prompts (the last running row moves into the hole);
+    greedy results and log-probs equal a naive decoder's, whatever the slot count."""
+    prompts = encode(sampler, PROMPTS * 3)
+    greedy = sampler.generate(prompts[:1], 1, SamplingParams(max_new_tokens=16, temperature=0.0))
+    stop = _printable_piece(sampler, greedy[0][0].token_ids)  # some rows stop early, the others run on
+    params = SamplingParams(max_new_tokens=16, temperature=0.0, stop=(stop,))
+    for slots in (3, 5, 64):
+        per_step = []
+        s = TorchSampler(tiny_model_dir, max_batch_size=slots)
+        result = s.generate(prompts, 2, params, progress=lambda done, tokens: per_step.append((done, tokens)))
+        for prompt, cs in zip(prompts, result):
+            tokens, reason = naive_greedy(s.model, s.tokenizer, prompt, 16, s.eos_ids, params.stop)
+            for c in cs:
+                assert (c.token_ids, c.finish_reason) == (tokens, reason)
+                torch.testing.assert_close(torch.tensor(c.logprobs), reference_logprobs(s.model, prompt, tokens, 1.0),
+                                           atol=1e-5, rtol=0)
+        assert sum(d for d, _ in per_step) == 24 and sum(t for _, t in per_step) == sum(
+            len(c.token_ids) for cs in result for c in cs)
+        if slots < 24:  # a step after rows finished still ran full: their slots were refilled at once
+            full = slots // 2 * 2  # a prompt's 2 samples are admitted together (one prefill for the group)
+            assert max(t for _, t in per_step) == full
+            assert any(d and t2 == full for (d, _), (_, t2) in zip(per_step, per_step[1:]))
+
+
+def test_cache_grows_past_its_first_size(sampler):
+    """The cache starts at the prompt's length and doubles: a long greedy run equals HF generate."""
+    prompt = encode(sampler, ["7"])[0]
+    c = sampler.generate([prompt], 1, SamplingParams(max_new_tokens=150, temperature=0.0))[0][0]
+    out = sampler.model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                 do_sample=False, max_new_tokens=150, eos_token_id=sorted(sampler.eos_ids),
+                                 pad_token_id=sampler.pad_id)
+    assert c.token_ids == out[0, len(prompt):].tolist() and len(c.token_ids) > 100
+
+
+def test_a_samples_draws_do_not_depend_on_its_batch(tiny_model_dir):
+    """Each sample draws from its own stream (seed, prompt, sample, token): the slot count, and so which rows
+    share a step, leaves every sampled token as it was."""
+    prompts = [p for p in (TorchSampler(tiny_model_dir).tokenizer.encode(t) for t in PROMPTS)]
+    params = SamplingParams(max_new_tokens=10, temperature=1.0, seed=11)
+    runs = [TorchSampler(tiny_model_dir, max_batch_size=b).generate(prompts, 3, params) for b in (1, 4, 64)]
+    assert all([[c.token_ids for c in cs] for cs in r] == [[c.token_ids for c in cs] for cs in runs[0]] for r in runs)
+    # ... and samples of one prompt differ from each other
+    assert len({tuple(c.token_ids) for c in runs[0][1]}) == 3
+
+
+def test_uniforms_are_splitmix64():
+    """The streams' int64 arithmetic (wrapping products, masked shifts) equals splitmix64 on Python integers."""
+    from nanogrpo.sampler import uniforms
+
+    M = (1 << 64) - 1
+
+    def mix(x):
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M
+        return x ^ (x >> 31)
+
+    seed, streams, counters = 2**61 + 12345, [0, 1, 7, 2**40], [0, 3, 99, 2**33]
+    got = uniforms(seed, torch.tensor(streams), torch.tensor(counters)).tolist()
+    want = [(mix((mix((s * 0x9E3779B97F4A7C15 + seed) & M) + c * 0x9E3779B97F4A7C15) & M) >> 11) * 2.0**-53
+            for s, c in zip(streams, counters)]
+    assert got == want
+    u = uniforms(0, torch.arange(200_000), torch.zeros(200_000, dtype=torch.long))
+    assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.005 and abs(u.var() - 1 / 12) < 0.002
+
+
+@pytest.mark.parametrize("V,temperature,top_p,scale", [
+    (1000, 1.0, 1.0, 3.0),   # 3 full blocks of 256 and a remainder of 232
+    (2048, 0.7, 0.9, 4.0),   # peaked: the nucleus lies in the top 1024 (topk)
+    (3000, 1.0, 0.95, 0.1),  # nearly flat: the nucleus is past the top 1024, the full sort
+])
+def test_sample_next_draws_softmax_and_reports_log_softmax(V, temperature, top_p, scale):
+    """sample_next's two-level CDF / top-k nucleus against the softmax itself: frequencies over 20,000 draws of one
+    row (chi-square over cells of >= 100 expected draws), log-probs equal log_softmax(logits / T)."""
+    from nanogrpo.sampler import sample_next, uniforms
+
+    g = torch.Generator().manual_seed(V)
+    logits = torch.randn(V, generator=g) * scale
+    N = 20_000
+    u = uniforms(V, torch.arange(N), torch.zeros(N, dtype=torch.long))
+    tokens, logp = sample_next(logits.expand(N, V).contiguous(), temperature, top_p, u)
+    probs = torch.softmax(logits.double() / temperature, dim=-1)
+    torch.testing.assert_close(logp, torch.log(probs[tokens]).float(), atol=1e-5, rtol=0)
+    sp, order = probs.sort(descending=True)
+    keep = order[(sp.cumsum(0) - sp) < top_p]
+    want = torch.zeros(V, dtype=torch.float64)
+    want[keep] = probs[keep] / probs[keep].sum()
+    counts = torch.bincount(tokens, minlength=V).double()
+    assert counts[want == 0].sum() == 0, "drew a token outside the nucleus"
+    # cells of >= 100 expected draws: the kept tokens, most likely first, pooled until a cell's expectation fills
+    ranked = keep[want[keep].argsort(descending=True)]
+    expected = want[ranked] * N
+    cell = torch.unique(((expected.cumsum(0) - expected) // 100).long(), return_inverse=True)[1]
+    obs = torch.zeros(int(cell.max()) + 1, dtype=torch.float64).index_add_(0, cell, counts[ranked])
+    exp = torch.zeros_like(obs).index_add_(0, cell, expected)
+    chi2, dof = float(((obs - exp) ** 2 / exp).sum()), len(obs) - 1
+    assert len(keep) > 1 and chi2 < dof + 6 * (2 * dof) ** 0.5, (chi2, dof)
+
+
+def test_cpu_gemms_equal_f_linear_and_repack_changed_weights(tmp_path):
+    """oneDNN's packed GEMM (the private ops, torch 2.13) against F.linear; a weight changed in place is packed
+    again; outside the block the modules are plain again (nanogrpo/parity.py needs the trainer's kernels)."""
+    from nanogrpo.sampler import cpu_gemms
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 320), torch.nn.Linear(320, 256, bias=False), torch.nn.Linear(256, 8))
+    for rows in (1, 7, 64, 300):
+        x = torch.randn(rows, 256)
+        with torch.inference_mode():
+            want = model(x)
+            with cpu_gemms(model, True):
+                assert "forward" in vars(model[0])
+                got = model(x)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert "forward" not in vars(model[0]) and "forward" not in vars(model[1])
+    with cpu_gemms(model, True):  # a linear under ONEDNN_MIN_WEIGHT keeps F.linear (MKL): a oneDNN call costs more
+        assert "forward" not in vars(model[2])
+    with torch.no_grad():
+        model[1].weight.mul_(2.0)  # as sync_weights' copy_ does: the version counter moves
+    with torch.inference_mode(), cpu_gemms(model, True):
+        torch.testing.assert_close(model(x), model[2](torch.nn.functional.linear(model[0](x), model[1].weight)))
+    s = TorchSampler(_arch_dir(tmp_path, "qwen2", hidden_size=256, intermediate_size=512, head_dim=64))
+    seen = []
+    s.generate([[5, 6, 7]], 2, SamplingParams(max_new_tokens=3),
+               progress=lambda *a: seen.append("forward" in vars(s.model.model.layers[0].mlp.up_proj)))
+    assert s.onednn and seen and all(seen) and "forward" not in vars(s.model.model.layers[0].mlp.up_proj)
