@@ -5,13 +5,17 @@
         [--temperature 0.6] [--top-p 0.95] [--max-new-tokens M] [--data DIR]
 
     python eval.py ... --tools [--tools-file F.py] [--max-tool-calls 4]   # the model runs code mid-answer
+    python eval.py ... --resume   # a stopped eval: keep the finished calls in OUT's samples file, generate the rest
 
     torchrun --nproc_per_node=8 eval.py ... --num-samples N   # problems split across ranks, results gathered
     (under torchrun spell --n as --num-samples: torchrun reads `--n` as an abbreviation of its own options)
 
-Writes OUT (results JSON), OUT with `.samples.jsonl` (every generation with its verdict) and prints a
-markdown table. A bad argument (a range, the model, a task, an OUT that cannot be written or is a file
-the run reads) is an error naming it (exit 2) before anything is generated. Tasks, prompts and defaults: nanogrpo/tasks/benchmarks.py and docs/eval.md.
+Writes OUT (results JSON, at the end), OUT with `.samples.jsonl` (every generation with its verdict, appended
+as each generate call ends; OUT with `.samples.args.json` records the arguments) and prints a markdown table;
+progress on stderr (a line redrawn in place on a terminal, plain lines elsewhere). A bad argument (a range,
+the model, a task, an OUT that cannot be written or is a file the run reads, a --resume with other arguments)
+is an error naming it (exit 2) before anything is generated. Tasks, prompts and defaults:
+nanogrpo/tasks/benchmarks.py and docs/eval.md.
 The work is done by nanogrpo/evaluate.py (`evaluate()`), which train.py's in-run evals call too.
 """
 
@@ -29,7 +33,8 @@ from nanogrpo.tasks import benchmarks
 from nanogrpo import config as C
 from nanogrpo import model as M
 # the work is done in the library (one path with train.py's in-run evals); these names stay importable from here
-from nanogrpo.evaluate import MAX_NEW_TOKENS_CAP, context_problem, evaluate, markdown_table, prompt_ids, samples_path  # noqa: F401
+from nanogrpo.evaluate import (MAX_NEW_TOKENS_CAP, ResumeMismatch, context_problem, evaluate,  # noqa: F401
+                               markdown_table, prompt_ids, samples_args_path, samples_path)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -42,12 +47,20 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--n", "--num-samples", dest="n", type=int, default=None,
                     help="samples per problem (default per task, docs/eval.md)")
     ap.add_argument("--limit", type=int, default=None, help="first K problems of each task")
-    ap.add_argument("--out", default="results.json", help="results JSON; samples go to OUT's .samples.jsonl")
+    ap.add_argument("--out", default="results.json",
+                    help="results JSON; samples go to OUT's .samples.jsonl as each generate call ends (an existing "
+                         "samples file is replaced, unless --resume)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue a stopped eval with the same arguments: the calls recorded in OUT's samples file "
+                         "are kept, the rest generated (same seeds: the results equal an uninterrupted run's); "
+                         "a samples file written with other arguments is an error")
     ap.add_argument("--sampler", default="auto", choices=["auto", "torch", "vllm"])
     ap.add_argument("--temperature", type=float, default=0.6)
     ap.add_argument("--top-p", type=float, default=0.95)
     ap.add_argument("--max-new-tokens", type=int, default=None,
-                    help=f"default: min({MAX_NEW_TOKENS_CAP}, context - longest prompt)")
+                    help=f"default: {MAX_NEW_TOKENS_CAP} on GPU, the task's default on CPU (gsm8k "
+                         f"{benchmarks.CPU_MAX_NEW_TOKENS['gsm8k']}, docs/eval.md); never past the context left "
+                         "after the longest prompt")
     ap.add_argument("--data", default=None, help=f"folder of eval files (default {benchmarks.DEFAULT_DATA_DIR})")
     ap.add_argument("--device", default=None, help="cpu | cuda (default: cuda if available)")
     ap.add_argument("--seed", type=int, default=0)
@@ -80,7 +93,8 @@ def main(argv: list[str] | None = None) -> dict:
     data_dir = Path(args.data) if args.data else benchmarks.DEFAULT_DATA_DIR
     reads = ([t.partition("=")[2] for t in specs if "=" in t] + [args.tools_file]
              + [str(data_dir / f) for f in (*benchmarks.MATH_FILES.values(), "lcb.jsonl")])
-    for flag, path in (("--out", args.out), ("--out's samples file", str(samples_path(Path(args.out))))):
+    for flag, path in (("--out", args.out), ("--out's samples file", str(samples_path(Path(args.out)))),
+                       ("--out's samples arguments", str(samples_args_path(Path(args.out))))):
         problem = files.output_problem(path, reads)
         if problem:
             ap.error(f"{flag} {path!r}: {problem} (checked before generating, so no evaluation is lost)")
@@ -120,10 +134,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     if "RANK" in os.environ:  # under torchrun: join the group so problems are split across ranks
         dist.init(args.device or "auto")
-    results = evaluate(args.model, loaded, n=args.n, limit=args.limit, sampler_kind=args.sampler,
-                       device=args.device, temperature=args.temperature, top_p=args.top_p,
-                       max_new_tokens=args.max_new_tokens, data_dir=args.data, out=args.out, seed=args.seed,
-                       tool_cfg=tool_cfg, sandbox=args.sandbox)
+    try:
+        results = evaluate(args.model, loaded, n=args.n, limit=args.limit, sampler_kind=args.sampler,
+                           device=args.device, temperature=args.temperature, top_p=args.top_p,
+                           max_new_tokens=args.max_new_tokens, data_dir=args.data, out=args.out, seed=args.seed,
+                           tool_cfg=tool_cfg, sandbox=args.sandbox, resume=args.resume)
+    except ResumeMismatch as e:  # raised before the model is loaded
+        ap.error(f"--resume: {e}")
     if dist.is_main():
         print(markdown_table(results))
         print(f"\nresults: {args.out}\nsamples: {samples_path(Path(args.out))}", file=sys.stderr)

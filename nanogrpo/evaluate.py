@@ -8,7 +8,11 @@ The sampler, the prompt encoding and the scoring are the trainer's own (nanogrpo
 
 from __future__ import annotations
 
+import dataclasses
+import glob
+import hashlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,13 +20,22 @@ from pathlib import Path
 import torch
 
 from nanogrpo import data, files, hub, rewards, tools
+from nanogrpo.log import ProgressLine
 from nanogrpo.tasks import benchmarks
 from nanogrpo.rollout import encode_prompts, make_sampler, score_rollouts
 from nanogrpo import dist as ndist
 from nanogrpo.tasks.benchmarks import Task
 from nanogrpo.sampler import SamplingParams
 
-MAX_NEW_TOKENS_CAP = 32768  # the reference evaluations' generation budget for reasoning models
+MAX_NEW_TOKENS_CAP = 32768  # the reference evaluations' generation budget for reasoning models (the GPU default)
+ROWS_PER_CALL = 256  # samples per generate call, about: max(1, ROWS_PER_CALL // n) problems (fixes the per-call seeds);
+# a call's rows keep the sampler's batch full until its queue empties (continuous batching), so fewer, larger
+# calls waste less at their ends; a stopped eval redoes at most one call
+SHORTEN = "--limit, --n or --max-new-tokens"  # what the long-run warning suggests (eval.py's flags)
+
+
+class ResumeMismatch(ValueError):
+    """A resumed eval whose samples file was written with other arguments (or with unknown ones)."""
 
 
 def _log(msg: str, rank: int) -> None:
@@ -97,6 +110,28 @@ def context_length(model_dir: str) -> int:
     return int(cfg.get("max_position_embeddings") or cfg.get("max_sequence_length") or 4096)
 
 
+def task_budget(task: Task, requested: int | None, on_gpu: bool, context: int, longest: int) -> tuple[int, str]:
+    """max_new_tokens for a task, and why: what was asked for, else the reference budget on GPU and the task's
+    CPU default on CPU (nanogrpo/tasks/benchmarks.py); never past the context left after the longest prompt."""
+    if requested:
+        budget, why = requested, "as asked"
+    elif on_gpu:
+        budget, why = MAX_NEW_TOKENS_CAP, "the reference budget on GPU"
+    else:
+        budget, why = task.cpu_max_new_tokens or benchmarks.CUSTOM_CPU_MAX_NEW_TOKENS, f"{task.name}'s default on CPU"
+    if context - longest < budget:
+        budget, why = context - longest, f"the context ({context}) left after the longest prompt ({longest})"
+    return budget, why
+
+
+def task_calls(rows: int, n: int, rank: int, world: int) -> list[tuple[int, list[int]]]:
+    """This rank's generate calls of a task: (offset in its share, the problems). Shares are strided (ranks get
+    similar mixes of problems); the offset fixes the call's seed, so a resumed call draws what it drew before."""
+    mine = list(range(rank, rows, world))
+    per_call = max(1, ROWS_PER_CALL // n)
+    return [(start, mine[start : start + per_call]) for start in range(0, len(mine), per_call)]
+
+
 def score(task: Task, completions: list, rows: list[dict]) -> list[float | None]:
     """Verdicts of Completions: on the text after the last tool output (tools), None where the sandbox
     of a tool call failed (unscored, never wrong)."""
@@ -108,47 +143,67 @@ def score(task: Task, completions: list, rows: list[dict]) -> list[float | None]
     return [None if getattr(c, "failed", False) else v for c, v in zip(completions, verdicts)]
 
 
-def run_task(task, sampler, tokenizer, n, sampling, context, seed, rank, world, gather):
-    """Generate and score this rank's share of the task -> (per-problem results, sample records, token budget)."""
-    mine = list(range(rank, len(task.rows), world))  # strided: ranks get similar mixes of problems
+def run_task(task, sampler, tokenizer, n, sampling, context, seed, rank, world, gather, *, encoded=None,
+             recorded=None, show: ProgressLine | None = None, on_call=None):
+    """Generate and score this rank's share of the task -> (per-problem results, sample records, token budget).
+
+    `encoded`: {row index: prompt_ids} (made here when not given). `recorded`: {problem index: its n sample
+    records} of calls an earlier run finished (complete_calls): those calls are not generated again.
+    `show`: the sampler's progress hook and the task's progress line. `on_call(records)`: each generated
+    call's records, as soon as they are scored (eval.py appends them to the samples file)."""
+    calls = task_calls(len(task.rows), n, rank, world)
+    mine = [i for _, idx in calls for i in idx]
     tool_cfg = sampler.cfg if isinstance(sampler, tools.ToolSampler) else None
-    encoded = {i: prompt_ids(task, task.rows[i], tokenizer, tool_cfg) for i in mine}
-    longest = max((len(ids) for ids, _ in encoded.values()), default=0)
-    longest = max(gather(longest))
+    encoded = encoded or {i: prompt_ids(task, task.rows[i], tokenizer, tool_cfg) for i in mine}
+    longest = max(gather(max((len(encoded[i][0]) for i in mine), default=0)))
     # The budget: what was asked for (or the reference cap), never past the model's context.
     budget = min(sampling["max_new_tokens"] or MAX_NEW_TOKENS_CAP, context - longest)
     if budget < 1:
         raise ValueError(f"eval {task.name}: the longest prompt ({longest} tokens) fills the context ({context})")
-    per_call = max(1, 64 // n)  # problems per generate call: about 64 rows, and a progress line per call
-    done, t0 = 0, time.monotonic()
-    problems, records = [], []
-    for start in range(0, len(mine), per_call):
-        idx = mine[start : start + per_call]
+    recorded = recorded or {}
+    todo, records = [], {}  # records: problem index -> its n records
+    for start, idx in calls:
+        if all(i in recorded for i in idx):
+            records.update({i: recorded[i] for i in idx})
+        else:
+            todo.append((start, idx))
+    if show is not None:
+        show.skip(len(records), n * len(records))
+    for start, idx in todo:
         params = SamplingParams(max_new_tokens=budget, temperature=sampling["temperature"],
                                 top_p=sampling["top_p"], seed=seed + 7919 * rank + start)  # reproducible per call
-        outs = sampler.generate([encoded[i][0] for i in idx], n, params)
-        flat_rows = [task.rows[i] for i in idx for _ in range(n)]
+        if show is not None:
+            show.start_call()
+        outs = sampler.generate([encoded[i][0] for i in idx], n, params, progress=show)
         flat = [c for group in outs for c in group]
-        verdicts = score(task, flat, flat_rows)
+        verdicts = score(task, flat, [task.rows[i] for i in idx for _ in range(n)])
+        new = []
         for k, i in enumerate(idx):
-            row, prefilled = task.rows[i], encoded[i][1]
-            group = flat[k * n : (k + 1) * n]
-            vs = verdicts[k * n : (k + 1) * n]
-            problems.append({"index": i, "correct": [v == 1.0 for v in vs], "unscored": sum(v is None for v in vs),
-                             "tokens": [len(c.token_ids) for c in group],
-                             "truncated": sum(c.finish_reason == "length" for c in group),
-                             "format": sum(rewards.format_reward(c.text, prefilled) for c in group),
-                             "tool_calls": [getattr(c, "calls", 0) for c in group]})
-            for j, (c, v) in enumerate(zip(group, vs)):
-                records.append({"task": task.name, "index": i, "id": row.get("id", str(i)), "sample": j,
-                                "answer": row.get("answer"), "reward": v, "correct": v == 1.0,
-                                "finish_reason": c.finish_reason, "num_tokens": len(c.token_ids),
-                                "completion": c.text, **({"tool_calls": c.calls} if tool_cfg else {})})
-        done += len(idx)
-        acc = sum(sum(p["correct"]) for p in problems) / max(1, n * len(problems))
-        _log(f"eval {task.name}: {done}/{len(mine)} problems on rank {rank}, pass@1 so far {acc:.3f}, "
-             f"{time.monotonic() - t0:.0f}s", rank)
-    return problems, records, budget
+            row = task.rows[i]
+            for j in range(n):
+                c, v = flat[k * n + j], verdicts[k * n + j]
+                new.append({"task": task.name, "index": i, "id": row.get("id", str(i)), "sample": j,
+                            "answer": row.get("answer"), "reward": v, "correct": v == 1.0,
+                            "finish_reason": c.finish_reason, "num_tokens": len(c.token_ids),
+                            "completion": c.text, **({"tool_calls": c.calls} if tool_cfg else {})})
+            records[i] = new[k * n : (k + 1) * n]
+        if on_call is not None:
+            on_call(new)
+        if show is not None:
+            got = [r["correct"] for rs in records.values() for r in rs]
+            show.call_done(len(idx), n * len(idx), f"pass@1 so far {sum(got) / max(1, len(got)):.3f}")
+    problems = [problem_result(i, records[i], encoded[i][1]) for i in mine]
+    return problems, [r for i in mine for r in records[i]], budget
+
+
+def problem_result(index: int, records: list[dict], prefilled: bool) -> dict:
+    """One problem's results from its sample records (so a resumed problem counts exactly as a generated one)."""
+    return {"index": index, "correct": [r["correct"] for r in records],
+            "unscored": sum(r["reward"] is None for r in records),  # reward None: gold unparseable / sandbox failed
+            "tokens": [r["num_tokens"] for r in records],
+            "truncated": sum(r["finish_reason"] == "length" for r in records),
+            "format": sum(rewards.format_reward(r["completion"], prefilled) for r in records),
+            "tool_calls": [r.get("tool_calls", 0) for r in records]}
 
 
 def evaluate(
@@ -168,6 +223,8 @@ def evaluate(
     seed: int = 0,
     tool_cfg: tools.ToolConfig | None = None,
     sandbox: str = "local",
+    resume: bool = False,
+    shorten: str = SHORTEN,
 ) -> dict:
     """Run the tasks and return the results dict (on every rank); rank 0 writes `out` and its samples.
 
@@ -175,6 +232,10 @@ def evaluate(
     `sampler`: pass the trainer's sampler (weights already synced) to skip loading the model again; a
     tools.ToolSampler (train.py with tools = true) evaluates with its tools.
     `tool_cfg`: run the tool loop (nanogrpo/tools.py) on the `sandbox` backend, for any task.
+    `max_new_tokens`: None = the reference budget on GPU, the task's default on CPU (task_budget).
+    Samples are appended to OUT's .samples.jsonl as each generate call ends (SampleFile); `resume` keeps the
+    calls recorded there and generates the rest, or raises ResumeMismatch (before the model is loaded) when
+    the file was written with other arguments. `shorten`: the options the long-run warning names.
     """
     rank, world, gather = ndist.rank(), ndist.world_size(), ndist.all_gather_object
     model_dir = hub.model_dir(model_dir)  # a Hub id: its snapshot in the HF cache
@@ -183,6 +244,24 @@ def evaluate(
         device = f"cuda:{torch.cuda.current_device()}"
     dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
     loaded = [t if isinstance(t, Task) else benchmarks.load_task(t, data_dir, limit) for t in tasks]
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    context = context_length(model_dir)
+    # Each task's prompts, n and budget, before any model is loaded: the run's arguments must be known to
+    # check a resumed samples file.
+    prompt_tools = sampler.cfg if isinstance(sampler, tools.ToolSampler) else tool_cfg
+    plans = []  # (task, n, {row index: prompt_ids}, budget, why)
+    for task in loaded:
+        encoded = {i: prompt_ids(task, row, tokenizer, prompt_tools) for i, row in enumerate(task.rows)}
+        longest = max((len(ids) for ids, _ in encoded.values()), default=0)
+        budget, why = task_budget(task, max_new_tokens, str(device).startswith("cuda"), context, longest)
+        if budget < 1:
+            raise ValueError(f"eval {task.name}: the longest prompt ({longest} tokens) fills the context ({context})")
+        plans.append((task, n or task.default_n, encoded, budget, why))
+    args = run_args(model_dir, plans, temperature, top_p, seed, world, str(device).split(":")[0],
+                    type(sampler).__name__ if sampler is not None else sampler_kind, prompt_tools)
+    sample_file = SampleFile(Path(out), args, resume, rank, world) if out else None  # ResumeMismatch here
     if any(t.kind == "code" for t in loaded):
         # Check the sandbox now (SandboxUnavailable says how to fix it), not after hours of generation,
         # when every code reward would come back None (unscored) and pass@1 would read as 0.
@@ -193,48 +272,186 @@ def evaluate(
         sampler = make_sampler(sampler_kind, model_dir, device, dtype)
     if tool_cfg is not None and not isinstance(sampler, tools.ToolSampler):
         sampler = tools.ToolSampler(sampler, tool_cfg, tools.make_cells(tool_cfg, sandbox))
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    context = context_length(model_dir)
+    recorded = [complete_calls(task, task_n, rank, world, sample_file.recorded if sample_file else {})
+                for task, task_n, *_ in plans]
+    if sample_file is not None:  # every call recorded before is rewritten, the rest of the file dropped
+        sample_file.start([r for got in recorded for recs in got.values() for r in recs])
     sampling = {"temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens}
     results = {"model": str(model_dir), "world_size": world, "seed": seed, "sampling": sampling, "tasks": {}}
-    all_records = []
+    all_records, show = [], None
     t_start = time.monotonic()
-    for task in loaded:
-        task_n = n or task.default_n
-        t0 = time.monotonic()
-        problems, records, budget = run_task(task, sampler, tokenizer, task_n, sampling, context, seed, rank, world, gather)
-        problems = sorted((p for part in gather(problems) for p in part), key=lambda p: p["index"])
-        records = sorted((r for part in gather(records) for r in part), key=lambda r: (r["index"], r["sample"]))
-        samples = task_n * len(problems)
-        tokens = [t for p in problems for t in p["tokens"]]
-        results["tasks"][task.name] = {
-            "metrics": benchmarks.task_metrics([p["correct"] for p in problems]),
-            "problems": len(problems),
-            "n": task_n,
-            "max_new_tokens": budget,
-            "unscored": sum(p["unscored"] for p in problems),  # reward None: gold unparseable / sandbox failed
-            "truncated": sum(p["truncated"] for p in problems) / max(1, samples),
-            "format": sum(p["format"] for p in problems) / max(1, samples),
-            "mean_tokens": sum(tokens) / max(1, len(tokens)),
-            **tool_summary(problems, samples, sampler),
-            "seconds": round(time.monotonic() - t0, 1),
-            **task.meta,
-        }
-        all_records += records
-        unscored = results["tasks"][task.name]["unscored"]
-        if unscored:
-            _log(f"WARNING eval {task.name}: {unscored} of {samples} samples could not be scored (reward None: "
-                 "unparseable gold or a sandbox failure); pass@1 counts them as wrong", rank)
+    try:
+        for (task, task_n, encoded, budget, why), got in zip(plans, recorded):
+            t0 = time.monotonic()
+            share = len(range(rank, len(task.rows), world))  # this rank's problems
+            _log(f"eval {task.name}: {len(task.rows)} problems, n={task_n}, max_new_tokens {budget} ({why})", rank)
+            if rank == 0:  # only rank 0 prints: its share, which the other ranks' match within a problem
+                label = f"eval {task.name}" + (f" (rank 0's share of {world} ranks)" if world > 1 else "")
+                show = ProgressLine(label, share, share * task_n, budget, hint=shorten)
+            problems, records, budget = run_task(
+                task, sampler, tokenizer, task_n, {**sampling, "max_new_tokens": budget}, context, seed, rank, world,
+                gather, encoded=encoded, recorded=got, show=show, on_call=sample_file.append if sample_file else None)
+            if show is not None:
+                show.close()
+                show = None
+            problems = sorted((p for part in gather(problems) for p in part), key=lambda p: p["index"])
+            records = sorted((r for part in gather(records) for r in part), key=lambda r: (r["index"], r["sample"]))
+            samples = task_n * len(problems)
+            tokens = [t for p in problems for t in p["tokens"]]
+            results["tasks"][task.name] = {
+                "metrics": benchmarks.task_metrics([p["correct"] for p in problems]),
+                "problems": len(problems),
+                "n": task_n,
+                "max_new_tokens": budget,
+                "unscored": sum(p["unscored"] for p in problems),  # reward None: gold unparseable / sandbox failed
+                "truncated": sum(p["truncated"] for p in problems) / max(1, samples),
+                "format": sum(p["format"] for p in problems) / max(1, samples),
+                "mean_tokens": sum(tokens) / max(1, len(tokens)),
+                **tool_summary(problems, samples, sampler),
+                "seconds": round(time.monotonic() - t0, 1),
+                **task.meta,
+            }
+            all_records += records
+            unscored = results["tasks"][task.name]["unscored"]
+            if unscored:
+                _log(f"WARNING eval {task.name}: {unscored} of {samples} samples could not be scored (reward None: "
+                     "unparseable gold or a sandbox failure); pass@1 counts them as wrong", rank)
+    except BaseException:  # Ctrl-C, SIGTERM turned into an exception, a crash: say what is kept
+        if show is not None:
+            show.close()  # a terminal's line is ended
+        if sample_file is not None:
+            _log(f"eval stopped: the samples of every finished generate call are in {sample_file.path}; the same "
+                 "command with --resume generates only the rest", rank)
+        raise
     results["seconds"] = round(time.monotonic() - t_start, 1)
     if rank == 0 and out:
-        out_path = Path(out)
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        # each file appears whole or not at all (tmp + rename): a crash never leaves half a results file
-        files.write_atomic(samples_path(out_path), "".join(json.dumps(r) + "\n" for r in all_records))
-        files.write_atomic(out_path, json.dumps(results, indent=2) + "\n")
+        # whole or not at all (tmp + rename): a crash never leaves half a results file
+        files.write_atomic(out, json.dumps(results, indent=2) + "\n")
+    if sample_file is not None:
+        sample_file.finish(all_records)
     return results
+
+
+def run_args(model_dir, plans, temperature, top_p, seed, world, device, sampler, tool_cfg) -> dict:
+    """What a samples file's records depend on, by name (a resumed eval must match it): the model, each task's
+    rows, n and budget, the sampling, the seed, the number of ranks (it fixes the calls and their seeds)."""
+    args = {"model": str(model_dir), "tasks": ",".join(task.name for task, *_ in plans)}
+    for task, n, _, budget, _ in plans:
+        rows = json.dumps([[r.get("id"), r.get("problem"), r.get("answer")] for r in task.rows])
+        args[f"problems of {task.name} (--limit)"] = len(task.rows)
+        args[f"rows of {task.name} (its data)"] = hashlib.sha256(rows.encode()).hexdigest()[:16]
+        args[f"n of {task.name}"] = n
+        args[f"max_new_tokens of {task.name}"] = budget
+    return {**args, "temperature": temperature, "top_p": top_p, "seed": seed, "world size": world, "device": device,
+            "sampler": sampler, "tools": dataclasses.asdict(tool_cfg) if tool_cfg is not None else None}
+
+
+def complete_calls(task: Task, n: int, rank: int, world: int, recorded: dict) -> dict[int, list[dict]]:
+    """{problem index: its n records} of this rank's calls of `task` whose every problem has all n samples in
+    `recorded` ({(task, index): {sample: record}}); a call only partly there is generated again."""
+    got = {}
+    for _, idx in task_calls(len(task.rows), n, rank, world):
+        recs = [recorded.get((task.name, i), {}) for i in idx]
+        if all(set(r) == set(range(n)) for r in recs):
+            got.update({i: [r[j] for j in range(n)] for i, r in zip(idx, recs)})
+    return got
+
+
+class SampleFile:
+    """OUT's .samples.jsonl, written as the eval goes, so a stopped eval keeps every finished generate call.
+
+    Each rank appends each call's records to its part as the call ends (one write, flushed and synced): rank 0
+    to the samples file itself, rank R > 0 to OUT.samples.rankR.jsonl. At the end rank 0 writes the whole
+    file again, sorted (tmp + rename), and removes the other parts. OUT.samples.args.json holds the arguments
+    the records were made with (run_args), until the eval ends. A new run replaces the samples file (and parts);
+    a resumed one reads them all, raises ResumeMismatch when the arguments differ, and keeps the records of the
+    calls that finished (`start`): a call cut short by the stop is generated again, with its own seed."""
+
+    def __init__(self, out: Path, args: dict, resume: bool, rank: int, world: int):
+        self.path, self.args, self.rank, self.world = samples_path(out), args, rank, world
+        self.args_path = samples_args_path(out)
+        self.part = self.path if rank == 0 else self._part(rank)
+        self.recorded: dict[tuple, dict[int, dict]] = {}  # (task, index) -> {sample: record}
+        self.file = None
+        if resume:
+            problem = self._mismatch()
+            if problem:
+                raise ResumeMismatch(problem)
+            for path in [self.path, *self._parts()]:
+                for rec in _read_records(path):
+                    self.recorded.setdefault((rec["task"], rec["index"]), {})[rec["sample"]] = rec
+            _log(f"eval --resume: {sum(map(len, self.recorded.values()))} samples recorded in {self.path}"
+                 + (" and its rank parts" if world > 1 else "") + "; the calls they complete are not generated again",
+                 rank)
+
+    def _part(self, rank: int) -> Path:
+        return self.path.with_suffix(f".rank{rank}.jsonl")
+
+    def _parts(self) -> list[Path]:
+        return sorted(self.path.parent.glob(glob.escape(self.path.stem) + ".rank*.jsonl"))
+
+    def _mismatch(self) -> str:
+        """Why the recorded samples cannot be resumed with this run's arguments ("" if they can)."""
+        if not self.args_path.is_file():
+            if self.path.exists() or self._parts():
+                return (f"{self.path} has no record of the arguments it was written with ({self.args_path.name} is "
+                        "missing: the eval that wrote it finished, or it predates --resume): run without --resume "
+                        "to start over")
+            return ""  # nothing recorded: the run starts from the beginning
+        try:
+            before = json.loads(self.args_path.read_text())
+        except ValueError as e:
+            return f"{self.args_path} is unreadable ({e}): run without --resume to start over"
+        diff = [f"{k}: {before.get(k)!r} in the samples file, {v!r} now" for k, v in self.args.items()
+                if before.get(k) != v]
+        diff += [f"{k}: {v!r} in the samples file, not in this run" for k, v in before.items() if k not in self.args]
+        if diff:
+            return (f"{self.path} was written with other arguments ({'; '.join(diff)}): run with the same ones, or "
+                    "without --resume to start over")
+        return ""
+
+    def start(self, kept: list[dict]) -> None:
+        """Begin writing: each rank's part holds exactly `kept` (its recorded calls), then what it appends."""
+        ndist.barrier()  # every rank has read the old files
+        if self.rank == 0:
+            for part in self._parts():
+                part.unlink(missing_ok=True)
+            files.write_atomic(self.args_path, json.dumps(self.args, indent=1) + "\n")
+        ndist.barrier()
+        files.write_atomic(self.part, "".join(json.dumps(r) + "\n" for r in kept))
+        self.file = open(self.part, "a", encoding="utf-8")
+
+    def append(self, records: list[dict]) -> None:
+        """One call's records: written at once, flushed and synced (a kill tears at most this write's last line)."""
+        self.file.write("".join(json.dumps(r) + "\n" for r in records))
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+    def finish(self, records: list[dict]) -> None:
+        """Rank 0, after the results: the whole file, sorted as the results; then the rank parts and the arguments
+        are removed (a finished eval leaves its results and samples only; until here --resume can finish it)."""
+        if self.file is not None:
+            self.file.close()
+        if self.rank == 0:
+            files.write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in records))
+            for part in self._parts():
+                part.unlink(missing_ok=True)
+            self.args_path.unlink(missing_ok=True)
+
+
+def _read_records(path: Path) -> list[dict]:
+    """The sample records of a samples file or part; a line torn by a kill mid-write is left out."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and {"task", "index", "sample"} <= rec.keys():
+            out.append(rec)
+    return out
 
 
 def tool_summary(problems: list[dict], samples: int, sampler) -> dict:
@@ -247,6 +464,11 @@ def tool_summary(problems: list[dict], samples: int, sampler) -> dict:
 
 def samples_path(out: Path) -> Path:
     return out.with_name(out.stem + ".samples.jsonl")
+
+
+def samples_args_path(out: Path) -> Path:
+    """The arguments of the samples in samples_path(out), while the eval runs or stands stopped (SampleFile)."""
+    return out.with_name(out.stem + ".samples.args.json")
 
 
 def markdown_table(results: dict) -> str:

@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from nanogrpo.sampler import Completion, SamplingParams
+from nanogrpo.sampler import Completion, Progress, SamplingParams
 from nanogrpo.sandbox.cells import CellResult
 
 log = logging.getLogger(__name__)
@@ -200,12 +200,17 @@ class ToolSampler:
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[ToolCompletion]]:
+    def generate(
+        self, prompts: list[list[int]], n: int, params: SamplingParams, progress: Progress | None = None
+    ) -> list[list[ToolCompletion]]:
+        """`progress` gets the tokens of every inner generate call as they come, and a sample when its whole
+        rollout ends (a segment that stops at a code block is not a finished sample)."""
         params.check()
         budget, user_stops = params.max_new_tokens, tuple(params.stop)
         sampling = replace(params, stop=user_stops + (self.cfg.stop,))
+        inner = None if progress is None else (lambda _samples, tokens: progress(0, tokens))
         rolls = [_Rollout(list(p)) for p in prompts for _ in range(n)]
-        segments = [c for group in self.sampler.generate(prompts, n, sampling) for c in group]
+        segments = [c for group in self.sampler.generate(prompts, n, sampling, progress=inner) for c in group]
         running = list(range(len(rolls)))
         t_tools, rounds = 0.0, 0
         while running:
@@ -219,7 +224,10 @@ class ToolSampler:
             t_tools += time.time() - t0
             for (i, code), res in zip(calls, results):
                 self._insert(rolls[i], code, res, budget)
-            self.cells.close([i for i in running if rolls[i].reason])  # the sessions of rollouts that just ended
+            ended = [i for i in running if rolls[i].reason]
+            self.cells.close(ended)  # the sessions of rollouts that just ended
+            if progress is not None and ended:
+                progress(len(ended), 0)
             running = [i for i in running if not rolls[i].reason]
             if not running:
                 break
@@ -227,7 +235,8 @@ class ToolSampler:
             longest = max(budget - len(rolls[i].tokens) for i in running)
             seed = None if params.seed is None else (params.seed + rounds * 1_000_003) % (2**31)
             step = replace(sampling, max_new_tokens=longest, seed=seed)
-            segments = [g[0] for g in self.sampler.generate([rolls[i].prompt + rolls[i].tokens for i in running], 1, step)]
+            contexts = [rolls[i].prompt + rolls[i].tokens for i in running]
+            segments = [g[0] for g in self.sampler.generate(contexts, 1, step, progress=inner)]
         self.cells.close(list(range(len(rolls))))
         out = [self._completion(r) for r in rolls]
         self.last_stats = {"tool_rounds": rounds, "time_tools": t_tools, **self.cells.pop_stats()}

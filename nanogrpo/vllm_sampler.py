@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from nanogrpo.sampler import Completion, SamplingParams
+from nanogrpo.sampler import Completion, Progress, SamplingParams
 
 # Must be set before the engine is built: the in-process engine is what lets sync_weights pass a
 # generator (and what external_launcher requires). vllm reads its env vars lazily, at engine build.
@@ -191,7 +191,11 @@ class VLLMSampler:
             detokenize=bool(params.stop),  # stop strings need the detokenizer; the text is decoded below
         )
 
-    def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Completion]]:
+    def generate(
+        self, prompts: list[list[int]], n: int, params: SamplingParams, progress: Progress | None = None
+    ) -> list[list[Completion]]:
+        """`progress` is called once, at the end, with every sample and token: vLLM 0.32's LLM.generate reports
+        only finished requests (through `use_tqdm`, a tqdm object: no token counts), nothing per step."""
         params.check()
         if n < 1:
             raise ValueError(f"vllm sampler: n must be >= 1, got {n}")
@@ -233,6 +237,8 @@ class VLLMSampler:
         )
         for c, t in zip(flat, texts):
             c.text = t
+        if progress is not None:
+            progress(len(flat), sum(len(c.token_ids) for c in flat))
         return results
 
     # ---- weights ----

@@ -174,7 +174,7 @@ def test_eval_counts_a_correct_answer(tiny_model_dir, tmp_path):
     from nanogrpo.sampler import Completion
 
     class Fake:
-        def generate(self, prompts, n, params):
+        def generate(self, prompts, n, params, progress=None):
             return [[Completion([1], [0.0], "\\boxed{5}" if j % 2 == 0 else "\\boxed{4}", "stop") for j in range(n)]
                     for _ in prompts]
 

@@ -42,7 +42,7 @@ class AnswerBook:
 
         self.by_prompt = {tuple(eval_cli.prompt_ids(task, r, tokenizer)[0]): answers[r["id"]] for r in task.rows}
 
-    def generate(self, prompts, n, params):
+    def generate(self, prompts, n, params, progress=None):
         from nanogrpo.sampler import Completion
 
         return [[Completion([1], [0.0], self.by_prompt[tuple(p)], "stop") for _ in range(n)] for p in prompts]
@@ -208,7 +208,7 @@ def test_code_eval_without_isolation_fails_before_generating(tiny_model_dir, mon
     from nanogrpo.sandbox import SandboxUnavailable
 
     class MustNotRun:
-        def generate(self, prompts, n, params):
+        def generate(self, prompts, n, params, progress=None):
             raise AssertionError("generated although the sandbox is unusable")
 
     monkeypatch.setattr(pool_mod, "_default", {})  # a fresh process-wide pool, started by the eval

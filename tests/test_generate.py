@@ -90,7 +90,7 @@ def code_task(tmp_path, language="python"):
 class AnswerWheel:
     """A Sampler whose n answers to a prompt are ANSWERS, rotated by the prompt (so batches differ in order)."""
 
-    def generate(self, prompts, n, params):
+    def generate(self, prompts, n, params, progress=None):
         from nanogrpo.sampler import Completion
 
         return [[Completion([1, 2], [0.0, 0.0], ANSWERS[(sum(p) + j) % len(ANSWERS)], "stop") for j in range(n)]

@@ -35,7 +35,7 @@ class ScriptSampler:
         self.eos_ids = {tokenizer.eos_token_id}
         self.calls = []  # (number of prompts, n) per generate call
 
-    def generate(self, prompts, n, params):
+    def generate(self, prompts, n, params, progress=None):
         self.calls.append((len(prompts), n))
         out = []
         for p in prompts:
@@ -50,6 +50,8 @@ class ScriptSampler:
             if len(ids) > params.max_new_tokens:
                 ids, reason = ids[: params.max_new_tokens], "length"
             out.append([Completion(ids, [-0.5] * len(ids), self.tokenizer.decode(ids), reason) for _ in range(n)])
+            if progress is not None:  # as a sampler does: its n segments finished, their tokens generated
+                progress(n, n * len(ids))
         return out
 
     def sync_weights(self, w):
@@ -116,6 +118,23 @@ def test_state_persists_across_calls_and_tool_tokens_are_masked(tokenizer, local
     assert all(lp == -0.5 for lp, m in zip(c.logprobs, c.mask) if m == 1)
     assert c.token_ids[-1] == tokenizer.eos_token_id and c.finish_reason == "stop"
     assert sampler.last_stats["tool_rounds"] == 2 and sampler.last_stats["sandbox_seconds"] > 0
+
+
+def test_progress_counts_every_inner_token_and_a_sample_when_its_rollout_ends(tokenizer, local_cells):
+    """ToolSampler's progress hook: the tokens of every segment the model wrote (tool output is not generated),
+    and each sample once, when its whole rollout ends (a segment that stopped at a code block is not a sample)."""
+    cfg = tools.ToolConfig(timeout_s=2.0)
+    script = [block("print(6 * 7)"), "so 42<EOS>"]
+    sampler = tools.ToolSampler(ScriptSampler(tokenizer, script, cfg.output_open), cfg, local_cells(cfg))
+    seen = []
+    outs = sampler.generate([tokenizer.encode("Q:"), tokenizer.encode("R:")], 2, SamplingParams(400, 1.0, seed=0),
+                            progress=lambda samples, tokens: seen.append((samples, tokens)))
+    done = [c for group in outs for c in group]
+    assert all(c.calls == 1 and c.finish_reason == "stop" for c in done)
+    assert sum(t for _, t in seen) == sum(sum(c.mask) for c in done)  # every model token, no tool token
+    assert sum(s for s, _ in seen) == 4
+    first_round = len(tokenizer.encode(script[0]))  # the segments that stopped at the block: tokens, no sample
+    assert seen[:2] == [(0, 2 * first_round)] * 2 and seen[-1][0] == 4
 
 
 def test_output_is_truncated(tokenizer, local_cells):
@@ -369,7 +388,7 @@ class CopySampler(ScriptSampler):
     def __init__(self, tokenizer):
         super().__init__(tokenizer, [])
 
-    def generate(self, prompts, n, params):
+    def generate(self, prompts, n, params, progress=None):
         out = []
         for p in prompts:
             text = self.tokenizer.decode(p)

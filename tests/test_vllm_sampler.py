@@ -290,6 +290,15 @@ def test_seeds(engine):
     assert len({tuple(t) for t in ids(a)}) == 4  # every sample of every prompt has its own seed
 
 
+def test_progress_is_called_once_with_every_sample_and_token(engine):
+    """vLLM reports nothing per token: the progress hook gets the call's totals once, at its end."""
+    sampler, _ = engine
+    seen = []
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=5)
+    outs = sampler.generate([sampler.tokenizer.encode(t) for t in TEXTS[:2]], 3, params, progress=lambda *x: seen.append(x))
+    assert seen == [(6, sum(len(c.token_ids) for row in outs for c in row))]
+
+
 def test_seeded_batch_larger_than_the_engine_token_budget(engine):
     """More prompt tokens than one engine step takes: with chunked prefill vLLM 0.32 split a prompt
     and crashed rewinding its seeded CPU generator. Per-request seeds make the samples independent

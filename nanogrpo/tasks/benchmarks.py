@@ -75,11 +75,23 @@ class Task:
     user_prompt: Callable[[dict], str]  # row -> the user message
     system_prompt: str | None = None
     meta: dict = field(default_factory=dict)  # where the rows came from, date window, ...
+    cpu_max_new_tokens: int = 0  # the budget on CPU when none is asked for (0: CUSTOM_CPU_MAX_NEW_TOKENS)
 
 
 # Default n as open-r1 reports (AIME 64, MATH-500 4, LiveCodeBench 16). AMC 2023: 16, its 40 problems are
 # as noisy as AIME's 30. GSM8K and HumanEval: 1 (large or easy enough that one sample per problem is stable).
 DEFAULT_N = {"aime24": 64, "math500": 4, "amc23": 16, "gsm8k": 1, "humaneval": 1, "lcb": 16}
+# max_new_tokens on CPU when none is asked for (on GPU: the reference budget, nanogrpo/evaluate.py's
+# MAX_NEW_TOKENS_CAP, which reasoning models need). From the reference solutions in the committed files, in
+# SmolLM2's tokens: the 99th percentile x 1.5 (a model spends more words on the same steps: SmolLM2-135M-Instruct's
+# GSM8K answers average 196 tokens where the references average 127, docs/eval.md), rounded up to a multiple
+# of 256. p99: gsm8k 287, math500 875, aime24 4283, humaneval 472 (the canonical solution with its signature
+# and docstring, as the EvalPlus prompt asks for a whole script). amc23's file has no solutions: MATH-500's
+# level-5 problems (competition problems of that level) have p99 875, so math500's value. lcb exports carry no
+# solutions: 2048 is a judgement (longer programs than HumanEval's), not a measurement. Checked by
+# tests/test_eval_progress.py where the SmolLM2 tokenizer is present; docs/eval.md "Sampling defaults".
+CPU_MAX_NEW_TOKENS = {"aime24": 6656, "math500": 1536, "amc23": 1536, "gsm8k": 512, "humaneval": 768, "lcb": 2048}
+CUSTOM_CPU_MAX_NEW_TOKENS = 1536  # NAME=PATH / NAME=hub sets of other names: general math, as math500
 MATH_FILES = {"aime24": "aime24.jsonl", "math500": "math500.jsonl", "amc23": "amc23.jsonl", "gsm8k": "gsm8k_test.jsonl"}
 TASKS = tuple(DEFAULT_N)
 LCB_V5 = (date(2024, 8, 1), date(2025, 2, 1))  # the "v5" window of the DeepSeek-R1 tables
@@ -232,6 +244,7 @@ def load_task(spec: str, data_dir: str | Path | None = None, limit: int | None =
     else:
         raise ValueError(f"unknown eval task {name!r}: expected one of {', '.join(TASKS)}, NAME=PATH.jsonl or "
                          "NAME=OWNER/DATASET (a Hub dataset)")
+    task.cpu_max_new_tokens = CPU_MAX_NEW_TOKENS.get(name, CUSTOM_CPU_MAX_NEW_TOKENS)
     if limit is not None:
         task.rows = task.rows[:limit]
     task.meta["source"] = f"hub:{source}" if isinstance(source, HubSource) else (path or str(data_dir))
