@@ -1,24 +1,39 @@
-"""Benchmark the rollout engines: tokens/s of the vLLM and PyTorch samplers, and weight-sync seconds.
+"""Benchmark the rollout engines against this machine's roofline: prefill and decode tokens/s per batch size.
 
-One run, one table. For each model: the same prompts, n and max_new_tokens go to both samplers
-(after one untimed warm-up call each); tokens/s counts the tokens actually generated (EOS may end a
-completion early, so the token counts are printed too). Weight sync streams the model's parameters
-as (name, tensor) pairs, the way the trainer does, into each sampler; the floor beside it is the time
-to copy the same bytes once in memory.
+    python scripts/bench_sampler.py                                    # tiny + SmolLM2, torch and hf (+ vllm, llama.cpp)
+    python scripts/bench_sampler.py --models smollm2 --engines torch,vllm --points 64x128,64x1024
+    python scripts/bench_sampler.py --json out.json                    # every measurement, for docs/throughput.md
 
-    python scripts/bench_sampler.py                      # tiny model (+ SmolLM2-135M if converted)
-    python scripts/bench_sampler.py --models tiny --prompts 8 --max-new-tokens 32
+Each point BxM is B prompts of `--prompt-len` random token ids, one sample each, M new tokens per row at
+temperature 1 (GRPO's sampling). EOS is ignored, so every row runs all M tokens and the batch stays at B
+(the engines are patched here, not in the library, to do that). Prefill is timed by a call with one new
+token, decode as (time of the whole call - that) over B x (M - 1) tokens, after one untimed warm-up call.
 
-SmolLM2-135M is used when `scripts/smollm2_to_hf.py` has written `.cache/smollm2-135m-instruct`.
-Needs vllm (requirements-vllm-cpu.txt); without it only the PyTorch sampler is measured.
+The roofline: one decode step at batch B over L cached tokens must read the matmul weights and the KV
+cache (bytes over the measured memory bandwidth: `sum` over 1 GiB) and do 2 x matmul params x B
++ 4 x B x L x attention width x layers FLOPs (over the measured fp32 2048^3 matmul peak); whichever takes
+longer is the floor of that step, summed over the run's steps. Prefill's floor is the same with B x P
+tokens at once and causal attention. "x floor" is measured time / floor time: 1.0 is the hardware's limit.
+
+Engines, each in its own process (its peak RSS is reported): `torch` (nanogrpo/sampler.py, max_batch_size =
+B; `torch@DIR` the same from another checkout, e.g. a worktree of an earlier commit), `hf` (transformers' `generate` with its DynamicCache), `vllm` (nanogrpo/vllm_sampler.py, vllm-cpu;
+`--vllm-kv-gb`, threads: OMP_NUM_THREADS), `llamacpp` (llama-cpp-python in `.venv-llama`, on an F32 GGUF of
+the same weights, with an F32 KV cache: the same arithmetic as ours; scripts/smollm2_to_gguf.py writes the GGUF,
+scripts/bench_llamacpp.py runs it), `llamacpp-f16` (the same with llama.cpp's own defaults on CPU: an f16 KV cache
+and flash attention). SmolLM2 needs
+`.cache/smollm2-135m-instruct` (scripts/smollm2_to_hf.py); llama.cpp is skipped where it is not installed.
+A second table: seconds to stream the weights into each sampler (`sync_weights`) beside one memcpy of them.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -26,124 +41,303 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
 
 import torch  # noqa: E402
 
-from nanogrpo.sampler import SamplingParams, TorchSampler  # noqa: E402
-
-PROMPT_TEXTS = [
-    "What is {a} plus {b}? The answer is",
-    "{a}+{b}=",
-    "Compute {a} times {b}. Think step by step.",
-    "Write a short story about the number {a}.",
-]
+MODELS = {"tiny": REPO / "models" / "tiny-arithmetic", "smollm2": REPO / ".cache" / "smollm2-135m-instruct"}
+GGUF = {"smollm2": REPO / ".cache" / "smollm2-135m-instruct-f32.gguf"}
+LLAMA_PYTHON = REPO / ".venv-llama" / "bin" / "python"
 
 
-def prompts_for(tokenizer, count: int) -> list[list[int]]:
-    out = []
-    for i in range(count):
-        text = PROMPT_TEXTS[i % len(PROMPT_TEXTS)].format(a=137 * i + 11, b=59 * i + 7)
-        out.append(tokenizer.encode(text))
-    return out
+# ---- the machine and the roofline ----
 
 
-def timed_generate(sampler, prompts, n, params) -> tuple[float, int]:
-    sampler.generate(prompts[:2], n, params)  # warm-up: vLLM's first call builds kernels and caches
-    t = time.perf_counter()
-    result = sampler.generate(prompts, n, params)
-    secs = time.perf_counter() - t
-    return secs, sum(len(c.token_ids) for row in result for c in row)
-
-
-def timed_sync(sampler, model, repeats: int) -> float:
-    times = []
+def bandwidth(gib: float = 1.0, repeats: int = 5) -> float:
+    """Best bytes/s of a sum over `gib` GiB of fp32: how fast this machine streams memory it only reads."""
+    x = torch.ones(int(gib * 2**30) // 4)
+    best = float("inf")
     for _ in range(repeats):
         t = time.perf_counter()
-        sampler.sync_weights((name, p.detach()) for name, p in model.named_parameters())
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        x.sum()
+        best = min(best, time.perf_counter() - t)
+    return x.nbytes / best
 
 
-def memcpy_floor(model, repeats: int) -> float:
-    """Seconds to copy every parameter's bytes once into preallocated memory (the floor of any sync)."""
-    dst = [torch.empty_like(p) for p in model.parameters()]
-    with torch.no_grad():
-        for d, p in zip(dst, model.parameters()):
-            d.copy_(p)  # untimed: touch the pages first
-    times = []
+def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
+    """Best fp32 FLOP/s of an (n, n) x (n, n) product by either of torch's CPU GEMM libraries, MKL (torch.matmul,
+    bench_memory.matmul_peak) and oneDNN (the sampler's linears): the machine's limit is the faster one. On
+    AVX-512 AMD CPUs MKL takes its AVX2 path and reaches less than half of oneDNN's figure."""
+    from nanogrpo.sampler import _onednn_linear
+
+    mkl = __import__("bench_memory").matmul_peak("cpu", n, repeats)
+    lin = torch.nn.Linear(n, n, bias=False)
+    x = torch.randn(n, n)
+    with torch.inference_mode():
+        lin._onednn = (0, torch.ops.mkldnn._reorder_linear_weight(lin.weight.detach(), n))
+        best = float("inf")
+        for _ in range(repeats):
+            t = time.perf_counter()
+            _onednn_linear(lin, x)
+            best = min(best, time.perf_counter() - t)
+    return max(mkl, 2 * n**3 / best)
+
+
+def model_shape(model_dir: str) -> dict:
+    """What the roofline needs: matmul weights (parameters that multiply an activation), KV bytes per token."""
+    from transformers import AutoConfig
+
+    from nanogrpo.memory import shape_of
+
+    cfg = AutoConfig.from_pretrained(model_dir)
+    s = shape_of(cfg)
+    embed = 0 if cfg.tie_word_embeddings else s.vocab * s.hidden  # an untied embedding is a lookup, not a matmul
+    return {"matmul_params": s.params - embed, "kv_bytes_per_token": s.kv_bytes_per_token(4), "layers": s.layers,
+            "attn_width": s.heads * s.head_dim, "context": cfg.max_position_embeddings}
+
+
+def floor_seconds(shape: dict, batch: int, past: int, new: int, machine: dict) -> float:
+    """Floor of one forward over `new` tokens per row for `batch` rows with `past` tokens already cached."""
+    flops = 2 * shape["matmul_params"] * batch * new
+    # causal attention of the new tokens over past + themselves: QK^T and PV, 2 FLOPs per multiply-add
+    flops += 4 * batch * new * (past + (new + 1) / 2) * shape["attn_width"] * shape["layers"]
+    read = 4 * shape["matmul_params"] + batch * (past + new) * shape["kv_bytes_per_token"]
+    return max(flops / machine["peak"], read / machine["bandwidth"])
+
+
+def floors(shape: dict, batch: int, prompt: int, new: int, machine: dict) -> tuple[float, float]:
+    """(prefill floor s, decode floor s) of a point: one prefill, then new - 1 single-token steps."""
+    decode = sum(floor_seconds(shape, batch, prompt + t, 1, machine) for t in range(new - 1))
+    return floor_seconds(shape, batch, 0, prompt, machine), decode
+
+
+# ---- one engine, in its own process ----
+
+
+def random_prompts(tokenizer, count: int, length: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    special = set(tokenizer.all_special_ids)
+    ids = [i for i in range(len(tokenizer)) if i not in special]
+    return [[rng.choice(ids) for _ in range(length)] for _ in range(count)]
+
+
+class Engine:
+    """generate(prompts, M) -> tokens generated, every row running all M tokens (EOS ignored)."""
+
+    def __init__(self, kind: str, model_dir: str, batch: int, kv_gb: float):
+        self.kind = kind
+        if kind == "torch":
+            from nanogrpo.sampler import TorchSampler
+
+            self.s = TorchSampler(model_dir, "cpu", torch.float32, max_batch_size=batch)
+            self.s.eos_ids = set()  # benchmark only: rows never finish early
+        elif kind == "vllm":
+            from nanogrpo.vllm_sampler import VLLMSampler
+
+            self.s = VLLMSampler(model_dir, "cpu", torch.float32, kv_cache_gb=kv_gb)
+            make = self.s._vllm_params
+
+            def ignore_eos(*a, **k):  # benchmark only: rows never finish early
+                p = make(*a, **k)
+                p.ignore_eos, p.stop_token_ids = True, []
+                return p
+
+            self.s._vllm_params = ignore_eos
+        elif kind == "hf":
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+            self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        else:
+            raise ValueError(kind)
+        self.tokenizer = self.s.tokenizer if kind != "hf" else self.tokenizer
+
+    def generate(self, prompts: list[list[int]], new: int, seed: int) -> int:
+        if self.kind == "hf":
+            with torch.inference_mode():  # prompts of one length: no padding
+                out = self.model.generate(torch.tensor(prompts), attention_mask=torch.ones(len(prompts), len(prompts[0])),
+                                          do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new,
+                                          min_new_tokens=new, pad_token_id=0)
+            return (out.shape[1] - len(prompts[0])) * len(prompts)
+        from nanogrpo.sampler import SamplingParams
+
+        out = self.s.generate(prompts, 1, SamplingParams(max_new_tokens=new, temperature=1.0, seed=seed))
+        return sum(len(c.token_ids) for row in out for c in row)
+
+    def close(self):
+        if self.kind != "hf":
+            self.s.close()
+
+
+def measure(engine: Engine, prompts: list[list[int]], new: int) -> dict:
+    engine.generate(prompts[:2], 4, seed=1)  # warm-up: first-call costs (vLLM's kernels, page faults)
+    t = time.perf_counter()
+    engine.generate(prompts, 1, seed=2)
+    prefill = time.perf_counter() - t
+    t = time.perf_counter()
+    tokens = engine.generate(prompts, new, seed=3)
+    total = time.perf_counter() - t
+    if tokens != len(prompts) * new:
+        raise RuntimeError(f"{engine.kind}: {tokens} tokens generated, expected {len(prompts) * new}")
+    return {"prefill_s": prefill, "decode_s": max(total - prefill, 1e-9), "total_s": total}
+
+
+def timed_sync(engine: Engine, model_dir: str, repeats: int = 3) -> tuple[float, float]:
+    """(median seconds of a streamed sync, median seconds of one memcpy of the same parameters)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    params = list(model.named_parameters())
+    dst = [torch.empty_like(p) for _, p in params]
+    syncs, copies = [], []
     for _ in range(repeats):
+        t = time.perf_counter()
+        engine.s.sync_weights((name, p.detach()) for name, p in params)
+        syncs.append(time.perf_counter() - t)
         t = time.perf_counter()
         with torch.no_grad():
-            for d, p in zip(dst, model.parameters()):
+            for d, (_, p) in zip(dst, params):
                 d.copy_(p)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        copies.append(time.perf_counter() - t)
+    return statistics.median(syncs), statistics.median(copies)
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory (VmHWM: unlike getrusage's maxrss, not inherited across fork + exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def worker(spec: dict) -> dict:
+    """One engine on one model over every point (run in a fresh process). `torch@DIR`: the PyTorch sampler of
+    another checkout DIR (e.g. a `git worktree` of an earlier commit), for a before/after in one run."""
+    if "@" in spec["engine"]:
+        spec["engine"], checkout = spec["engine"].split("@", 1)
+        sys.path.insert(0, str(Path(checkout).resolve()))  # before anything imports nanogrpo
+    points = []
+    engine = None
+    for batch, new in spec["points"]:
+        if engine is None or (spec["engine"] == "torch" and engine.s.max_batch_size != batch):
+            if engine is not None:
+                engine.close()
+            engine = Engine(spec["engine"], spec["model_dir"], batch, spec["kv_gb"])
+        prompts = random_prompts(engine.tokenizer, batch, spec["prompt_len"], seed=batch)
+        points.append({"batch": batch, "new": new, **measure(engine, prompts, new)})
+        print(f"  {spec['label']} {spec['engine']} B={batch} M={new}: prefill {points[-1]['prefill_s']:.2f}s "
+              f"decode {points[-1]['decode_s']:.2f}s", file=sys.stderr, flush=True)
+    sync = timed_sync(engine, spec["model_dir"]) if spec["engine"] in ("torch", "vllm") else None
+    engine.close()
+    return {"points": points, "sync": sync, "peak_rss": peak_rss()}
+
+
+def llamacpp(spec: dict) -> dict | None:
+    """The same points through llama.cpp (scripts/bench_llamacpp.py in .venv-llama), or None."""
+    gguf = GGUF.get(spec["model"])
+    if not LLAMA_PYTHON.is_file() or gguf is None or not gguf.is_file():
+        print(f"# llama.cpp skipped for {spec['model']}: needs {LLAMA_PYTHON} and {gguf} "
+              "(scripts/smollm2_to_gguf.py)", file=sys.stderr)
+        return None
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(spec["model_dir"])
+    points, rss = [], 0
+    for batch, new in spec["points"]:
+        job = {"gguf": str(gguf), "prompts": random_prompts(tokenizer, batch, spec["prompt_len"], seed=batch),
+               "max_new_tokens": new, "threads": torch.get_num_threads(), "temperature": 1.0, "seed": 3,
+               **({"type_kv": "f16", "flash_attn": True} if spec["engine"] == "llamacpp-f16" else {})}
+        run = subprocess.run([str(LLAMA_PYTHON), str(REPO / "scripts" / "bench_llamacpp.py")], input=json.dumps(job),
+                             capture_output=True, text=True, check=True)
+        out = json.loads(run.stdout)
+        points.append({"batch": batch, "new": new, "prefill_s": out["prefill_s"], "decode_s": out["decode_s"],
+                       "total_s": out["prefill_s"] + out["decode_s"]})
+        rss = max(rss, out.get("peak_rss", 0))
+        print(f"  {spec['label']} llamacpp B={batch} M={new}: prefill {out['prefill_s']:.2f}s "
+              f"decode {out['decode_s']:.2f}s", file=sys.stderr, flush=True)
+    return {"points": points, "sync": None, "peak_rss": rss}
+
+
+def run_engine(spec: dict) -> dict | None:
+    if spec["engine"].startswith("llamacpp"):
+        return llamacpp(spec)
+    if spec["engine"] == "vllm":
+        try:
+            import vllm  # noqa: F401
+        except ImportError as e:
+            print(f"# vllm not importable ({e}): skipped", file=sys.stderr)
+            return None
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_file, out_file = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+        spec_file.write_text(json.dumps(spec))
+        subprocess.run([sys.executable, __file__, "--worker", str(spec_file), str(out_file)], check=True)
+        return json.loads(out_file.read_text())
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="tiny,smollm2", help="comma list of: tiny, smollm2, or HF model dirs")
-    ap.add_argument("--prompts", type=int, default=16)
-    ap.add_argument("--n", type=int, default=4, help="samples per prompt")
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--sync-repeats", type=int, default=3)
-    ap.add_argument("--smollm2-dir", default=str(REPO / ".cache" / "smollm2-135m-instruct"))
-    ap.add_argument("--kv-cache-gb", type=float, default=1.0)
+    ap.add_argument("--engines", default="torch,hf,vllm,llamacpp")
+    ap.add_argument("--points", default="1x128,8x128,32x128,64x128,128x128,64x1024",
+                    help="BxM: B rows (one prompt each) generating M tokens each")
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--vllm-kv-gb", type=float, default=4.0, help="vLLM's CPU KV cache (it must hold B x (P + M) tokens)")
+    ap.add_argument("--json", default="", help="write every measurement here")
+    ap.add_argument("--from-json", default="", help="print the tables of a --json file again (nothing is measured)")
+    ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.worker:
+        Path(args.worker[1]).write_text(json.dumps(worker(json.loads(Path(args.worker[0]).read_text()))))
+        return
 
-    try:
-        from nanogrpo.vllm_sampler import VLLMSampler
-    except ImportError as e:
-        print(f"# vllm not importable ({e}); measuring the PyTorch sampler only")
-        VLLMSampler = None
-
-    from transformers import AutoModelForCausalLM
-
-    dirs: list[tuple[str, str]] = []
+    if args.from_json:  # print the tables of an earlier run again
+        saved = json.loads(Path(args.from_json).read_text())
+        return report(saved["machine"], saved["results"])
+    points = [tuple(int(x) for x in p.split("x")) for p in args.points.split(",")]
+    machine = {"bandwidth": bandwidth(), "peak": matmul_peak(), "threads": torch.get_num_threads(),
+               "cpu": platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__}
+    print(f"# memory bandwidth {machine['bandwidth'] / 1e9:.1f} GB/s (sum over 1 GiB), fp32 matmul peak "
+          f"{machine['peak'] / 1e9:.0f} GFLOP/s (2048^3)", file=sys.stderr)
+    results = []
     for m in args.models.split(","):
-        if m == "tiny":
-            from tiny import build_random_model_dir
+        model_dir = str(MODELS.get(m, m))
+        if not (Path(model_dir) / "config.json").is_file():
+            print(f"# {m} skipped: {model_dir} has no config.json (SmolLM2: scripts/smollm2_to_hf.py)", file=sys.stderr)
+            continue
+        shape = model_shape(model_dir)
+        mine = [(b, min(n, shape["context"] - args.prompt_len)) for b, n in points]  # within the model's context
+        for engine in args.engines.split(","):
+            spec = {"engine": engine, "model": m, "model_dir": model_dir, "label": Path(model_dir).name,
+                    "points": mine, "prompt_len": args.prompt_len, "kv_gb": args.vllm_kv_gb}
+            res = run_engine(spec)
+            if res is not None:
+                results.append({**spec, **res, "shape": shape})
 
-            dirs.append(("tiny (random)", str(build_random_model_dir(Path(tempfile.mkdtemp()) / "tiny"))))
-        elif m == "smollm2":
-            if (Path(args.smollm2_dir) / "config.json").is_file():
-                dirs.append(("SmolLM2-135M", args.smollm2_dir))
-            else:
-                print(f"# SmolLM2 skipped: {args.smollm2_dir} missing (run scripts/smollm2_to_hf.py)")
-        else:
-            dirs.append((Path(m).name, m))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"machine": machine, "results": results}, indent=1))
+    report(machine, results)
 
-    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=0)
-    rows = []
-    for label, model_dir in dirs:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        size_mb = sum(p.nbytes for p in model.parameters()) / 2**20
-        floor = memcpy_floor(model, args.sync_repeats)
-        engines = [("torch", lambda d=model_dir: TorchSampler(d, "cpu", torch.float32))]
-        if VLLMSampler is not None:
-            engines.append(("vllm", lambda d=model_dir: VLLMSampler(d, "cpu", torch.float32, kv_cache_gb=args.kv_cache_gb)))
-        for kind, build in engines:
-            t = time.perf_counter()
-            sampler = build()
-            start = time.perf_counter() - t
-            prompts = prompts_for(sampler.tokenizer, args.prompts)
-            secs, tokens = timed_generate(sampler, prompts, args.n, params)
-            sync = timed_sync(sampler, model, args.sync_repeats)
-            rows.append((label, kind, start, tokens, secs, tokens / secs, size_mb, sync, floor))
-            sampler.close()
-            del sampler
-        del model
 
-    cpu = platform.processor() or platform.machine()
-    print(
-        f"\n# {cpu}, {os.cpu_count()} cores, torch {torch.__version__} threads {torch.get_num_threads()}, "
-        f"{args.prompts} prompts x n={args.n}, max_new_tokens={args.max_new_tokens}, T={args.temperature}, fp32"
-    )
-    print("| model | sampler | start s | tokens | gen s | tokens/s | weights MB | sync s | memcpy s |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for label, kind, start, tokens, secs, tps, mb, sync, floor in rows:
-        print(f"| {label} | {kind} | {start:.1f} | {tokens} | {secs:.2f} | {tps:.0f} | {mb:.1f} | {sync:.3f} | {floor:.4f} |")
+def report(machine: dict, results: list[dict]) -> None:
+    prompt = results[0]["prompt_len"] if results else 0
+    print(f"\n# {machine['cpu']} {machine['cores']} cores, torch {machine['torch']}, threads {machine['threads']}, fp32, "
+          f"prompt {prompt} tokens, T=1, EOS ignored; memory bandwidth {machine['bandwidth'] / 1e9:.1f} GB/s, "
+          f"matmul peak {machine['peak'] / 1e9:.0f} GFLOP/s")
+    print("| model | engine | B | M | prefill tok/s | x floor | decode tok/s | floor tok/s | x floor | peak RSS GB |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in results:
+        for p in r["points"]:
+            pf, df = floors(r["shape"], p["batch"], r["prompt_len"], p["new"], machine)
+            decode_tokens = p["batch"] * (p["new"] - 1)
+            print(f"| {r['label']} | {r['engine']} | {p['batch']} | {p['new']} | "
+                  f"{p['batch'] * r['prompt_len'] / p['prefill_s']:.0f} | {p['prefill_s'] / pf:.1f} | "
+                  f"{decode_tokens / p['decode_s']:.0f} | {decode_tokens / df:.0f} | {p['decode_s'] / df:.1f} | "
+                  f"{r['peak_rss'] / 1e9:.2f} |")
+    syncs = [r for r in results if r["sync"]]
+    if syncs:
+        print("\n| model | engine | sync s | memcpy s |\n| --- | --- | ---: | ---: |")
+        for r in syncs:
+            print(f"| {r['label']} | {r['engine']} | {r['sync'][0]:.3f} | {r['sync'][1]:.4f} |")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,84 @@
+"""The generation benchmarks: scripts/bench_sampler.py's roofline against a hand computation and against what
+the sampler really does (a floor is never beaten), and scripts/bench_step.py's side-by-side table."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_sampler  # noqa: E402
+
+
+def run_script(*args, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_roofline_by_hand():
+    """One decode step: FLOPs over the peak or bytes over the bandwidth, whichever is longer; prefill is causal."""
+    shape = {"matmul_params": 1000, "kv_bytes_per_token": 40, "layers": 2, "attn_width": 8, "context": 512}
+    machine = {"peak": 1e6, "bandwidth": 1e4}
+    # B=4 rows, 10 cached tokens, 1 new: FLOPs 2*1000*4 + 4*4*1*(10 + 1)*8*2 = 10816 -> 0.010816 s;
+    # bytes 4*1000 + 4*11*40 = 5760 -> 0.576 s: memory binds
+    assert bench_sampler.floor_seconds(shape, 4, 10, 1, machine) == pytest.approx(0.576)
+    machine["bandwidth"] = 1e9  # now the FLOPs bind
+    assert bench_sampler.floor_seconds(shape, 4, 10, 1, machine) == pytest.approx(0.010816)
+    # prefill of 6 tokens from nothing: 2*1000*4*6 + 4*4*6*(0 + 3.5)*8*2 = 53376 FLOPs
+    assert bench_sampler.floor_seconds(shape, 4, 0, 6, machine) == pytest.approx(0.053376)
+    prefill, decode = bench_sampler.floors(shape, 4, 6, 3, machine)
+    assert prefill == pytest.approx(0.053376)
+    assert decode == pytest.approx(sum(bench_sampler.floor_seconds(shape, 4, 6 + t, 1, machine) for t in range(2)))
+
+
+def test_model_shape_counts_matmul_weights(tiny_model_dir, tiny_untied_model_dir):
+    """A tied embedding is the lm_head's matmul weight (counted once); an untied embedding is only a lookup."""
+    tied, untied = bench_sampler.model_shape(tiny_model_dir), bench_sampler.model_shape(tiny_untied_model_dir)
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(tiny_untied_model_dir)
+    embed = m.get_input_embeddings().weight.numel()
+    assert untied["matmul_params"] == sum(p.numel() for p in m.parameters()) - embed
+    # tied: the embedding is the lm_head's weight, counted once as a matmul weight; untied: the head counts, the
+    # embedding (a lookup) does not. The same matmuls either way.
+    assert tied["matmul_params"] == untied["matmul_params"]
+    assert sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(tiny_model_dir).parameters()) == tied["matmul_params"]
+    assert tied["kv_bytes_per_token"] == 2 * 4 * 2 * 32 * 4  # K and V, 4 layers, 2 kv heads of 32, fp32
+
+
+@pytest.mark.slow
+def test_bench_sampler_table_never_beats_its_floor(tmp_path):
+    """The tiny model through the PyTorch sampler and HF generate: the JSON holds every point, and no measured
+    time is below its floor (a floor the sampler beats would be a wrong roofline)."""
+    out = tmp_path / "bench.json"
+    r = run_script("scripts/bench_sampler.py", "--models", "tiny", "--engines", "torch,hf", "--points", "1x16,16x16",
+                   "--prompt-len", "16", "--json", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    saved = json.loads(out.read_text())
+    machine = saved["machine"]
+    assert machine["peak"] > 1e9 and machine["bandwidth"] > 1e9
+    assert [res["engine"] for res in saved["results"]] == ["torch", "hf"]
+    for res in saved["results"]:
+        assert [(p["batch"], p["new"]) for p in res["points"]] == [(1, 16), (16, 16)] and res["peak_rss"] > 0
+        for p in res["points"]:
+            prefill, decode = bench_sampler.floors(res["shape"], p["batch"], 16, p["new"], machine)
+            assert p["prefill_s"] >= prefill and p["decode_s"] >= decode
+    assert "| tiny-arithmetic | torch | 16 | 16 |" in r.stdout
+    again = run_script("scripts/bench_sampler.py", "--from-json", str(out))  # the tables again, nothing measured
+    assert again.returncode == 0 and again.stdout.strip() == r.stdout.strip()
+
+
+@pytest.mark.slow
+def test_bench_step_compares_variants_side_by_side():
+    r = run_script("scripts/bench_step.py", "configs/tiny_arithmetic.toml", "a: prompts_per_step=4",
+                   "b: prompts_per_step=8", "--steps", "4", "--skip", "1", "--rounds", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| a") or line.startswith("| b")]
+    assert len(rows) == 2 and rows[0].endswith("| 1.00x |"), r.stdout
+    bad = run_script("scripts/bench_step.py", "configs/tiny_arithmetic.toml", "x@/nonexistent: steps=1")
+    assert bad.returncode != 0 and "has no train.py" in bad.stderr
