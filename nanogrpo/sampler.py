@@ -468,10 +468,9 @@ class TorchSampler:
         rows: list[_Row] = []  # the running rows, in slot order
         done: list[_Row] = []
         logits = None  # (rows, V) fp32: the next token's logits of every running row
-        tok = None  # (rows,) the last sampled token of every running row
         stop_window = 4 * max((len(s) for s in params.stop), default=0) + 8
         while True:
-            # admit waiting prompts into free slots: one prefill for all of them, then each group's copies
+            # admit waiting prompts into free slots: prefill them, then copy each prompt's cache into its samples' slots
             new: list[tuple[int, int, int]] = []
             while queue and cache.rows + sum(c for _, _, c in new) + queue[-1][2] <= slots:
                 new.append(queue.pop())
@@ -497,7 +496,7 @@ class TorchSampler:
                 if t in self.eos_ids:
                     r.reason = "stop"
             if params.stop:
-                self._hit_stop(rows, tok_list, params.stop, stop_window)
+                self._hit_stop(rows, params.stop, stop_window)
             for r in rows:
                 if not r.reason and len(r.tokens) == max_new:
                     r.reason = "length"
@@ -532,7 +531,7 @@ class TorchSampler:
             results[r.prompt][r.sample] = Completion(r.tokens, r.logprobs, text, r.reason)
         return results  # type: ignore[return-value]
 
-    def _hit_stop(self, rows: list[_Row], new_tokens: list[int], stops: tuple[str, ...], window: int) -> None:
+    def _hit_stop(self, rows: list[_Row], stops: tuple[str, ...], window: int) -> None:
         """Mark the rows whose new text now contains a stop string as finished ("stop")."""
         # Only the tail can hold a stop string that just completed: every token adds >= 1 byte and a
         # char is <= 4 bytes, so 4 * len(stop) + slack tokens cover it; decoding the tail keeps each

@@ -283,16 +283,17 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--vllm-kv-gb", type=float, default=4.0, help="vLLM's CPU KV cache (it must hold B x (P + M) tokens)")
     ap.add_argument("--json", default="", help="write every measurement here")
-    ap.add_argument("--from-json", default="", help="print the tables of a --json file again (nothing is measured)")
+    ap.add_argument("--from-json", default="", help="print the tables of --json files again, comma list merged "
+                    "(nothing is measured; the first file's machine figures head the table)")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         Path(args.worker[1]).write_text(json.dumps(worker(json.loads(Path(args.worker[0]).read_text()))))
         return
 
-    if args.from_json:  # print the tables of an earlier run again
-        saved = json.loads(Path(args.from_json).read_text())
-        return report(saved["machine"], saved["results"])
+    if args.from_json:  # print the tables of earlier runs again
+        saved = [json.loads(Path(f).read_text()) for f in args.from_json.split(",")]
+        return report(saved[0]["machine"], [r for s in saved for r in s["results"]])
     points = [tuple(int(x) for x in p.split("x")) for p in args.points.split(",")]
     machine = {"bandwidth": bandwidth(), "peak": matmul_peak(), "threads": torch.get_num_threads(),
                "cpu": platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__}
@@ -312,9 +313,8 @@ def main() -> None:
             res = run_engine(spec)
             if res is not None:
                 results.append({**spec, **res, "shape": shape})
-
-    if args.json:
-        Path(args.json).write_text(json.dumps({"machine": machine, "results": results}, indent=1))
+            if args.json:  # after every engine: a run that dies later keeps what it measured
+                Path(args.json).write_text(json.dumps({"machine": machine, "results": results}, indent=1))
     report(machine, results)
 
 

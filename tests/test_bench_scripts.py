@@ -71,6 +71,10 @@ def test_bench_sampler_table_never_beats_its_floor(tmp_path):
     assert "| tiny-arithmetic | torch | 16 | 16 |" in r.stdout
     again = run_script("scripts/bench_sampler.py", "--from-json", str(out))  # the tables again, nothing measured
     assert again.returncode == 0 and again.stdout.strip() == r.stdout.strip()
+    half = tmp_path / "hf.json"  # two runs merge into one table: the hf half alone plus the whole run
+    half.write_text(json.dumps({"machine": machine, "results": saved["results"][1:]}))
+    merged = run_script("scripts/bench_sampler.py", "--from-json", f"{half},{out}")
+    assert merged.returncode == 0 and merged.stdout.count("| tiny-arithmetic | hf | 16 | 16 |") == 2, merged.stdout
 
 
 @pytest.mark.slow
