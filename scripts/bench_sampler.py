@@ -53,15 +53,24 @@ LLAMA_PYTHON = REPO / ".venv-llama" / "bin" / "python"
 # ---- the machine and the roofline ----
 
 
-def bandwidth(gib: float = 1.0, repeats: int = 5) -> float:
-    """Best bytes/s of a sum over `gib` GiB of fp32: how fast this machine streams memory it only reads."""
-    x = torch.ones(int(gib * 2**30) // 4)
+def bandwidth(gib: float = 1.0, repeats: int = 5, device: str = "cpu") -> float:
+    """Best bytes/s of a sum over `gib` GiB of fp32: how fast this machine (or the GPU `device`) streams memory it
+    only reads."""
+    x = torch.ones(int(gib * 2**30) // 4, device=device)
     best = float("inf")
     for _ in range(repeats):
+        synchronize(device)
         t = time.perf_counter()
         x.sum()
+        synchronize(device)
         best = min(best, time.perf_counter() - t)
     return x.nbytes / best
+
+
+def synchronize(device) -> None:
+    """Wait for the GPU's queued work (a timer read right after a launch measures the launch only)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
 
 
 def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
@@ -83,8 +92,9 @@ def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
     return max(mkl, 2 * n**3 / best)
 
 
-def model_shape(model_dir: str) -> dict:
-    """What the roofline needs: matmul weights (parameters that multiply an activation), KV bytes per token."""
+def model_shape(model_dir: str, b: int = 4) -> dict:
+    """What the roofline needs: matmul weights (parameters that multiply an activation), KV bytes per token;
+    b: bytes per weight and cached value (4: fp32, the CPU sampler; 2: bf16 on a GPU)."""
     from transformers import AutoConfig
 
     from nanogrpo.memory import shape_of
@@ -92,8 +102,8 @@ def model_shape(model_dir: str) -> dict:
     cfg = AutoConfig.from_pretrained(model_dir)
     s = shape_of(cfg)
     embed = 0 if cfg.tie_word_embeddings else s.vocab * s.hidden  # an untied embedding is a lookup, not a matmul
-    return {"matmul_params": s.params - embed, "kv_bytes_per_token": s.kv_bytes_per_token(4), "layers": s.layers,
-            "attn_width": s.heads * s.head_dim, "context": cfg.max_position_embeddings}
+    return {"matmul_params": s.params - embed, "kv_bytes_per_token": s.kv_bytes_per_token(b), "layers": s.layers,
+            "attn_width": s.heads * s.head_dim, "context": cfg.max_position_embeddings, "weight_bytes": b}
 
 
 def floor_seconds(shape: dict, batch: int, past: int, new: int, machine: dict) -> float:
@@ -101,7 +111,7 @@ def floor_seconds(shape: dict, batch: int, past: int, new: int, machine: dict) -
     flops = 2 * shape["matmul_params"] * batch * new
     # causal attention of the new tokens over past + themselves: QK^T and PV, 2 FLOPs per multiply-add
     flops += 4 * batch * new * (past + (new + 1) / 2) * shape["attn_width"] * shape["layers"]
-    read = 4 * shape["matmul_params"] + batch * (past + new) * shape["kv_bytes_per_token"]
+    read = shape.get("weight_bytes", 4) * shape["matmul_params"] + batch * (past + new) * shape["kv_bytes_per_token"]
     return max(flops / machine["peak"], read / machine["bandwidth"])
 
 
@@ -124,12 +134,13 @@ def random_prompts(tokenizer, count: int, length: int, seed: int) -> list[list[i
 class Engine:
     """generate(prompts, M) -> tokens generated, every row running all M tokens (EOS ignored)."""
 
-    def __init__(self, kind: str, model_dir: str, batch: int, kv_gb: float):
+    def __init__(self, kind: str, model_dir: str, batch: int, kv_gb: float, device: str = "cpu",
+                 dtype: torch.dtype = torch.float32):
         self.kind = kind
-        if kind == "torch":
+        if kind == "torch":  # on the CPU in fp32 here; scripts/gpu_check.py runs it on a GPU in bf16
             from nanogrpo.sampler import TorchSampler
 
-            self.s = TorchSampler(model_dir, "cpu", torch.float32, max_batch_size=batch)
+            self.s = TorchSampler(model_dir, device, dtype, max_batch_size=batch)
             self.s.eos_ids = set()  # benchmark only: rows never finish early
         elif kind == "vllm":
             from nanogrpo.vllm_sampler import VLLMSampler
@@ -182,22 +193,30 @@ def measure(engine: Engine, prompts: list[list[int]], new: int) -> dict:
     return {"prefill_s": prefill, "decode_s": max(total - prefill, 1e-9), "total_s": total}
 
 
-def timed_sync(engine: Engine, model_dir: str, repeats: int = 3) -> tuple[float, float]:
-    """(median seconds of a streamed sync, median seconds of one memcpy of the same parameters)."""
-    from transformers import AutoModelForCausalLM
+def timed_sync(engine: Engine, model_dir: str, repeats: int = 3, source=None) -> tuple[float, float]:
+    """(median seconds of a streamed sync, median seconds of one memcpy of the same parameters). source: a
+    function returning (name, tensor) pairs, called once per sync (scripts/gpu_check.py passes the trainer's
+    `model.iter_full_params`); default: model_dir's weights in fp32 on the CPU."""
+    if source is None:
+        from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    params = list(model.named_parameters())
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        source = lambda: ((name, p.detach()) for name, p in model.named_parameters())  # noqa: E731
+    params = list(source())
     dst = [torch.empty_like(p) for _, p in params]
+    device = params[0][1].device
     syncs, copies = [], []
     for _ in range(repeats):
+        synchronize(device)
         t = time.perf_counter()
-        engine.s.sync_weights((name, p.detach()) for name, p in params)
+        engine.s.sync_weights(source())
+        synchronize(engine.s.device)
         syncs.append(time.perf_counter() - t)
         t = time.perf_counter()
         with torch.no_grad():
             for d, (_, p) in zip(dst, params):
                 d.copy_(p)
+        synchronize(device)
         copies.append(time.perf_counter() - t)
     return statistics.median(syncs), statistics.median(copies)
 
@@ -235,8 +254,11 @@ def worker(spec: dict) -> dict:
 def llamacpp(spec: dict) -> dict | None:
     """The same points through llama.cpp (scripts/bench_llamacpp.py in .venv-llama), or None."""
     gguf = GGUF.get(spec["model"])
-    if not LLAMA_PYTHON.is_file() or gguf is None or not gguf.is_file():
-        print(f"# llama.cpp skipped for {spec['model']}: needs {LLAMA_PYTHON} and {gguf} "
+    if gguf is None:
+        print(f"# llama.cpp skipped for {spec['model']}: no GGUF of it (only SmolLM2 has one)", file=sys.stderr)
+        return None
+    if not LLAMA_PYTHON.is_file() or not gguf.is_file():
+        print(f"# llama.cpp skipped for {spec['model']}: needs {LLAMA_PYTHON} (llama-cpp-python) and {gguf} "
               "(scripts/smollm2_to_gguf.py)", file=sys.stderr)
         return None
     from transformers import AutoTokenizer

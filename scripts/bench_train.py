@@ -66,8 +66,13 @@ PEAK_BF16 = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12
 
 
 def hf_config(name: str):
-    from transformers import LlamaConfig, Qwen2Config
+    """One of SHAPES, or a config.json-style file (configs/shapes/*.json: the published Qwen2.5 configs)."""
+    from transformers import AutoConfig, LlamaConfig, Qwen2Config
 
+    if name not in SHAPES:
+        cfg = AutoConfig.from_pretrained(name)  # a JSON file path: nothing is downloaded
+        cfg.use_cache = False
+        return cfg
     kind, kw = SHAPES[name]
     cls = Qwen2Config if kind == "qwen2" else LlamaConfig
     return cls(max_position_embeddings=32768, pad_token_id=0, eos_token_id=1, bos_token_id=None, use_cache=False, **kw)
@@ -83,9 +88,14 @@ def build_model(name: str, device: str, attention: str):
 
 
 def workload(name: str, device: str, seed: int = 0) -> list[tuple[list[int], list[int], float]]:
-    n, (p_lo, p_hi), c_max = WORKLOADS[device][name]
+    n, prompts, c_max = WORKLOADS[device][name]
+    return make_work(n, prompts, c_max, SHAPES[name][1]["vocab_size"], seed)
+
+
+def make_work(n: int, prompts: tuple[int, int], c_max: int, vocab: int, seed: int = 0) -> list[tuple[list[int], list[int], float]]:
+    """n (prompt ids, completion ids, advantage): prompt lengths uniform in `prompts`, completions in [c_max/8, c_max]."""
+    p_lo, p_hi = prompts
     rng = random.Random(seed)
-    vocab = SHAPES[name][1]["vocab_size"]
     out = []
     for i in range(n):
         prompt = [rng.randrange(2, vocab) for _ in range(rng.randint(p_lo, p_hi))]
@@ -129,13 +139,22 @@ def time_updates(update, steps: int, device: str) -> tuple[list[float], float | 
 # ---------------------------------------------------------------------------------------------- nanogrpo
 
 
+def update_config(work, variant: str, micro_batch: int, budget: int):
+    """The Config of the benchmarked update (mu 1, beta 0: no old / reference forward); the variant's
+    layout and activation checkpointing (scripts/gpu_check.py plans its memory from it)."""
+    from nanogrpo.config import Config
+
+    return replace(Config(), micro_batch_size=micro_batch, micro_batch_tokens=budget if "packed" in variant else 0, mu=1,
+                   beta=0.0, max_new_tokens=max(len(c) for _, c, _ in work), temperature=1.0, grad_clip=1.0,
+                   activation_checkpointing="+ckpt" in variant, compile="+compile" in variant)
+
+
 def run_nanogrpo(name, work, device, variant, steps, micro_batch, budget, chunk, optimizer="fused"):
     from nanogrpo import dist, grpo
     from nanogrpo import model as M
-    from nanogrpo.config import Config
 
     dist.init(device)
-    packed, ckpt, comp = "packed" in variant, "+ckpt" in variant, "+compile" in variant
+    ckpt, comp = "+ckpt" in variant, "+compile" in variant
     attention = M.pick_attention("auto", torch.device(device))
     hf = build_model(name, device, attention)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -144,8 +163,7 @@ def run_nanogrpo(name, work, device, variant, steps, micro_batch, budget, chunk,
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-6, betas=(0.9, 0.99), weight_decay=0.0, fused=optimizer == "fused",
                             foreach=optimizer == "foreach")
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
-    cfg = replace(Config(), micro_batch_size=micro_batch, micro_batch_tokens=budget if packed else 0, mu=1, beta=0.0,
-                  max_new_tokens=max(len(c) for _, c, _ in work), temperature=1.0, grad_clip=1.0)
+    cfg = update_config(work, variant, micro_batch, budget)
     rollouts = [grpo.Rollout(p, c, [0.0] * len(c), 1.0, False, a) for p, c, a in work]
     times, mem = time_updates(lambda: grpo.step(policy, None, opt, sched, rollouts, cfg, pad_id=0), steps, device)
     n_mb = len(grpo.make_batches(rollouts, cfg.micro_batch_size, 0, cfg, cfg.micro_batch_tokens))

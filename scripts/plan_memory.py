@@ -8,8 +8,9 @@ Prints what each part takes (weights, gradients, AdamW, activations of one micro
 vLLM's share of the card and its KV cache, the runtime), the peak and the phase it falls in, and
 whether it fits; when it does not, the first of a few standard changes that would. The model's shape
 comes from its config.json (`model` a local directory or a Hub id already in the HF cache), or from
---shape: a config.json path or one of scripts/bench_train.py's published shapes. How each part is
-counted: nanogrpo/memory.py. Checked against measured peaks by scripts/bench_memory.py.
+--shape: a config JSON file (configs/shapes/ holds Qwen2.5-0.5B's and 1.5B's) or one of
+scripts/bench_train.py's published shapes. How each part is counted: nanogrpo/memory.py. Checked
+against measured peaks by scripts/bench_memory.py.
 Exit status: 0 fits, 1 does not fit, 2 bad input.
 """
 
@@ -32,8 +33,8 @@ GIB = memory.GIB
 def hf_config(cfg: C.Config, shape: str):
     from transformers import AutoConfig
 
-    if shape and Path(shape).is_file():
-        return AutoConfig.from_pretrained(str(Path(shape).parent)), f"{shape}"
+    if shape and Path(shape).is_file():  # a config.json, or a shape file such as configs/shapes/qwen2.5-1.5b.json
+        return AutoConfig.from_pretrained(shape), f"{shape}"
     if shape:
         import bench_train
 

@@ -33,3 +33,16 @@ def warm_model_dir():
     """The default run's warm-started tiny model, committed (the same bytes on every machine; see
     tests/test_setup.py for its checksum)."""
     return DEFAULT_MODEL
+
+
+@pytest.fixture(scope="session")
+def device():
+    """Where the tests marked `gpu` run: NANOGRPO_TEST_DEVICE (default cpu, as in CI); `NANOGRPO_TEST_DEVICE=cuda
+    pytest -m gpu` runs them on a GPU (scripts/gpu_check.py does). Asking for cuda where there is none is an
+    error, not a skip: a skipped device test would read as a passed one."""
+    import torch
+
+    name = os.environ.get("NANOGRPO_TEST_DEVICE", "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        pytest.fail(f"NANOGRPO_TEST_DEVICE={name}, but torch sees no CUDA device")
+    return torch.device(name)

@@ -99,15 +99,17 @@ def test_head_logprobs_keep_no_logits_for_backward_and_skip_frozen_weights():
         M.chunked_logprobs(torch.nn.Sequential(head), h, targets)
 
 
-def test_sharded_policy_matches_plain_model(tiny_model_dir):
-    device = dist.init("cpu")
+@pytest.mark.gpu
+def test_sharded_policy_matches_plain_model(tiny_model_dir, device):
+    """FSDP2 on `device` (NCCL on a GPU) against the plain model on the CPU."""
+    device = dist.init(device.type)
     policy = M.make_policy(tiny_model_dir, device, torch.float32, chunk_size=4, activation_checkpointing=True)
     hf = M.load_model(tiny_model_dir)
     ids = torch.randint(2, 200, (2, 10), generator=torch.Generator().manual_seed(1))
     attn = torch.ones_like(ids)
-    got, _ = policy(ids, attn)
+    got, _ = policy(ids.to(device), attn.to(device))
     want, _ = full_logprobs(hf, ids, attn, 1.0)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=0)
     names = [n for n, _ in M.iter_full_params(policy)]
     assert names == [n for n, _ in hf.named_parameters()]  # HF names, tied lm_head once
 

@@ -129,9 +129,9 @@ def test_packed_logprobs_and_gradients_equal_padded(tiny_untied_model_dir):
         torch.testing.assert_close(losses[1][1][n], g, atol=1e-5, rtol=1e-4, msg=n)
 
 
-def update(model_dir, out, budget, loss_norm="token", mu=1, beta=0.0, uneven=False):
-    """One grpo.step on fixed rollouts (this rank's share); saves weights, stats, micro-batch counts."""
-    device = dist.init("cpu")
+def update(model_dir, out, budget, loss_norm="token", mu=1, beta=0.0, uneven=False, device="cpu"):
+    """One grpo.step on fixed rollouts (this rank's share) on `device`; saves weights, stats, micro-batch counts."""
+    device = dist.init(device)
     torch.manual_seed(0)
     c = cfg(loss_norm=loss_norm, mu=mu, beta=beta, micro_batch_tokens=budget)
     policy = M.make_policy(model_dir, device, torch.float32, chunk_size=4, activation_checkpointing=False)
@@ -163,10 +163,11 @@ def same(a, b, tol=2e-6):
         torch.testing.assert_close(w, b["weights"][name], rtol=0, atol=tol, msg=name)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("loss_norm,mu,beta", [("token", 1, 0.0), ("sequence", 2, 0.1)])
-def test_packed_update_equals_padded(tiny_model_dir, tmp_path, loss_norm, mu, beta):
-    padded = torch.load(update(tiny_model_dir, tmp_path / "pad.pt", 0, loss_norm, mu, beta))
-    packed = torch.load(update(tiny_model_dir, tmp_path / "pack.pt", 24, loss_norm, mu, beta))
+def test_packed_update_equals_padded(tiny_model_dir, tmp_path, device, loss_norm, mu, beta):
+    padded = torch.load(update(tiny_model_dir, tmp_path / "pad.pt", 0, loss_norm, mu, beta, device=device.type))
+    packed = torch.load(update(tiny_model_dir, tmp_path / "pack.pt", 24, loss_norm, mu, beta, device=device.type))
     assert packed["counts"][0] > 1  # a budget of 24 tokens really splits the step
     assert padded["stats"]["grad_norm"] > 0
     if beta:

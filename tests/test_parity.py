@@ -36,10 +36,12 @@ def gaps(out_dir) -> list[float]:
 # ---------------------------------------------------------------- exact_logprobs
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("layout,dtype", [("padded", "float32"), ("packed", "float32"), ("padded", "bfloat16"),
                                           ("packed", "float16")])
-def test_exact_logprobs_gap_is_zero_also_after_a_resume(warm_model_dir, tmp_path, layout, dtype):
-    extra = [f"dtype={dtype}", "save_every=2", "gap_patience=1"] + (["micro_batch_tokens=64"] if layout == "packed" else [])
+def test_exact_logprobs_gap_is_zero_also_after_a_resume(warm_model_dir, tmp_path, device, layout, dtype):
+    extra = [f"dtype={dtype}", "save_every=2", "gap_patience=1", f"device={device.type}"] + (
+        ["micro_batch_tokens=64"] if layout == "packed" else [])
     # without the mode the same run's sampler and trainer differ (the decode's kernels are not the trainer's)
     train.main(small(warm_model_dir, tmp_path / "plain", "steps=1", *extra))
     assert gaps(tmp_path / "plain")[0] > 0

@@ -36,11 +36,13 @@ def small(out_dir, *extra):
             "save_final=false", *extra]
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype,head", [("float32", False), ("bfloat16", False), ("float16", False),
                                         ("bfloat16", True), ("float16", True)])
-def test_sampler_trainer_gap_in_each_dtype(tmp_path, dtype, head):
+def test_sampler_trainer_gap_in_each_dtype(tmp_path, device, dtype, head):
     """The whole loop in the dtype (gap_patience = 1: the default gate must not stop it at any step)."""
-    train.main(small(tmp_path, "steps=3", f"dtype={dtype}", f"lm_head_fp32={str(head).lower()}", "gap_patience=1"))
+    train.main(small(tmp_path, "steps=3", f"dtype={dtype}", f"lm_head_fp32={str(head).lower()}", "gap_patience=1",
+                     f"device={device.type}"))
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     gaps = [m["logprob_gap"] for m in rows]
     assert len(gaps) == 3 and all(m["train_tokens"] > 0 for m in rows) and any(m["grad_norm"] > 0 for m in rows)

@@ -27,10 +27,11 @@ def encode(sampler, texts):
 
 @torch.no_grad()
 def reference_logprobs(model, prompt, tokens, temperature):
-    """log_softmax(logits / T) at each generated token, from one unpadded full-sequence forward."""
-    logits = model(torch.tensor([prompt + tokens])).logits[0].float()  # (T, V)
+    """log_softmax(logits / T) at each generated token, from one unpadded full-sequence forward (on the model's
+    device; returned on the CPU)."""
+    logits = model(torch.tensor([prompt + tokens], device=model.device)).logits[0].float()  # (T, V)
     logp = torch.log_softmax(logits / temperature, dim=-1)[len(prompt) - 1 : -1]  # (new, V)
-    return logp.gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1)
+    return logp.gather(-1, torch.tensor(tokens, device=model.device)[:, None]).squeeze(-1).cpu()
 
 
 @torch.no_grad()
@@ -51,8 +52,10 @@ def naive_greedy(model, tokenizer, prompt, max_new, eos_ids, stops=()):
 # ---- (1) log-probs equal the trainer-style full forward, padding changes nothing ----
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9)])
-def test_logprobs_match_full_forward(sampler, temperature, top_p):
+def test_logprobs_match_full_forward(tiny_model_dir, device, temperature, top_p):
+    sampler = TorchSampler(tiny_model_dir, device=device, max_batch_size=5)  # several chunks, as the fixture's
     prompts = encode(sampler, PROMPTS)  # lengths differ: left padding is exercised
     assert len({len(p) for p in prompts}) > 2
     params = SamplingParams(max_new_tokens=12, temperature=temperature, top_p=top_p, seed=3)
@@ -247,9 +250,11 @@ def _hf_names(model):
             yield name, t
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("tied", [True, False])
-def test_sync_weights_gives_other_models_logprobs(tmp_path, tiny_model_dir, tiny_untied_model_dir, tied):
-    s = TorchSampler(tiny_model_dir if tied else tiny_untied_model_dir, max_batch_size=4)
+def test_sync_weights_gives_other_models_logprobs(tmp_path, tiny_model_dir, tiny_untied_model_dir, device, tied):
+    """CPU tensors streamed into the sampler on `device` (on a GPU, each is copied across as it arrives)."""
+    s = TorchSampler(tiny_model_dir if tied else tiny_untied_model_dir, device=device, max_batch_size=4)
     other = _other_model(tmp_path, tied)
     prompts = encode(s, PROMPTS)
     params = SamplingParams(max_new_tokens=8, temperature=0.9, seed=2)
