@@ -70,7 +70,7 @@ class Config:
     tools_file: str = ""  # a Python file run in every session before the first cell; its functions go in the system prompt
 
     # --- GRPO (see nanogrpo/grpo.py for what each knob does) ---
-    scale: str = "group"  # advantage scaling: group (std of the group) | batch (std of the step) | none (Dr.GRPO)
+    scale: str = "group"  # advantage scaling: group (std of the group) | batch (std of the step) | none (Dr.GRPO) | rloo (leave-one-out baseline, not scaled)
     adv_eps: float = 1e-4  # added to the std before dividing
     beta: float = 0.0  # k3 KL penalty to a frozen reference; 0 = no reference model is loaded
     clip_low: float = 0.2  # ratio clipped below at 1 - clip_low
@@ -83,7 +83,10 @@ class Config:
     kl_estimator: str = "k3"  # k3 (gradient: reverse KL's) | k3_ratio (k3 x pi/pi_old: KL(pi||ref)'s gradient) | k2 (1/2 log^2 r)
     ratio_level: str = "token"  # token (PPO/GRPO ratio per token) | sequence (GSPO: length-normalised sequence ratio)
     policy_loss: str = "clip"  # clip (PPO clipped surrogate) | cispo (capped, detached IS weight x logp x A: no token dropped)
-    cispo_high: float = 4.0  # cispo: the importance weight is capped at 1 + cispo_high (no lower bound)
+    cispo_high: float = 4.0  # cispo: the importance weight is capped at 1 + cispo_high
+    cispo_low: float = 1.0  # cispo: the importance weight is floored at 1 - cispo_low (1 = no floor, as in the paper)
+    dual_clip: float = 0.0  # clip loss: with a negative advantage a token's loss is capped at -dual_clip x A (dual-clip PPO, verl: 3); 0 = off
+    kl_clamp: float = 10.0  # the per-token KL estimate capped at this value (verl, NeMo-RL: 10); 0 = off
     log_ratio_clamp: float = 20.0  # log pi/pi_old (and the KL's log pi_ref/pi) clamped to +-this before exp: no inf, no 1e10 gradient from a token whose probability ran away
     exact_logprobs: bool = False  # sampler=torch: recompute the sampler's log-probs with its own weights through the trainer's forward in the update's micro-batches: bit-equal to the trainer's (logprob_gap exactly 0) while the weights are (nanogrpo/parity.py)
     max_logprob_gap: float = -1.0  # a step whose logprob_gap is above this warns, gap_patience such steps in a row stop the run naming the likely cause (stale weights, dtype, kernels); 0 = off; -1 = by precision: 1e-3 at float32, 0.1 at bfloat16 / float16, and any gap > 0 with exact_logprobs (measured gaps and why: docs/precision.md)
@@ -144,7 +147,7 @@ CHOICES = {
     "reward": ("exact", "number", "math", "code"),
     "sandbox": ("local", "e2b"),
     "sampler": ("torch", "vllm"),
-    "scale": ("group", "batch", "none"),
+    "scale": ("group", "batch", "none", "rloo"),
     "loss_norm": ("token", "sequence", "constant"),
     "kl_estimator": ("k3", "k3_ratio", "k2"),
     "ratio_level": ("token", "sequence"),
@@ -202,7 +205,7 @@ RANGES = {
     "sandbox_concurrency": "[0, 256]", "micro_batch_tokens": "[0, inf)", "max_tool_calls": "[0, inf)",
     "tool_output_tokens": "[1, inf)", "tool_timeout_s": "(0, 600]", "sft_stop_accuracy": "[0, 1]",
     "vllm_gpu_memory_utilization": "(0, 1)", "vllm_kv_cache_gb": "(0, inf)", "log_ratio_clamp": "(0, 700]",
-    "gap_patience": "[1, inf)",
+    "gap_patience": "[1, inf)", "cispo_low": "[0, 1]", "dual_clip": "[0, inf)", "kl_clamp": "[0, inf)",
 }
 
 
@@ -267,6 +270,8 @@ def validate(cfg: Config, here: bool = True) -> Config:
         raise ConfigError("group_size must be >= 2: GRPO's baseline is the mean of the group")
     if cfg.tools:
         _check_tools(cfg)
+    if 0 < cfg.dual_clip <= 1 + cfg.clip_high:  # a cap below the clipped arm would cut ordinary tokens' gradients
+        raise ConfigError(f"config key 'dual_clip' must be 0 (off) or > 1 + clip_high = {1 + cfg.clip_high}; got {cfg.dual_clip}")
     if cfg.max_logprob_gap < 0 and cfg.max_logprob_gap != -1:
         raise ConfigError(f"config key 'max_logprob_gap' must be >= 0 (0 = off) or -1 (by precision); got {cfg.max_logprob_gap}")
     _check_exact(cfg)

@@ -11,17 +11,22 @@ For each prompt q the sampler draws a group of G completions o_1..o_G with rewar
     Z, w  = the normaliser (`normaliser`, `seq_weight`: the only place it is defined)
 
 Every choice is a config knob (default in brackets); docs/grpo.md derives each one and cites its paper.
-- `scale` [group]: A divided by the group's reward std; `batch`: by the step's; `none`: not (Dr.GRPO).
+- `scale` [group]: A divided by the group's reward std; `batch`: by the step's; `none`: not (Dr.GRPO);
+  `rloo`: not scaled, the baseline is the mean of the group's other rewards (RLOO: A = n/(n-1)·(r - mean)).
 - Zero-variance groups (every valid reward equal) get A = 0 exactly, logged as `zero_std_frac`.
 - A reward of None (infrastructure failure) is left out of its group's baseline, the loss and Z; never 0.
 - `clip_low` [0.2], `clip_high` [0.28]: separate clip ranges (clip-higher, DAPO).
 - `mu` [1]: optimisation passes over one batch; with mu = 1 the old log-probs are the current ones, detached.
-- `beta` [0]: KL to a frozen reference (with beta = 0 none is loaded); `kl_estimator` [k3] | k3_ratio | k2.
-- `ratio_level` [token] | sequence (GSPO); `policy_loss` [clip] | cispo (capped, detached weight, `cispo_high` [4]).
+- `beta` [0]: KL to a frozen reference (with beta = 0 none is loaded); `kl_estimator` [k3] | k3_ratio | k2;
+  `kl_clamp` [10]: the per-token estimate capped at this (0 = off).
+- `ratio_level` [token] | sequence (GSPO); `policy_loss` [clip] | cispo (capped, detached weight in
+  [1 - `cispo_low`, 1 + `cispo_high`]: [1] (no floor) and [4]); `dual_clip` [0 = off] caps a clip loss with A < 0
+  at -dual_clip·A (dual-clip PPO; verl uses 3).
 - `loss_norm` [token]: Z = the step's valid completion tokens over micro-batches and ranks; `sequence`
   (w = 1/len, Z = completions: the original GRPO); `constant` (w = 1/max_new_tokens: Dr.GRPO).
 - Tool output inside a completion (nanogrpo/tools.py) is masked: no loss, not in Z nor in a length.
-- `log_ratio_clamp` [20]: log ρ and log π_ref/π_θ clamped before exp (a runaway token gets no gradient).
+- `log_ratio_clamp` [20]: log ρ and log π_ref/π_θ clamped before exp; a token past it gets no gradient in any
+  mode (GSPO: its whole completion; k3_ratio: from either ratio).
 - `mask_truncated` [off]: completions that hit max_new_tokens get no loss (DAPO's overlong filtering).
 - `tis_cap` [0 = off]: c_it, for a sampler whose probabilities differ from the trainer's (vLLM, bf16).
 - `exact_logprobs` [off] (nanogrpo/parity.py): logp_sampler recomputed from the sampler's own weights
@@ -60,6 +65,15 @@ class Rollout:
     # loss, not counted by the normaliser, no log-prob needed. None: every token was sampled.
     completion_mask: list[int] | None = None
 
+    def __post_init__(self):
+        # A list of the wrong length would be broadcast or cut silently by packing: one log-prob copied onto
+        # every token, a short mask dropping the last tokens from the loss.
+        n = len(self.completion_ids)
+        if len(self.sampler_logprobs) != n:
+            raise ValueError(f"Rollout: {len(self.sampler_logprobs)} sampler log-probs for {n} completion tokens")
+        if self.completion_mask is not None and len(self.completion_mask) != n:
+            raise ValueError(f"Rollout: a completion_mask of {len(self.completion_mask)} for {n} completion tokens")
+
     def sampled(self) -> list[int]:
         """Indices of the completion tokens the model sampled (the ones that carry loss)."""
         m = self.completion_mask
@@ -83,7 +97,7 @@ def advantages(
         r = torch.tensor([math.nan if x is None else float(x) for x in rewards], dtype=torch.float64)
     if r.numel() % group_size:
         raise ValueError(f"{r.numel()} rewards do not split into groups of {group_size}")
-    if scale not in ("group", "batch", "none"):
+    if scale not in ("group", "batch", "none", "rloo"):
         raise ValueError(f"unknown advantage scale {scale!r}")
     r = r.view(-1, group_size)  # (groups, G)
     valid = ~torch.isnan(r)
@@ -94,6 +108,8 @@ def advantages(
     if scale == "group":
         std = ((adv**2).sum(1, keepdim=True) / (n - 1).clamp(min=1)).sqrt()  # unbiased; 0 for one member
         adv = adv / (std + eps)
+    elif scale == "rloo":  # r_i - mean of the others = n/(n-1) (r_i - mean): RLOO's leave-one-out baseline
+        adv = adv * n / (n - 1).clamp(min=1)
     elif scale == "batch":
         flat = r[valid]
         std = flat.std() if flat.numel() > 1 else torch.tensor(0.0, dtype=torch.float64)
@@ -174,37 +190,52 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, sampler_logp=No
     if z is None:
         z = mask.sum().clamp(min=1)
     adv = advantages.unsqueeze(1)  # (B, 1)
-    log_ratio = (logp - old_logp).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp)  # (B, T)
+    clamp = cfg.log_ratio_clamp
+    # A token whose log ratio ran past the clamp gets no gradient from the policy term, whatever the loss: the
+    # clamp's own derivative does that for the clipped token ratio, `inside` for GSPO and CISPO, whose gradients
+    # do not pass through the token's clamped ratio.
+    inside = (logp - old_logp).detach().abs() <= clamp  # (B, T)
+    log_ratio = (logp - old_logp).clamp(-clamp, clamp)  # (B, T)
     if cfg.ratio_level == "sequence":
         # GSPO: s_i = exp(mean_t log_ratio), one per completion (mean over its counted tokens), in the
-        # stop-gradient form s_i·π_θ/sg(π_θ): the value is s_i at every token, each token's gradient s_i·∇logp
+        # stop-gradient form s_i·π_θ/sg(π_θ): the value is s_i at every token, each token's gradient s_i·∇logp.
+        # s_i is built from every token, so one token past the clamp stops the whole completion's gradient.
         seq = (log_ratio * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)  # (B, 1)
         ratio = torch.exp(seq.detach() + logp - logp.detach())  # (B, T)
+        inside = (inside | (mask == 0)).all(1, keepdim=True).expand_as(inside)
     else:
         ratio = torch.exp(log_ratio)  # (B, T)
     if cfg.policy_loss == "cispo":
         # CISPO: the weight is capped and detached, so every token keeps its gradient A·weight·∇logp
-        weight = ratio.clamp(max=1 + cfg.cispo_high).detach()
+        weight = ratio.clamp(min=1 - cfg.cispo_low, max=1 + cfg.cispo_high).detach()
         pg = -weight * adv * logp
-        clip_low = torch.zeros_like(mask, dtype=torch.bool)
-        clip_high = ratio > 1 + cfg.cispo_high
+        clip_low, clip_high = ratio < 1 - cfg.cispo_low, ratio > 1 + cfg.cispo_high
     else:
         clipped = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
         pg = -torch.minimum(ratio * adv, clipped * adv)  # (B, T)
+        if cfg.dual_clip > 0:  # dual-clip PPO: with A < 0 a token's loss is capped at -dual_clip·A (no gradient there)
+            pg = torch.where(adv < 0, torch.minimum(pg, -cfg.dual_clip * adv), pg)
         clip_low, clip_high = (ratio < 1 - cfg.clip_low) & (adv < 0), (ratio > 1 + cfg.clip_high) & (adv > 0)
     if cfg.tis_cap > 0 and sampler_logp is not None:
         pg = pg * torch.exp(old_logp - sampler_logp).clamp(max=cfg.tis_cap).detach()
-    per_token = pg
+    per_token = torch.where(inside, pg, pg.detach())
     kl = None
     if cfg.beta > 0:
-        log_r = (ref_logp - logp).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp)  # log π_ref/π_θ
+        log_r = (ref_logp - logp).clamp(-clamp, clamp)  # log π_ref/π_θ
+        kept = (ref_logp - logp).detach().abs() <= clamp
         estimator = cfg.kl_estimator
         if estimator == "k2":
             kl = 0.5 * log_r**2
         else:
             kl = torch.exp(log_r) - log_r - 1  # (B, T) k3, >= 0
             if estimator == "k3_ratio":
-                kl = torch.exp(log_ratio) * kl  # π_θ/π_old, not detached: see the module docstring
+                # π_θ/π_old, not detached (see the module docstring); its gradient carries the k3 value, up to
+                # e^clamp, so the ratio must be inside the clamp too
+                kl = torch.exp(log_ratio) * kl
+                kept = kept & inside
+        kl = torch.where(kept, kl, kl.detach())  # a token past the clamp: its KL counts in value, not in gradient
+        if cfg.kl_clamp > 0:  # the estimate's value capped (verl, NeMo-RL: 10); no gradient past the cap
+            kl = kl.clamp(max=cfg.kl_clamp)
         per_token = per_token + cfg.beta * kl
     loss = (per_token * mask * seq_w.unsqueeze(1)).sum() / z
     with torch.no_grad():

@@ -13,7 +13,7 @@ from nanogrpo import grpo
 def cfg(**kw):
     base = dict(clip_low=0.2, clip_high=0.28, beta=0.0, tis_cap=0.0, loss_norm="token", mask_truncated=False, max_new_tokens=8,
                 kl_estimator="k3", ratio_level="token", policy_loss="clip", cispo_high=4.0,
-                log_ratio_clamp=20.0)
+                log_ratio_clamp=20.0, cispo_low=1.0, dual_clip=0.0, kl_clamp=0.0)
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -433,3 +433,193 @@ def test_variants_on_policy_have_the_clip_losses_gradient(variant):
     adv, mask = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64), torch.ones(3, 5, dtype=torch.float64)
     grpo.policy_loss(logp, logp.detach(), None, adv, mask, cfg(**variant))[0].backward()
     torch.testing.assert_close(logp.grad, (-adv[:, None] / 15).expand(3, 5))
+
+
+# ---------------------------------------------------------------- the clamp in every mode (issue 36, item 1)
+
+
+def hand_gradient(logp, old, ref, adv, mask, c):
+    """d loss / d logp, derived by hand per token in float64 (no autograd): the reference for policy_loss in
+    every kl_estimator x ratio_level x policy_loss mode. A token past the clamp (|log ratio| > clamp, to the
+    sampling policy or the reference) gets 0; under GSPO one such token stops its whole completion."""
+    B, T = len(logp), len(logp[0])
+    z = max(sum(sum(row) for row in mask), 1)
+    grad = [[0.0] * T for _ in range(B)]
+    for i in range(B):
+        A = adv[i]
+        counted = [t for t in range(T) if mask[i][t]]
+        lr = [max(-c.log_ratio_clamp, min(c.log_ratio_clamp, logp[i][t] - old[i][t])) for t in range(T)]
+        ok = [abs(logp[i][t] - old[i][t]) <= c.log_ratio_clamp for t in range(T)]
+        if c.ratio_level == "sequence":
+            s = math.exp(sum(lr[t] for t in counted) / max(len(counted), 1))
+            rho, ok = [s] * T, [all(ok[t] for t in counted)] * T
+        else:
+            rho = [math.exp(x) for x in lr]
+        for t in counted:
+            g = 0.0
+            if ok[t]:
+                if c.policy_loss == "cispo":
+                    g = -min(rho[t], 1 + c.cispo_high) * A
+                else:
+                    clipped = min(max(rho[t], 1 - c.clip_low), 1 + c.clip_high)
+                    g = -A * rho[t] if rho[t] * A <= clipped * A else 0.0  # the unclipped arm is active (or both are)
+            if c.beta > 0:
+                d = ref[i][t] - logp[i][t]  # log pi_ref / pi
+                inside_ref = abs(d) <= c.log_ratio_clamp
+                if c.kl_estimator == "k2":
+                    g += c.beta * (-d) * inside_ref
+                elif c.kl_estimator == "k3":
+                    g += c.beta * (1 - math.exp(d)) * inside_ref
+                else:  # k3_ratio: e^lr * k3(d), both factors depend on logp
+                    k3 = math.exp(d) - d - 1
+                    g += c.beta * math.exp(lr[t]) * (k3 + 1 - math.exp(d)) * (inside_ref and ok[t])
+            grad[i][t] = g / z
+    return grad
+
+
+MODES = [(est, level, loss) for est in ("k3", "k3_ratio", "k2") for level in ("token", "sequence") for loss in ("clip", "cispo")]
+
+
+@pytest.mark.parametrize("est,level,loss", MODES)
+def test_the_clamp_holds_in_every_mode(est, level, loss):
+    """Random log-probs with some tokens far past the clamp (to the sampling policy and to the reference):
+    policy_loss's gradient equals the hand-derived float64 reference, and no token past the clamp gets any."""
+    rng = random.Random(hash((est, level, loss)) % 1000)
+    c = cfg(beta=0.1, kl_estimator=est, ratio_level=level, policy_loss=loss, log_ratio_clamp=3.0)
+    B, T = 6, 5
+    logp = [[-rng.uniform(0.1, 4) for _ in range(T)] for _ in range(B)]
+    old = [[x + rng.choice([rng.uniform(-0.5, 0.5), rng.uniform(-0.5, 0.5), rng.uniform(3.5, 6) * rng.choice([-1, 1])])
+            for x in row] for row in logp]
+    ref = [[x + rng.choice([rng.uniform(-1, 1), rng.uniform(3.5, 6) * rng.choice([-1, 1])]) for x in row] for row in logp]
+    adv = [rng.choice([-1.3, -0.4, 0.6, 1.1]) for _ in range(B)]
+    mask = [[1.0] * T for _ in range(B)]
+    mask[0][4] = mask[3][0] = 0.0
+    old[1] = [x + 0.2 for x in logp[1]]  # one completion wholly inside the clamp (GSPO gives it a gradient)
+    lp = torch.tensor(logp, dtype=torch.float64, requires_grad=True)
+    loss_, _ = grpo.policy_loss(lp, torch.tensor(old, dtype=torch.float64), torch.tensor(ref, dtype=torch.float64),
+                                torch.tensor(adv, dtype=torch.float64), torch.tensor(mask, dtype=torch.float64), c)
+    loss_.backward()
+    want = torch.tensor(hand_gradient(logp, old, ref, adv, mask, c), dtype=torch.float64)
+    torch.testing.assert_close(lp.grad, want, rtol=1e-12, atol=1e-12)
+    past = torch.tensor([[abs(a - b) > 3.0 for a, b in zip(r1, r2)] for r1, r2 in zip(logp, old)])
+    past_ref = torch.tensor([[abs(a - b) > 3.0 for a, b in zip(r1, r2)] for r1, r2 in zip(logp, ref)])
+    if est == "k3_ratio" or level == "token":  # past both, or (token level) past the sampling ratio with no KL term
+        assert (lp.grad[past & past_ref] == 0).all()
+    assert past.any() and past_ref.any() and lp.grad.abs().sum() > 0  # the case really has both kinds
+
+
+def test_k3_ratio_gives_no_gradient_past_the_clamp():
+    """The issue's case: logp -25 against a reference at -1 (mu = 1, so pi = pi_old). Before the fix the
+    k3_ratio term's gradient was e^20 - 21 ~ 4.85e8 (the clamped k3 value times the ratio's gradient)."""
+    logp = torch.tensor([[-25.0, -1.2]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[-1.0, -1.0]], dtype=torch.float64)
+    loss, _ = grpo.policy_loss(logp, logp.detach(), ref, torch.tensor([0.0], dtype=torch.float64),
+                               torch.ones(1, 2, dtype=torch.float64), cfg(beta=1.0, kl_estimator="k3_ratio"))
+    loss.backward()
+    assert logp.grad[0, 0] == 0
+    d = 0.2  # token 1: log pi_ref / pi; k3_ratio's gradient at rho = 1 is k3 + 1 - e^d
+    assert logp.grad[0, 1].item() == pytest.approx((math.exp(d) - d - 1 + 1 - math.exp(d)) / 2, rel=1e-12)
+
+
+def test_gspo_gives_no_gradient_to_a_completion_with_a_runaway_token():
+    """The issue's case: A = -1, token log ratios [25, 0]. Before the fix both tokens got ~1.1e4 (e^10 / 2:
+    the mean of the clamped log ratios); now the completion gets none, and a completion inside the clamp keeps
+    GSPO's gradient -A * s / z."""
+    logp = torch.tensor([[-1.0, -2.0], [-1.0, -2.0]], dtype=torch.float64, requires_grad=True)
+    old = torch.tensor([[-26.0, -2.0], [-1.1, -2.1]], dtype=torch.float64)
+    for loss_name in ("clip", "cispo"):
+        logp.grad = None
+        loss, _ = grpo.policy_loss(logp, old, None, torch.tensor([-1.0, -1.0], dtype=torch.float64),
+                                   torch.ones(2, 2, dtype=torch.float64), cfg(ratio_level="sequence", policy_loss=loss_name))
+        loss.backward()
+        assert (logp.grad[0] == 0).all() and math.isfinite(loss.item())
+        torch.testing.assert_close(logp.grad[1], torch.full((2,), math.exp(0.1) / 4, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("est,level,loss", MODES)
+def test_runaway_tokens_give_finite_bounded_gradients(est, level, loss):
+    """Property: log ratios up to +-100 to both the sampling policy and the reference, tis on, in float32 as
+    training runs: the loss and every gradient are finite, and bounded by what the clamp allows."""
+    g = torch.Generator().manual_seed(7)
+    c = cfg(beta=0.5, kl_estimator=est, ratio_level=level, policy_loss=loss, log_ratio_clamp=5.0, tis_cap=2.0)
+    for _ in range(20):
+        logp = (-torch.rand(8, 6, generator=g) * 5).requires_grad_()
+        old = logp.detach() + (torch.rand(8, 6, generator=g) * 200 - 100) * (torch.rand(8, 6, generator=g) < 0.3)
+        ref = logp.detach() + (torch.rand(8, 6, generator=g) * 200 - 100) * (torch.rand(8, 6, generator=g) < 0.3)
+        sampler = old + torch.rand(8, 6, generator=g) * 4 - 2
+        adv = torch.randn(8, generator=g) * 3
+        loss_, st = grpo.policy_loss(logp, old, ref, adv, torch.ones(8, 6), c, sampler_logp=sampler)
+        loss_.backward()
+        assert math.isfinite(loss_.item()) and torch.isfinite(logp.grad).all()
+        # per token at most |A| * e^5 * tis_cap (policy) + beta * e^5 * (e^5 + 6) (k3_ratio's KL), over z = 48
+        bound = (adv.abs().max() * math.exp(5) * 2 + 0.5 * math.exp(5) * (math.exp(5) + 6)) / 48
+        assert logp.grad.abs().max() <= bound * 1.0001
+
+
+def test_misaligned_rollouts_are_named_errors():
+    """One log-prob for two tokens used to be broadcast onto both; a one-entry mask dropped the second token."""
+    with pytest.raises(ValueError, match="1 sampler log-probs for 2 completion tokens"):
+        grpo.Rollout([1], [5, 6], [-0.1], 1.0, False)
+    with pytest.raises(ValueError, match="completion_mask of 1 for 2 completion tokens"):
+        grpo.Rollout([1], [5, 6], [-0.1, -0.2], 1.0, False, 0.0, [1])
+    grpo.Rollout([1], [5, 6], [-0.1, -0.2], 1.0, False, 0.0, [1, 0])  # aligned: fine
+
+
+# ---------------------------------------------------------------- baselines and clips (issue 36, item 4)
+
+
+def test_rloo_is_the_leave_one_out_baseline():
+    """scale = rloo: A_i = r_i - mean of the other valid rewards of its group, unscaled; None rewards are left
+    out (and get 0); a group with one valid reward gets 0."""
+    rewards = [1.0, 0.0, 0.5, None, 0.3, 0.3, 0.9, 0.0, None, None, 1.0, None]
+    got = grpo.advantages(rewards, 4, "rloo").tolist()
+    want = []
+    for g in range(0, len(rewards), 4):
+        group = rewards[g : g + 4]
+        for i, r in enumerate(group):
+            others = [x for j, x in enumerate(group) if j != i and x is not None]
+            want.append(0.0 if r is None or not others else r - sum(others) / len(others))
+    assert got == pytest.approx(want, abs=1e-6)
+    assert got[:3] == pytest.approx([0.75, -0.75, 0.0], abs=1e-6)  # by hand: 1 - (0 + 0.5) / 2, ...
+
+
+def test_dual_clip_caps_a_negative_advantage_token():
+    """Dual-clip PPO: with A < 0 the clip loss keeps the unclipped arm rho * |A|, unbounded in rho; dual_clip = 3
+    caps it at 3 |A| and that token's gradient is 0; tokens under the cap, and positive advantages, unchanged."""
+    logp = torch.tensor([[2.0, math.log(2.0)], [2.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    old = torch.zeros(2, 2, dtype=torch.float64)
+    adv = torch.tensor([-1.0, 1.0], dtype=torch.float64)
+    loss, _ = grpo.policy_loss(logp, old, None, adv, torch.ones(2, 2, dtype=torch.float64), cfg(dual_clip=3.0))
+    loss.backward()
+    assert loss.item() == pytest.approx((3.0 + 2.0 - 1.28 - 1.0) / 4)  # capped, rho |A|, clipped arm, rho = 1
+    assert logp.grad.flatten().tolist() == pytest.approx([0.0, 2.0 / 4, 0.0, -1.0 / 4])
+
+
+def test_cispo_floor():
+    """cispo_low: the detached weight is floored at 1 - cispo_low (default 1: no floor, as in the paper)."""
+    logp = torch.tensor([[math.log(0.3), math.log(0.8)]], dtype=torch.float64, requires_grad=True)
+    for low, w0 in ((1.0, 0.3), (0.5, 0.5)):
+        logp.grad = None
+        loss, st = grpo.policy_loss(logp, torch.zeros(1, 2, dtype=torch.float64), None, torch.tensor([1.0], dtype=torch.float64),
+                                    torch.ones(1, 2, dtype=torch.float64), cfg(policy_loss="cispo", cispo_low=low))
+        loss.backward()
+        assert logp.grad.flatten().tolist() == pytest.approx([-w0 / 2, -0.8 / 2])
+        assert st["clip_low"].item() == (1 if low == 0.5 else 0)
+
+
+@pytest.mark.parametrize("est", ["k3", "k3_ratio", "k2"])
+def test_kl_clamp_caps_the_estimate(est):
+    """kl_clamp = 10 (verl, NeMo-RL): a token whose KL estimate is above 10 counts 10 and gets no KL gradient;
+    one under it is unchanged."""
+    logp = torch.tensor([[-7.0, -1.2]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[-1.0, -1.0]], dtype=torch.float64)  # log pi_ref/pi = 6: k3 = e^6 - 7 ~ 396, k2 = 18
+    grads, kls = {}, {}
+    for clamp in (0.0, 10.0):
+        logp.grad = None
+        loss, st = grpo.policy_loss(logp, logp.detach(), ref, torch.zeros(1, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64),
+                                    cfg(beta=1.0, kl_estimator=est, kl_clamp=clamp))
+        loss.backward()
+        grads[clamp], kls[clamp] = logp.grad.clone(), st["kl"].item()
+    k_small = {"k2": 0.5 * 0.2**2}.get(est, math.exp(0.2) - 0.2 - 1)
+    assert kls[10.0] == pytest.approx(10.0 + k_small)
+    assert grads[10.0][0, 0] == 0 and grads[0.0][0, 0] != 0 and grads[10.0][0, 1] == grads[0.0][0, 1]
