@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
-from nanogrpo import checkpoint, data, dist, grpo, hub, lora, memory, parity, tools
+from nanogrpo import checkpoint, data, dist, grpo, hub, lora, memory, parity, rewards, tools
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.log import Logger
@@ -36,7 +36,10 @@ def load_task(cfg: C.Config) -> tuple[list[dict], list[dict]]:
         raise C.ConfigError(f"reward=code runs each row's tests, but task '{cfg.task}' is a built-in math task "
                             "without tests: use a code dataset (the code schema: docs/data.md) or reward=exact / math")
     where = {"subset": cfg.task_subset or None, "columns": data.parse_columns(cfg.task_columns)}  # Hub datasets / renames
-    return data.load_rows(cfg.task, kind, split=cfg.task_split, seed=cfg.seed, **where), heldout_rows(cfg)
+    # the math reward's own gold reader: a gold it cannot read stops the load naming the row (not None every step)
+    gold_check = rewards.gold_error if cfg.reward == "math" else None
+    return (data.load_rows(cfg.task, kind, split=cfg.task_split, seed=cfg.seed, gold_check=gold_check, **where),
+            heldout_rows(cfg))
 
 
 # A run whose every reward is None (none_frac 1) learns nothing; this many such steps in a row stop it.

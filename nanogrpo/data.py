@@ -1,7 +1,8 @@
 """Prompts: load rows, normalise them to the row schemas (docs/data.md), format them, shard them per rank.
 
 Math row: {"problem": str, "answer": str}. Code rows (the unified code schema) pass through untouched.
-A row that cannot be normalised stops the run before any compute, naming the file, line and field.
+A row that cannot be normalised stops the run before any compute, naming the file, line and field; so does a
+gold that `gold_check` refuses (train.py and eval.py pass `rewards.gold_error` where the math reward scores).
 
 The built-in tasks (arithmetic, word_problems, word_problems_large, multiply: nanogrpo/tasks/) need no files.
 """
@@ -13,6 +14,7 @@ import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from nanogrpo.tasks import BUILTIN_TASKS
 
@@ -113,7 +115,8 @@ def normalise_math_row(row: dict, where: str = "row") -> tuple[dict, str]:
     return {"problem": problem, "answer": answer}, f"{p_map}, {a_map}"
 
 
-def normalise_rows(records: list[tuple[str, dict]], kind: str, source: str, verbose: bool = True) -> list[dict]:
+def normalise_rows(records: list[tuple[str, dict]], kind: str, source: str, verbose: bool = True,
+                   gold_check: Callable[[str], str | None] | None = None) -> list[dict]:
     if not records:
         raise DataError(f"{source}: the dataset is empty")
     if kind == "code":  # the sandbox's one schema check (a row it cannot score would only ever give None)
@@ -128,9 +131,16 @@ def normalise_rows(records: list[tuple[str, dict]], kind: str, source: str, verb
         return [r for _, r in records]
     if kind != "math":
         raise DataError(f"unknown dataset kind {kind!r} (expected 'math' or 'code')")
-    rows, mappings = [], {}
+    rows, mappings, why_not = [], {}, {}
     for where, rec in records:
         row, mapping = normalise_math_row(rec, where)
+        gold = row["answer"]
+        if gold_check is not None and gold not in why_not:  # golds repeat (GSM8K numbers): each read once
+            why_not[gold] = gold_check(gold)
+        if why_not.get(gold):
+            shown = gold if len(gold) <= 120 else gold[:120] + "..."
+            raise DataError(f"{where}: the math reward cannot read the 'answer' {shown!r} ({why_not[gold]}); "
+                            "write it as LaTeX (`\\frac{1}{2}`, `$x = 1, x = 2$`, `\\boxed{..}`) or as plain words")
         rows.append(row)
         mappings[mapping] = mappings.get(mapping, 0) + 1
     if verbose:  # say once per file which spellings were mapped
@@ -182,15 +192,17 @@ def map_columns(records: list[tuple[str, dict]], columns: dict[str, str]) -> lis
 
 
 def load_rows(source: str, kind: str = "math", split: str = "train", n: int | None = None, seed: int = 0,
-              verbose: bool = True, subset: str | None = None, columns: dict[str, str] | None = None) -> list[dict]:
+              verbose: bool = True, subset: str | None = None, columns: dict[str, str] | None = None,
+              gold_check: Callable[[str], str | None] | None = None) -> list[dict]:
     """Rows from a built-in task (nanogrpo/tasks: BUILTIN_TASKS; split/n/seed used), a .jsonl / .parquet
-    file, or a Hub dataset id (split, subset), with `columns` ({field: column}) renamed first.
+    file, or a Hub dataset id (split, subset), with `columns` ({field: column}) renamed first; `gold_check(answer)`
+    returns why the reward cannot read a gold (None: it can), for every distinct gold of a file's rows.
 
     Every row is normalised before anything else runs, so a bad row stops the run at once."""
     if source in BUILTIN_TASKS:
         return BUILTIN_TASKS[source](split, n if n is not None else (20_000 if split == "train" else 500), seed)
     records = map_columns(read_records(source, split, subset), columns or {})
-    rows = normalise_rows(records, kind, source, verbose)
+    rows = normalise_rows(records, kind, source, verbose, gold_check)
     return rows[:n] if n is not None else rows
 
 

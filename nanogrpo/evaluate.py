@@ -54,7 +54,8 @@ def heldout_rows(cfg) -> list[dict]:
     if not source:
         return []
     kind = "code" if cfg.reward == "code" else "math"
-    return data.load_rows(source, kind, split="test", seed=cfg.seed)[: cfg.eval_size]
+    gold_check = rewards.gold_error if cfg.reward == "math" else None
+    return data.load_rows(source, kind, split="test", seed=cfg.seed, gold_check=gold_check)[: cfg.eval_size]
 
 
 def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg, prefilled_think: bool = False) -> dict:

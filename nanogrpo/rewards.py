@@ -52,6 +52,12 @@ _ONLY_NUMBER = re.compile(rf"\s*\\?\$?\s*({_NUMBER})\s*\$?\s*\.?\s*")  # "1,056"
 
 def _boxed(text: str) -> str | None:
     """The content of the last \\boxed{...}, braces balanced; None when there is none."""
+    span = _last_box_span(text)
+    return None if span is None else text[span[0] : span[1]]
+
+
+def _last_box_span(text: str) -> tuple[int, int] | None:
+    """(start, end) of the content of the last \\boxed{...}, braces balanced; None when there is none."""
     start = text.rfind("\\boxed{")
     if start < 0:
         return None
@@ -59,7 +65,7 @@ def _boxed(text: str) -> str | None:
     for j in range(i, len(text)):
         depth += {"{": 1, "}": -1}.get(text[j], 0)
         if depth == 0:
-            return text[i + 1 : j]
+            return i + 1, j
     return None
 
 
@@ -126,40 +132,203 @@ def format_reward(completion: str, prefilled_think: bool = False) -> float:
 _JUNK = re.compile(r"<\|[^|>]*\|>|<｜[^｜>]*｜>")
 
 
-# ---------------------------------------------------------------- math (worker side)
+# ---------------------------------------------------------------- math (golds and answers, as written)
+#
+# math-verify reads a gold the way it reads a model's answer: it looks for `\boxed{}` / `$..$` / `\[..\]` and
+# parses what it finds. A dataset's `answer` field is usually bare LaTeX (`1 - \frac{1}{\mathrm{e}}`), sometimes
+# delimited (`$x = \frac{1}{2}, x = \frac{-1 \pm \sqrt{13}}{4}$`), sometimes prose (`no`, `forty two`).
+# `read_gold` turns each into what it means; the few rewrites below run on both sides (the gold, and the
+# model's text or its last `\boxed{}`), so a right answer written like the gold always matches it. All of them
+# are single regex passes or one scan: linear in the text, whatever the policy writes.
+
+# A thousands separator between digit groups, in every LaTeX spelling: `1{,}000`, `1,\!000` (MATH), `1\,000`,
+# `1\ 000`, `1~000`, `1\!000`, `1\;000`, `1\:000`, and the Unicode thin / no-break spaces. Unambiguous: it
+# must sit between a digit and exactly three digits. (A plain `1,000` is math-verify's own call: it reads
+# it as 1000.)
+_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!|\\,|\\!|\\;|\\:|\\ |~|[\u00a0\u2009\u202f])(?=\d{3}(?!\d))")
+# `\mathrm{e}` / `\mathrm{i}`: the constants. math-verify turns `\mathrm{..}` into `\text{..}`, and inside a
+# `\frac` that breaks its parse (`1 - \frac{1}{\mathrm{e}}` came back as the string `1 - \frac{1}{`).
+_UPRIGHT_CONST = re.compile(r"\\(?:mathrm|mathit|operatorname|text)\s*\{\s*([ei])\s*\}")
+# A gold that is delimited as a whole: `$..$`, `$$..$$`, `\(..\)`, `\[..\]` -> its content.
+_MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")  # `$` (not the dollar sign `\$`), `\(`, `\[`
+_DELIMITED = re.compile(r"\$\$([^$]+)\$\$|\$([^$]+)\$|\\\[(.+)\\\]|\\\((.+)\\\)", re.S)
+# Text wrappers, and prose: words of letters (no digits, no LaTeX, no operators), with at least one word
+# that is not a math name, so `no` is the word "no", never the product n*o.
+_TEXT_WRAP = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mbox)\s*\{([^{}\\$]*)\}")
+_PROSE = re.compile(r"[A-Za-z]+(?:[ ,']+[A-Za-z]+)*[.!]?")
+_MATH_WORDS = frozenset("sin cos tan cot sec csc log ln exp sqrt pi inf infty max min gcd lcm arcsin arccos "
+                        "arctan sinh cosh tanh det mod".split())
+# Separators between solutions, read as commas where several solutions are rewritten.
+_OR = re.compile(r"\\text\s*\{\s*(?:or|and)\s*\}|\\q?quad\b|(?<![A-Za-z\\])(?:or|and)(?![A-Za-z])|;")
+_PM = re.compile(r"\\(pm|mp)(?![A-Za-z])")
+_ONE_UNKNOWN = re.compile(r"\s*([A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?)\s*=([^=<>]+)", re.S)  # `x = ..`, `x_1 = ..`
+_PLAIN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_MAX_REWRITE = 2000  # characters: a longer box is left as written (bounded work on policy text)
 
 
-def _wrap_gold(answer: str) -> str:
-    # math-verify parses the first/last expression it finds; a raw `\left( 3, \frac{\pi}{2} \right)`
-    # would come back as `3`. Inside `\boxed{...}` in math mode the whole answer is one expression.
-    answer = str(answer).strip()
-    if "\\boxed" in answer:
-        return answer
-    return "$\\boxed{" + answer + "}$"
+def _normalise_latex(text: str) -> str:
+    """The rewrites that hold anywhere in a text: thousands separators joined, upright e and i."""
+    return _UPRIGHT_CONST.sub(r"\1", _THOUSANDS.sub("", text))
+
+
+def _split_top(s: str) -> list[str] | None:
+    """`s` split at the commas outside any bracket; None when its brackets do not balance."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(s):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth < 0:
+                return None
+        elif ch == "," and depth == 0:
+            parts.append(s[start:i])
+            start = i + 1
+    if depth != 0:
+        return None
+    return parts + [s[start:]]
+
+
+def _solutions(s: str) -> str:
+    """Several solutions as the set of their values: `x = \\frac{1}{2}, x = \\frac{-1 \\pm \\sqrt{13}}{4}` ->
+    `\\frac{1}{2}, \\frac{-1 + \\sqrt{13}}{4}, \\frac{-1 - \\sqrt{13}}{4}`. `\\pm` / `\\mp` give two solutions (the
+    signs of one solution move together); `x = a, x = b` (the same unknown in every part) gives `a, b`.
+    Anything else comes back unchanged."""
+    if len(s) > _MAX_REWRITE or ("=" not in s and not _PM.search(s)):
+        return s
+    parts = _split_top(_OR.sub(",", s))
+    if not parts or any(not p.strip() for p in parts):
+        return s
+    out, changed = [], False
+    for p in parts:
+        signs = len(_PM.findall(p))
+        if 1 <= signs <= 3:
+            out += [_PM.sub(lambda m: "+" if m.group(1) == "pm" else "-", p),
+                    _PM.sub(lambda m: "-" if m.group(1) == "pm" else "+", p)]
+            changed = True
+        else:
+            out.append(p)
+    if len(out) >= 2:
+        eqs = [_ONE_UNKNOWN.fullmatch(p) for p in out]
+        if all(eqs) and len({m.group(1) for m in eqs}) == 1:
+            out, changed = [m.group(2) for m in eqs], True
+    return ", ".join(p.strip() for p in out) if changed else s
+
+
+def _answer_latex(text: str) -> str:
+    """A model's text (or a gold written with `\\boxed`) as math-verify should read it: `_normalise_latex`
+    everywhere, and the last box's solutions as a set (`_solutions`)."""
+    text = _normalise_latex(text)
+    span = _last_box_span(text)
+    if span is None:
+        return text
+    return text[: span[0]] + _solutions(text[span[0] : span[1]]) + text[span[1] :]
+
+
+def _prose_key(text: str) -> str:
+    """Prose compared as words: text wrappers dropped, case and spacing ignored, a final period dropped."""
+    text = text.replace("\\ ", " ").replace("~", " ")
+    for _ in range(3):  # `\textbf{\text{No}}`: one wrapper per pass, inside out
+        text = _TEXT_WRAP.sub(r"\1", text)
+    return " ".join(text.lower().split()).rstrip(".!").strip()
+
+
+def _gold_text(answer: str) -> tuple[str, str]:
+    """("prose", words) or ("latex", the string math-verify parses) for a gold as written:
+
+    - with `\\boxed`, or inline math inside text (`the answer is $5$`): read as math-verify reads any text;
+    - delimited as a whole (`$..$`, `$$..$$`, `\\(..\\)`, `\\[..\\]`): its content, as bare LaTeX below;
+    - prose (`no`, `forty two`, `\\text{Evelyn}`): words, compared as words (`_prose_key`);
+    - bare LaTeX: one expression (`\\left( 3, \\frac{\\pi}{2} \\right)` is a tuple, not `3`), several solutions
+      as a set (`_solutions`).
+    """
+    s = _normalise_latex(str(answer).strip())
+    whole = _DELIMITED.fullmatch(s)
+    if whole:
+        s = next(g for g in whole.groups() if g is not None).strip()
+    if "\\boxed" in s or _MATH_DELIMITER.search(s):
+        return "latex", _answer_latex(s)
+    words = _TEXT_WRAP.fullmatch(s)
+    words = (words.group(1) if words else s).strip()
+    if _PROSE.fullmatch(words) and any(len(w) > 1 and w.lower() not in _MATH_WORDS
+                                       for w in re.findall(r"[A-Za-z]+", words)):
+        return "prose", _prose_key(words)
+    return "latex", "$\\boxed{" + _solutions(s) + "}$"
+
+
+_CONFIG = None  # built on first use: math-verify is imported only where it runs
+
+
+def _extraction_config() -> list:
+    """What math-verify looks for, in golds and answers alike: `\\boxed{}` first, then LaTeX, then plain
+    expressions ("the answer is" anchors beat a bare trailing expression)."""
+    global _CONFIG
+    if _CONFIG is None:
+        from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+        _CONFIG = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    return _CONFIG
+
+
+def read_gold(answer, timeout: int | None = 5):
+    """The gold as the math reward compares it: ("prose", words) or ("math", math-verify's parse of it), or
+    None when it cannot be read (no sympy expression comes out). The data loader calls it once per row, so a
+    gold that cannot be read stops the run at load time (nanogrpo/data.py); the reward calls it per item.
+    `timeout`: math-verify's SIGALRM timeout in seconds (None off: SIGALRM works only in the main thread)."""
+    kind, text = _gold_text(answer)
+    if kind == "prose":
+        return ("prose", text) if text else None
+    from math_verify import parse
+
+    gold = parse(text, extraction_config=_extraction_config(), parsing_timeout=timeout)
+    # parse() also returns the raw string as a fallback; a gold with no parsed (sympy) part is unusable.
+    if not any(not isinstance(g, str) for g in gold):
+        return None
+    return "math", gold
+
+
+def gold_error(answer) -> str | None:
+    """Why the math reward cannot read this gold (a sentence), or None when it can. For the data loader:
+    plain numbers and prose answer at once, without math-verify; the rest is parsed (main thread: with
+    math-verify's own timeout)."""
+    text = str(answer).strip()
+    if _PLAIN_NUMBER.fullmatch(text):
+        return None
+    try:
+        import math_verify  # noqa: F401
+    except ImportError:  # not installed: nothing here can tell (a math run then stops on its all-None rewards)
+        return None
+    try:
+        main = threading.current_thread() is threading.main_thread()
+        if read_gold(text, timeout=5 if main else None) is not None:
+            return None
+    except BaseException as e:  # math-verify's TimeoutException is a BaseException
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        return f"math-verify could not parse it ({type(e).__name__})"
+    return "math-verify finds no expression in it"
 
 
 def _check_math(completion: str, answer: str, inner_timeout: int) -> float | None:
     """Runs inside a worker. None = gold unparseable; else 1.0/0.0 from verify(gold, prediction)."""
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    from math_verify import parse, verify
 
-    gold = parse(
-        _wrap_gold(answer),
-        extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()],
-        parsing_timeout=inner_timeout,
-    )
-    # parse() also returns the raw string as a fallback; a gold with no parsed (sympy) part is unusable.
-    if not any(not isinstance(g, str) for g in gold):
+    gold = read_gold(answer, inner_timeout)
+    if gold is None:
         return None
-    # Boxed-first: a `\boxed{}` beats "the answer is" anchors, which beat a bare trailing expression.
-    pred = parse(
-        completion,
-        extraction_config=[LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()],
-        parsing_timeout=inner_timeout,
-    )
+    if gold[0] == "prose":  # words: against the last box's words; without a box, math-verify on `\text{words}`
+        span = _last_box_span(completion)
+        if span is not None:
+            return float(_prose_key(completion[span[0] : span[1]]) == gold[1])
+        gold = ("math", parse("$\\text{" + gold[1] + "}$", _extraction_config(), parsing_timeout=inner_timeout))
+    pred = parse(_answer_latex(completion), _extraction_config(), parsing_timeout=inner_timeout)
     if not pred:
         return 0.0
     # Order matters: verify is not symmetric (the gold decides how equations/intervals are read).
-    return float(verify(gold, pred, timeout_seconds=inner_timeout))
+    return float(verify(gold[1], pred, timeout_seconds=inner_timeout))
+
+
+# ---------------------------------------------------------------- math (worker side)
 
 
 def _worker_main() -> None:

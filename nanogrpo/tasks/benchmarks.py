@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from nanogrpo import data, hub
+from nanogrpo import data, hub, rewards
 from nanogrpo.data import MATH_TEMPLATE
 from nanogrpo.tasks import convert
 
@@ -172,7 +172,7 @@ def load_math_rows(source: Path | HubSource) -> list[dict]:
                                 "in --tasks)")
     else:
         records = data.read_records(str(source))
-    rows = data.normalise_rows(records, "math", str(source), verbose=False)
+    rows = data.normalise_rows(records, "math", str(source), verbose=False, gold_check=rewards.gold_error)  # math-scored
     for i, (row, (_, rec)) in enumerate(zip(rows, records)):
         row["id"] = str(rec.get("unique_id", rec.get("id", rec.get("idx", i))))
     return rows
