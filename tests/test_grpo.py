@@ -435,7 +435,7 @@ def test_variants_on_policy_have_the_clip_losses_gradient(variant):
     torch.testing.assert_close(logp.grad, (-adv[:, None] / 15).expand(3, 5))
 
 
-# ---------------------------------------------------------------- the clamp in every mode (issue 36, item 1)
+# ---------------------------------------------------------------- the clamp in every mode
 
 
 def hand_gradient(logp, old, ref, adv, mask, c):
@@ -565,7 +565,7 @@ def test_misaligned_rollouts_are_named_errors():
     grpo.Rollout([1], [5, 6], [-0.1, -0.2], 1.0, False, 0.0, [1, 0])  # aligned: fine
 
 
-# ---------------------------------------------------------------- baselines and clips (issue 36, item 4)
+# ---------------------------------------------------------------- baselines and clips
 
 
 def test_rloo_is_the_leave_one_out_baseline():

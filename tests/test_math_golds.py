@@ -1,4 +1,4 @@
-"""The math reward reads a gold as it is written (issue 36, item 2): bare LaTeX, `$..$` / `$$..$$`, `\\boxed{}`,
+"""The math reward reads a gold as it is written: bare LaTeX, `$..$` / `$$..$$`, `\\boxed{}`,
 several solutions, intervals, sets, prose, thousands separators; and a gold it cannot read stops the load.
 
 Every case is scored through the worker pool (`math_rewards`), as the trainer scores it."""
