@@ -194,8 +194,9 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, sampler_logp=No
     # A token whose log ratio ran past the clamp gets no gradient from the policy term, whatever the loss: the
     # clamp's own derivative does that for the clipped token ratio, `inside` for GSPO and CISPO, whose gradients
     # do not pass through the token's clamped ratio.
-    inside = (logp - old_logp).detach().abs() <= clamp  # (B, T)
-    log_ratio = (logp - old_logp).clamp(-clamp, clamp)  # (B, T)
+    raw = logp - old_logp  # (B, T)
+    inside = raw.detach().abs() <= clamp
+    log_ratio = raw.clamp(-clamp, clamp)
     if cfg.ratio_level == "sequence":
         # GSPO: s_i = exp(mean_t log_ratio), one per completion (mean over its counted tokens), in the
         # stop-gradient form s_i·π_θ/sg(π_θ): the value is s_i at every token, each token's gradient s_i·∇logp.
@@ -221,8 +222,8 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, sampler_logp=No
     per_token = torch.where(inside, pg, pg.detach())
     kl = None
     if cfg.beta > 0:
-        log_r = (ref_logp - logp).clamp(-clamp, clamp)  # log π_ref/π_θ
-        kept = (ref_logp - logp).detach().abs() <= clamp
+        raw_r = ref_logp - logp  # log π_ref/π_θ
+        log_r, kept = raw_r.clamp(-clamp, clamp), raw_r.detach().abs() <= clamp
         estimator = cfg.kl_estimator
         if estimator == "k2":
             kl = 0.5 * log_r**2
