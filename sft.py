@@ -37,11 +37,11 @@ from pathlib import Path
 
 import torch
 
-from nanogrpo import checkpoint, data, dist, hub, packing
+from nanogrpo import checkpoint, data, dist, hub, packing, tasks
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.evaluate import heldout_accuracy, heldout_rows
-from nanogrpo.rollout import encode_prompts, trainer_sampler
+from nanogrpo.rollout import encode_prompts, task_template, trainer_sampler
 from nanogrpo.log import Logger
 from nanogrpo.optim import make_optimizer
 
@@ -119,8 +119,9 @@ def encode_row(row: dict, tokenizer, cfg: C.Config, where: str = "row") -> tuple
             raise data.DataError(f"{where}: an SFT row needs 'messages', or 'problem' with 'solution', 'answer' "
                                  "or 'segments'")
         segments = row_segments(row, where)
-        if segments is None and cfg.template != "raw":  # the answer as the assistant turn of a chat
-            prompt = data.prompt_messages(row, cfg.template, cfg.system_prompt or None)
+        template = task_template(cfg, tokenizer, row)
+        if segments is None and template != "raw":  # the answer as the assistant turn of a chat
+            prompt = data.prompt_messages(row, template, cfg.system_prompt or None)
             ids, scored = encode_chat(prompt + [{"role": "assistant", "content": target_text(row, where)}],
                                       tokenizer, where)
         else:  # the rollout format: the prompt train.py samples from, then the completion and EOS
@@ -218,8 +219,8 @@ def sft_step(policy, optimizer, scheduler, examples: list[tuple[list[int], list[
 
 def load_sft_rows(cfg: C.Config) -> list[tuple[str, dict]]:
     """(where, row) of the training set, checked before any compute (every row's shape, not its tokens)."""
-    if cfg.task in data.BUILTIN_TASKS:
-        records = [(f"{cfg.task} row {i}", r) for i, r in enumerate(data.load_rows(cfg.task, seed=cfg.seed), 1)]
+    if cfg.task in tasks.TASKS:
+        records = [(f"{cfg.task} row {i}", r) for i, r in enumerate(tasks.load_rows(cfg.task, seed=cfg.seed), 1)]
     else:
         records = data.map_columns(data.read_records(cfg.task, cfg.task_split, cfg.task_subset or None),
                                    data.parse_columns(cfg.task_columns))
@@ -257,6 +258,7 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
                             "set eval_every > 0 and eval_task (a file of held-out problems with answers)")
     cfg.model = hub.model_dir(cfg.model)  # a Hub id: its snapshot in the HF cache
     tokenizer = M.load_tokenizer(cfg.model)
+    cfg.template = task_template(cfg, tokenizer, records[0][1])  # "" -> the task's own (as train.py)
     encode_row(records[0][1], tokenizer, cfg, records[0][0])  # template problems show up now, not mid-run
     # LoRA (lora_rank > 0), as in train.py: the frozen base is always cfg.model (a checkpoint's HF files hold
     # merged weights), the adapters come from the checkpoint on resume; the optimizer then sees only them

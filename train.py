@@ -7,6 +7,7 @@ push the new weights into the sampler -> metrics -> checkpoint. The algorithm li
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -14,13 +15,14 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
-from nanogrpo import checkpoint, data, dist, grpo, hub, lora, memory, parity, rewards, tools
+from nanogrpo import checkpoint, data, dist, grpo, hub, lora, memory, parity, tasks, tools
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.log import Logger
 from nanogrpo.optim import make_optimizer
 from nanogrpo.evaluate import evaluate, heldout_accuracy, heldout_rows
-from nanogrpo.rollout import code_opts, encode_prompts, mean_valid, score_rollouts, trainer_sampler
+from nanogrpo.rollout import (code_opts, encode_prompts, mean_valid, row_kind, score_rollouts, task_template,
+                              task_verifier, trainer_sampler)
 from nanogrpo.sampler import SamplingParams
 
 
@@ -31,14 +33,9 @@ def sampling_seed(cfg: C.Config, step: int, rank: int) -> int:
 
 def load_task(cfg: C.Config) -> tuple[list[dict], list[dict]]:
     """Train rows and held-out rows (the built-in task has its own held-out split)."""
-    kind = "code" if cfg.reward == "code" else "math"
-    if kind == "code" and cfg.task in data.BUILTIN_TASKS:  # every reward would be None: nothing would train
-        raise C.ConfigError(f"reward=code runs each row's tests, but task '{cfg.task}' is a built-in math task "
-                            "without tests: use a code dataset (the code schema: docs/data.md) or reward=exact / math")
     where = {"subset": cfg.task_subset or None, "columns": data.parse_columns(cfg.task_columns)}  # Hub datasets / renames
-    # the math reward's own gold reader: a gold it cannot read stops the load naming the row (not None every step)
-    gold_check = rewards.gold_error if cfg.reward == "math" else None
-    return (data.load_rows(cfg.task, kind, split=cfg.task_split, seed=cfg.seed, gold_check=gold_check, **where),
+    kind, gold_check = row_kind(cfg)
+    return (tasks.load_rows(cfg.task, kind, split=cfg.task_split, seed=cfg.seed, gold_check=gold_check, **where),
             heldout_rows(cfg))
 
 
@@ -49,15 +46,16 @@ NONE_CAUSES = {
             "E2B_API_KEY) or the rows' tests cannot be run",
     "math": "math-verify could not check any answer (is math-verify installed? are the rows' answers parseable?)",
     "exact": "the rows have no 'answer' to compare with",
-    "number": "the rows' answers are not numbers (reward = \"number\" needs a number; \"math\" checks expressions)",
+    "number": "the rows' answers are not numbers (the number reward needs a number; \"math\" checks expressions)",
 }
 
 
 def check_rewards_alive(history: list[float], cfg: C.Config) -> None:
     """Stop a run whose last ALL_NONE_STEPS steps had no reward at all (every one None)."""
     if len(history) >= ALL_NONE_STEPS and all(x == 1.0 for x in history[-ALL_NONE_STEPS:]):
-        raise C.ConfigError(f"every reward was None for {ALL_NONE_STEPS} steps in a row (reward={cfg.reward}): "
-                            f"nothing is learned, so the run stops. Likely cause: {NONE_CAUSES.get(cfg.reward, '?')}")
+        judge = task_verifier(cfg) or "math or code, by row"
+        raise C.ConfigError(f"every reward was None for {ALL_NONE_STEPS} steps in a row (verifier {judge}): nothing is "
+                            f"learned, so the run stops. Likely cause: {NONE_CAUSES.get(judge, NONE_CAUSES['math'])}")
 
 
 def load_benchmarks(cfg: C.Config) -> list:
@@ -86,11 +84,12 @@ def main(argv: list[str]) -> dict:
     """The run; its results (held-out accuracy and benchmarks at the start and the end), with
     "stopped_by": the signal's name when a stop signal ended it early (saved: resume=true continues)."""
     cfg = C.load(argv)  # bad keys / types stop here, before anything is loaded
-    with checkpoint.StopSignals(cfg.stop_signal) as stop:  # from here on a stop signal ends the run saved
-        return run(cfg, stop)
+    # from here on a stop signal ends the run saved; `closing` closes the sampler however run() ends
+    with checkpoint.StopSignals(cfg.stop_signal) as stop, contextlib.ExitStack() as closing:
+        return run(cfg, stop, closing)
 
 
-def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
+def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitStack) -> dict:
     device = dist.init(cfg.device, cfg.cpu_allocator)
     rank, world = dist.rank(), dist.world_size()
     if cfg.prompts_per_step % world:
@@ -107,9 +106,10 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
     # a Hub id becomes its snapshot directory in the HF cache (downloaded once; HF_HUB_OFFLINE=1: the cache only)
     cfg.model = hub.model_dir(cfg.model)
     tokenizer = M.load_tokenizer(cfg.model)
+    cfg.template = task_template(cfg, tokenizer, train_rows[0])  # "" -> the task's own
     # chat templates that end the prompt with "<think>" (R1-Distill): the format reward must know
     prefilled_think = data.format_prompt(train_rows[0], tokenizer, cfg.template).rstrip().endswith("<think>")
-    if cfg.reward == "code":  # check now, loudly, that the sandbox really isolates (or was allowed not to)
+    if "tests" in train_rows[0]:  # code rows: check now, loudly, that the sandbox really isolates (or was allowed not to)
         from nanogrpo.sandbox import get_pool
 
         get_pool(**{k: v for k, v in code_opts(cfg).items() if k != "binary"}).start()
@@ -137,9 +137,12 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
     stream = data.PromptStream(train_rows, cfg.prompts_per_step, rank, world, cfg.seed)
     start = checkpoint.resume(resume_from, policy, optimizer, scheduler, stream)
     sampler = trainer_sampler(cfg, weights, device, dtype)  # with tools=true, the tool loop (its sandbox starts now)
+    closing.callback(sampler.close)  # also when a check stops the run: see sampler.close() below
     behaviour = parity.SamplerPolicy(sampler, policy) if cfg.exact_logprobs else None  # nanogrpo/parity.py
+    # after every generate: the sampler's weights and settings against the trainer's, exactly (nanogrpo/parity.py)
+    sampler_check = parity.SamplerCheck(sampler, dtype, policy.hf, M.iter_full_params(policy))
     gap_gate = parity.GapGate(cfg.max_logprob_gap, cfg.gap_patience, dtype, cfg.sampler, parity.sampler_dtype(sampler),
-                              cfg.exact_logprobs)
+                              cfg.exact_logprobs, sampler_check.on)
 
     out = Path(cfg.out_dir)
     if dist.is_main():
@@ -174,13 +177,15 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
         t0 = time.time()
         params.seed = sampling_seed(cfg, step, rank)
         groups = sampler.generate(prompts, cfg.group_size, params)  # [prompt][sample]
+        sampler_check(step, prompts, cfg.group_size, params)  # stops the run if they were not the trainer's
         sampler.sleep()  # on GPU: give the sampler's memory to the update; generate() wakes it (no-op on CPU)
         t_gen = time.time() - t0
 
         # 2. rewards (None = could not be computed)
         t0 = time.time()
         flat = [(p, r, c) for p, r, g in zip(prompts, rows, groups) for c in g]
-        total, parts, correct = score_rollouts([c for _, _, c in flat], [r for _, r, _ in flat], cfg, prefilled_think)
+        total, parts, correct = score_rollouts([c for _, _, c in flat], [r for _, r, _ in flat], cfg, prefilled_think,
+                                               cfg.group_size)
         t_reward = time.time() - t0
 
         # 3. advantages over the whole step: every rank sees all rewards (groups never span ranks)
@@ -206,7 +211,7 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
         # 5. the sampler gets the new weights (streamed, never the whole model at once)
         t0 = time.time()
         # while the sampler sleeps (GPU): its KV cache and the gathered weights are never in memory together
-        sampler.sync_weights(M.iter_full_params(policy))
+        sampler_check.sync(sampler, M.iter_full_params(policy))  # sampler.sync_weights, noting what it must now hold
         t_sync = time.time() - t0
 
         # 6. metrics, eval, checkpoint

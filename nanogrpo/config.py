@@ -40,10 +40,19 @@ class Config:
     task_subset: str = ""  # Hub dataset: the subset (config name), e.g. "default"; "" = the dataset's only one
     task_columns: str = ""  # rename columns before the schema is read: "problem=question,answer=gold" (field=column)
     eval_task: str = ""  # held-out rows for eval_every ("" = the task's held-out split; arithmetic has one)
-    template: str = "raw"  # raw (problem text as is) | chat (tokenizer chat template) | math_eval (chat + eval.py's math prompt)
     system_prompt: str = ""  # chat template only; "" = the data module's default instruction
-    reward: str = "exact"  # exact (answer string) | number (the boxed / last number, GSM8K-style) | math (math-verify) | code (sandbox tests)
-    format_weight: float = 0.0  # weight of the <think>...</think> format reward added to the main reward
+    template: str = ""  # raw (problem text as is) | chat (tokenizer chat template) | math_eval (chat + eval.py's math prompt); "" = the task's own (nanogrpo/tasks: built-ins say; math datasets math_eval, code datasets chat; raw for a model without a chat template)
+    rewards: list[str] = field(default_factory=list)  # summed with reward_weights; [] = ["accuracy"]. accuracy (the task's own verifier: arithmetic/multiply exact, word_problems number, math rows math, code rows code) | exact | number (the boxed / last number, GSM8K-style) | math (math-verify) | code (sandbox tests) | think_format (<think>..</think>answer) | open-r1's format, tag_count, reasoning_steps, cosine, repetition_penalty, length, soft_overlong_punishment, code_format (nanogrpo/shaping.py); at most one verifier
+    reward_weights: list[float] = field(default_factory=list)  # one per reward; [] = 1.0 each
+    cosine_min_value_wrong: float = -1.0  # cosine: a wrong answer's reward at length 0 (open-r1's names; its config default 0.0 makes short wrong answers the best wrong ones)
+    cosine_max_value_wrong: float = -0.5  # cosine: a wrong answer's reward at cosine_max_len characters
+    cosine_min_value_correct: float = 0.5  # cosine: a correct answer's reward at cosine_max_len characters
+    cosine_max_value_correct: float = 1.0  # cosine: a correct answer's reward at length 0
+    cosine_max_len: int = 1000  # cosine: characters at which the schedule ends (longer counts as this long)
+    repetition_n_grams: int = 3  # repetition_penalty: word n-gram size
+    repetition_max_penalty: float = -1.0  # repetition_penalty: the reward of text that is all repeats (<= 0)
+    max_completion_len: int = 0  # soft_overlong_punishment: tokens at which the penalty reaches -1; 0 = max_new_tokens
+    soft_punish_cache: int = -1  # soft_overlong_punishment: tokens before that limit over which it ramps 0 -> -1; -1 = a quarter of the limit
     sandbox: str = "local"  # code rewards: local (bubblewrap, see docs/sandbox.md) | e2b (E2B_API_KEY)
     sandbox_concurrency: int = 0  # parallel executions; 0 = number of cores
     code_binary: bool = False  # code reward 1/0 (all tests pass) instead of the fraction of tests passed
@@ -143,8 +152,7 @@ CHOICES = {
     "device": ("auto", "cpu", "cuda"),
     "cpu_allocator": ("hugepages", "reuse", "system"),
     "dtype": ("auto", "float32", "bfloat16", "float16"),
-    "template": ("raw", "chat", "math_eval"),
-    "reward": ("exact", "number", "math", "code"),
+    "template": ("", "raw", "chat", "math_eval"),
     "sandbox": ("local", "e2b"),
     "sampler": ("torch", "vllm"),
     "scale": ("group", "batch", "none", "rloo"),
@@ -158,7 +166,14 @@ CHOICES = {
 }
 
 
+# keys that were replaced: a config that still has one is told what to write instead
+REPLACED = {"reward": 'rewards = ["math"] (a list, summed with reward_weights; [] = the task\'s own verifier)',
+            "format_weight": 'rewards = ["accuracy", "think_format"] with reward_weights = [1.0, W]'}
+
+
 def _unknown(key: str) -> ConfigError:
+    if key in REPLACED:
+        return ConfigError(f"config key '{key}' was replaced: write {REPLACED[key]}")
     near = difflib.get_close_matches(key, FIELDS, n=1)
     hint = f" (did you mean '{near[0]}'?)" if near else ""
     return ConfigError(f"unknown config key '{key}'{hint}")
@@ -167,7 +182,7 @@ def _unknown(key: str) -> ConfigError:
 def _coerce(key: str, value, from_string: bool):
     """Check (or, for command-line strings, parse) a value against the field's type."""
     typ = FIELDS[key].type  # annotations are strings under `from __future__ import annotations`
-    want = {"str": str, "int": int, "float": float, "bool": bool, "list[str]": list}[typ]
+    want = {"str": str, "int": int, "float": float, "bool": bool, "list[str]": list, "list[float]": list}[typ]
     if from_string:
         try:
             if want is bool:
@@ -175,7 +190,9 @@ def _coerce(key: str, value, from_string: bool):
                     raise ValueError
                 value = value.lower() in ("true", "1")
             elif want is list:
-                value = json.loads(value) if value.startswith("[") else [s for s in value.split(",") if s]
+                value = json.loads(value) if value.startswith("[") else [s.strip() for s in value.split(",") if s.strip()]
+                if typ == "list[float]":
+                    value = [float(v) for v in value]
             elif want is not str:
                 value = want(value)
         except ValueError:
@@ -183,7 +200,10 @@ def _coerce(key: str, value, from_string: bool):
     if want is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     ok = isinstance(value, want) and not (want in (int, float) and isinstance(value, bool))
-    if want is list:
+    if typ == "list[float]" and ok:  # TOML integers are fine where floats are wanted
+        value = [float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+        ok = all(isinstance(v, float) and math.isfinite(v) for v in value)
+    elif want is list:
         ok = ok and all(isinstance(v, str) for v in value)
     if not ok:
         raise ConfigError(f"config key '{key}' expects {typ}, got {value!r} ({type(value).__name__})")
@@ -199,13 +219,16 @@ RANGES = {
     "lr": "(0, inf)", "min_lr_ratio": "[0, 1]", "warmup_steps": "[0, inf)", "weight_decay": "[0, inf)",
     "adam_beta1": "[0, 1)", "adam_beta2": "[0, 1)", "grad_clip": "[0, inf)", "clip_low": "[0, 1)",
     "clip_high": "[0, inf)", "beta": "[0, inf)", "adv_eps": "[0, inf)", "tis_cap": "[0, inf)",
-    "cispo_high": "(0, inf)", "lora_rank": "[0, inf)", "lora_alpha": "(0, inf)", "format_weight": "[0, inf)",
+    "cispo_high": "(0, inf)", "lora_rank": "[0, inf)", "lora_alpha": "(0, inf)", "cosine_max_len": "[1, inf)",
     "top_p": "(0, 1]", "eval_temperature": "[0, inf)", "log_every": "[1, inf)",
     "eval_every": "[0, inf)", "save_every": "[0, inf)", "eval_size": "[1, inf)", "keep_checkpoints": "[0, inf)",
     "sandbox_concurrency": "[0, 256]", "micro_batch_tokens": "[0, inf)", "max_tool_calls": "[0, inf)",
     "tool_output_tokens": "[1, inf)", "tool_timeout_s": "(0, 600]", "sft_stop_accuracy": "[0, 1]",
     "vllm_gpu_memory_utilization": "(0, 1)", "vllm_kv_cache_gb": "(0, inf)", "log_ratio_clamp": "(0, 700]",
     "gap_patience": "[1, inf)", "cispo_low": "[0, 1]", "dual_clip": "[0, inf)", "kl_clamp": "[0, inf)",
+    "repetition_n_grams": "[1, inf)", "repetition_max_penalty": "[-1000, 0]", "max_completion_len": "[0, inf)",
+    "soft_punish_cache": "[-1, inf)", "cosine_min_value_wrong": "[-1000, 1000]", "cosine_max_value_wrong": "[-1000, 1000]",
+    "cosine_min_value_correct": "[-1000, 1000]", "cosine_max_value_correct": "[-1000, 1000]",
 }
 
 
@@ -270,12 +293,34 @@ def validate(cfg: Config, here: bool = True) -> Config:
         raise ConfigError("group_size must be >= 2: GRPO's baseline is the mean of the group")
     if cfg.tools:
         _check_tools(cfg)
+    _check_rewards(cfg)
     if 0 < cfg.dual_clip <= 1 + cfg.clip_high:  # a cap below the clipped arm would cut ordinary tokens' gradients
         raise ConfigError(f"config key 'dual_clip' must be 0 (off) or > 1 + clip_high = {1 + cfg.clip_high}; got {cfg.dual_clip}")
     if cfg.max_logprob_gap < 0 and cfg.max_logprob_gap != -1:
         raise ConfigError(f"config key 'max_logprob_gap' must be >= 0 (0 = off) or -1 (by precision); got {cfg.max_logprob_gap}")
     _check_exact(cfg)
     return cfg
+
+
+def _check_rewards(cfg: Config) -> None:
+    from nanogrpo.rewards import REWARDS, VERIFIERS
+    from nanogrpo.tasks import TASKS
+
+    bad = [n for n in cfg.rewards if n not in REWARDS]
+    if bad:
+        raise ConfigError(f"config key 'rewards': unknown reward(s) {bad}; known: {', '.join(REWARDS)}")
+    if len(set(cfg.rewards)) != len(cfg.rewards):
+        raise ConfigError(f"config key 'rewards' names a reward twice: {cfg.rewards} (weigh it with reward_weights)")
+    judges = [n for n in cfg.rewards if n in ("accuracy", *VERIFIERS)]
+    if len(judges) > 1:
+        raise ConfigError(f"config key 'rewards' names {len(judges)} verifiers {judges}: at most one judges the "
+                          "answer (it is `correct` and the held-out accuracy)")
+    if cfg.reward_weights and len(cfg.reward_weights) != max(len(cfg.rewards), 1):
+        raise ConfigError(f"config key 'reward_weights' has {len(cfg.reward_weights)} weights for rewards = "
+                          f"{cfg.rewards or ['accuracy']}: one weight per reward")
+    if "code" in cfg.rewards and cfg.task in TASKS:  # every reward would be None: nothing would train
+        raise ConfigError(f"rewards names code, which runs each row's tests, but task '{cfg.task}' is a built-in "
+                          f"task without tests (judged by {TASKS[cfg.task].verifier}): use a code dataset (docs/data.md)")
 
 
 def _check_exact(cfg: Config) -> None:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from nanogrpo.tasks import BUILTIN_TASKS
 
 # ----------------------------------------------------------------------------------------------
 # Loading files and normalising rows.
@@ -159,7 +158,7 @@ def read_records(source: str, split: str = "train", subset: str | None = None) -
         if hub.is_hub_id(source):
             return hub.dataset_records(source, split, subset)
         raise DataError(f"dataset {source!r}: no such file, not a Hub id (owner/name), and not a built-in task "
-                        f"({', '.join(BUILTIN_TASKS)})")
+                        "(nanogrpo/tasks)")
     if path.suffix == ".jsonl":
         return _read_jsonl(path)
     if path.suffix == ".parquet":
@@ -194,14 +193,14 @@ def map_columns(records: list[tuple[str, dict]], columns: dict[str, str]) -> lis
 def load_rows(source: str, kind: str = "math", split: str = "train", n: int | None = None, seed: int = 0,
               verbose: bool = True, subset: str | None = None, columns: dict[str, str] | None = None,
               gold_check: Callable[[str], str | None] | None = None) -> list[dict]:
-    """Rows from a built-in task (nanogrpo/tasks: BUILTIN_TASKS; split/n/seed used), a .jsonl / .parquet
-    file, or a Hub dataset id (split, subset), with `columns` ({field: column}) renamed first; `gold_check(answer)`
-    returns why the reward cannot read a gold (None: it can), for every distinct gold of a file's rows.
+    """Rows from a .jsonl / .parquet file, or a Hub dataset id (split, subset), with `columns` ({field: column})
+    renamed first; `gold_check(answer)` returns why the reward cannot read a gold (None: it can), for every
+    distinct gold of a file's rows. (Built-in task names: nanogrpo.tasks.load_rows.)
 
     Every row is normalised before anything else runs, so a bad row stops the run at once."""
-    if source in BUILTIN_TASKS:
-        return BUILTIN_TASKS[source](split, n if n is not None else (20_000 if split == "train" else 500), seed)
     records = map_columns(read_records(source, split, subset), columns or {})
+    if kind == "auto":  # the rows say: code rows carry tests (the code schema, docs/data.md), math rows answers
+        kind = "code" if records and isinstance(records[0][1], dict) and "tests" in records[0][1] else "math"
     rows = normalise_rows(records, kind, source, verbose, gold_check)
     return rows[:n] if n is not None else rows
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from nanogrpo import data, files, hub, rewards, tools
+from nanogrpo import files, hub, rewards, tools
 from nanogrpo.log import ProgressLine
-from nanogrpo.tasks import benchmarks
-from nanogrpo.rollout import encode_prompts, make_sampler, score_rollouts
+from nanogrpo.tasks import TASKS, benchmarks, load_rows
+from nanogrpo.rollout import encode_prompts, make_sampler, row_kind, score_rollouts
 from nanogrpo import dist as ndist
 from nanogrpo.tasks.benchmarks import Task
 from nanogrpo.sampler import SamplingParams
@@ -50,12 +50,11 @@ def _log(msg: str, rank: int) -> None:
 def heldout_rows(cfg) -> list[dict]:
     """The rows `eval_every` measures held-out accuracy on: `eval_task`, else the built-in task's own
     held-out split, else none; the first `eval_size` of them."""
-    source = cfg.eval_task or (cfg.task if cfg.task in data.BUILTIN_TASKS else "")
+    source = cfg.eval_task or (cfg.task if cfg.task in TASKS else "")
     if not source:
         return []
-    kind = "code" if cfg.reward == "code" else "math"
-    gold_check = rewards.gold_error if cfg.reward == "math" else None
-    return data.load_rows(source, kind, split="test", seed=cfg.seed, gold_check=gold_check)[: cfg.eval_size]
+    kind, gold_check = row_kind(cfg)
+    return load_rows(source, kind, split="test", seed=cfg.seed, gold_check=gold_check)[: cfg.eval_size]
 
 
 def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg, prefilled_think: bool = False) -> dict:
@@ -137,7 +136,9 @@ def score(task: Task, completions: list, rows: list[dict]) -> list[float | None]
     """Verdicts of Completions: on the text after the last tool output (tools), None where the sandbox
     of a tool call failed (unscored, never wrong)."""
     texts = [tools.answer_text(c) for c in completions]
-    if task.kind == "math":
+    if task.kind == "number":
+        verdicts = [rewards.number_reward(t, r["answer"]) for t, r in zip(texts, rows)]
+    elif task.kind == "math":
         verdicts = rewards.math_rewards(texts, [r["answer"] for r in rows])
     else:
         verdicts = rewards.code_rewards(texts, rows)

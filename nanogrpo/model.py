@@ -1,4 +1,4 @@
-"""Load an HF causal LM, shard it with FSDP2, and compute token log-probs without full-vocab blow-up.
+"""Load an HF causal LM, shard it with FSDP2, and run it: decoder, then token log-probs (nanogrpo/logprobs.py).
 
 `Policy` wraps the HF model so that one FSDP root forward computes the decoder and the chunked
 lm_head + log-softmax: calling the submodules from outside the root would skip FSDP's all-gather of
@@ -36,6 +36,7 @@ from transformers.masking_utils import AttentionMaskInterface
 from transformers.utils import logging as hf_logging
 
 from nanogrpo import dist, lora
+from nanogrpo.logprobs import chunked_logprobs
 
 hf_logging.disable_progress_bar()  # a bar per weight load drowns the training log
 
@@ -162,103 +163,6 @@ def _segment_bounds(position_ids: torch.Tensor) -> torch.Tensor:
 
 def _right_padded(attention_mask: torch.Tensor) -> bool:
     return bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all() and attention_mask[:, 0].all())
-
-
-def fp32_head(lm_head: nn.Module, h: torch.Tensor) -> torch.Tensor:
-    """lm_head(h) computed in fp32: the hidden state and the (low-precision) weight upcast, so the logits are
-    never rounded to bf16 / fp16 (8 / 11 bits: a logit of 10 would be off by up to 0.03 in bf16). The
-    trainer (`lm_head_fp32`) and the PyTorch sampler run this same function (`_head_logits`)."""
-    return _head_logits(h, lm_head.weight.float(), getattr(lm_head, "bias", None))
-
-
-class _HeadLogprobs(torch.autograd.Function):
-    """log p(target) and entropy, (B, T) each, of (B, T, H) hidden states under an lm_head, `chunk` positions
-    at a time, with a hand-written backward. Only one chunk's (C, V) fp32 logits exist at once, in forward and in
-    backward, which recomputes them from h (one matmul) instead of keeping them.
-
-    Why by hand: autograd through logsumexp + gather (+ the temperature's division) runs about ten
-    passes over each (C, V) chunk in forward, recompute and backward, and at a 49k vocabulary those
-    passes cost as much as the lm_head's matmuls. Here backward is d logp / d z = onehot - softmax(z),
-    written into the recomputed logits in place (exp, one scale, one scatter), then the two matmuls
-    into buffers that every chunk reuses: a fresh (C, V) tensor per chunk is ~100 MB of new pages to
-    fault in each time. The entropy is a metric: it gets no gradient.
-    """
-
-    @staticmethod
-    def forward(ctx, h, weight, bias, targets, temperature: float, chunk: int, with_entropy: bool, fp32: bool):
-        scale = 1.0 / temperature if temperature > 0 and temperature != 1.0 else 1.0
-        w = weight.float() if fp32 else weight  # the dtype the head's matmul runs in
-        kw = {"dtype": torch.float32, "device": h.device}
-        out = torch.empty(targets.shape, **kw), torch.zeros(targets.shape, **kw)  # (B, T), not views: FSDP hooks them
-        logp, entropy = out[0].view(-1), out[1].view(-1)
-        hs, ts = h.reshape(-1, h.shape[-1]), targets.reshape(-1)
-        N = hs.shape[0]
-        logz = torch.empty_like(logp)
-        z = h.new_empty(min(chunk, N), weight.shape[0], dtype=torch.float32)  # reused by every chunk
-        e = torch.empty_like(z) if with_entropy else z  # exp(z - max); over z itself when z is not read after
-        for s in range(0, N, chunk):
-            n = min(chunk, N - s)
-            zc, ec = _head_logits(hs[s : s + n], w, bias, scale, z[:n]), e[:n]
-            m = zc.amax(-1)
-            target = zc.gather(-1, ts[s : s + n, None])[:, 0]
-            total = torch.sub(zc, m[:, None], out=ec).exp_().sum(-1)
-            logz[s : s + n] = m + total.log()
-            logp[s : s + n] = target - logz[s : s + n]
-            if with_entropy:  # logz - sum(p z), p = exp(z - max) / total
-                entropy[s : s + n] = logz[s : s + n] - torch.linalg.vecdot(ec, zc) / total
-        ctx.save_for_backward(h, weight, bias, targets, logz)
-        ctx.scale, ctx.chunk, ctx.fp32 = scale, chunk, fp32
-        return out
-
-    @staticmethod
-    def backward(ctx, g, _g_entropy):
-        h, weight, bias, targets, logz = ctx.saved_tensors
-        hs, ts, g = h.reshape(-1, h.shape[-1]), targets.reshape(-1), g.reshape(-1)
-        scale, chunk, N = ctx.scale, ctx.chunk, hs.shape[0]
-        need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        w = weight.float() if ctx.fp32 else weight
-        gh = torch.empty(hs.shape, dtype=w.dtype, device=h.device) if need_h else None
-        gw = torch.zeros(weight.shape, dtype=w.dtype, device=weight.device) if need_w else None
-        gb = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need_b else None
-        z = h.new_empty(min(chunk, N), weight.shape[0], dtype=torch.float32)
-        for s in range(0, N, chunk):
-            n = min(chunk, N - s)
-            hc, gc = hs[s : s + n].to(w.dtype), g[s : s + n] * scale
-            # d logp / d logits = scale * (onehot(target) - softmax(z)), built in the recomputed logits
-            d = _head_logits(hc, w, bias, scale, z[:n]).sub_(logz[s : s + n, None]).exp_()
-            d = d.mul_(-gc[:, None]).scatter_add_(1, ts[s : s + n, None], gc[:, None]).to(w.dtype)
-            if need_h:
-                torch.mm(d, w, out=gh[s : s + n])
-            if need_w:  # in place over the chunks: no (V, H) temporary per chunk
-                gw.addmm_(d.t(), hc)
-            if need_b:
-                gb.add_(d.float().sum(0))
-        return (gh.view(h.shape).to(h.dtype) if need_h else None, gw.to(weight.dtype) if need_w else None,
-                gb.to(bias.dtype) if need_b else None, None, None, None, None, None)
-
-
-def _head_logits(h: torch.Tensor, w: torch.Tensor, bias, scale: float = 1.0, out: torch.Tensor | None = None):
-    """fp32 logits / temperature with the matmul in w's dtype (from a bf16 matmul: its result upcast, which
-    is what lm_head(h).float() computes), written into `out` when given."""
-    h = h.to(w.dtype)
-    if out is not None and w.dtype == torch.float32 and h.dim() == 2:
-        z = torch.mm(h, w.t(), out=out)
-        if bias is not None:
-            z.add_(bias.float())
-    else:
-        z = F.linear(h, w, None if bias is None else bias.to(w.dtype)).float()
-        z = out.copy_(z) if out is not None else z
-    return z.mul_(scale) if scale != 1.0 else z
-
-
-def chunked_logprobs(lm_head: nn.Module, h: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
-                     with_entropy: bool = False, chunk_size: int = 512, head_fp32: bool = False):
-    """(logp, entropy), each (B, T) fp32, of `targets` under lm_head(h), chunk_size positions at a time
-    (`_HeadLogprobs`: the (B*T, V) fp32 logits never exist, in forward or backward)."""
-    if type(lm_head) is not nn.Linear:
-        raise TypeError(f"the lm_head must be a plain nn.Linear (its weight is read directly); got {type(lm_head).__name__}")
-    return _HeadLogprobs.apply(h, lm_head.weight, lm_head.bias, targets, temperature, chunk_size, with_entropy,
-                               head_fp32)
 
 
 class Policy(nn.Module):

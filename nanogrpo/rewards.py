@@ -9,7 +9,8 @@ trainer leaves such completions out of the group instead of scoring them 0.
 - `math_reward`    math-verify, run in worker processes with a hard per-item timeout.
 - `format_reward`  the R1 layout `<think>reasoning</think>answer`.
 - `code_reward`    tests run in the sandbox pool (`nanogrpo.sandbox`, imported lazily).
-- `score_batch`    a weighted sum of the above for a batch, plus every component for the metrics.
+- `score_batch`    the weighted sum of a reward list (`rewards`, `reward_weights`: these and nanogrpo/shaping.py's
+                   open-r1 / DAPO / Kimi terms) for a batch, plus every component for the metrics.
 
 Why worker processes for math-verify: its own timeouts use SIGALRM, which only works in the main
 thread, and SIGALRM cannot interrupt sympy while it sits in one long C-level operation (a huge power,
@@ -32,6 +33,8 @@ import time
 from decimal import Decimal
 from multiprocessing.connection import wait as wait_ready
 
+from nanogrpo import shaping
+
 # ---------------------------------------------------------------- exact
 
 
@@ -47,7 +50,16 @@ def exact_reward(completion: str, answer: str) -> float:
 
 _NUMBER = r"-?\d+(?:,\d{3})*(?:\.\d+)?"
 _NUMBERS = re.compile(_NUMBER)
-_ONLY_NUMBER = re.compile(rf"\s*\\?\$?\s*({_NUMBER})\s*\$?\s*\.?\s*")  # "1,056", "$42", "\\$42", "7."
+# "1,056", "$42", "\\$42", "7.", matched on stripped text: one `\s*` on each side of the number, never two in a
+# row (`\s*\$?\s*` on 4,000 spaces and a letter backtracked for 118 s)
+_ONLY_NUMBER = re.compile(rf"\\?\$?\s*({_NUMBER})(?:\s*\$)?\.?")
+
+
+def final_text(completion: str) -> str:
+    """The part of a completion that answers: after the last `</think>` when a think block closes (a box
+    inside the thinking is a draft, not the answer), else all of it."""
+    cut = completion.rfind("</think>")
+    return completion if cut < 0 else completion[cut + len("</think>") :]
 
 
 def _boxed(text: str) -> str | None:
@@ -69,6 +81,13 @@ def _last_box_span(text: str) -> tuple[int, int] | None:
     return None
 
 
+def number_gold_error(answer) -> str | None:
+    """Why the number reward cannot read this gold (a sentence), or None when it can."""
+    if _ONLY_NUMBER.fullmatch(_THOUSANDS.sub("", str(answer)).strip()) is None:
+        return "the number reward needs a number (digits, optionally thousands commas and decimals)"
+    return None
+
+
 def _as_number(text: str) -> Decimal:
     return Decimal(text.replace(",", ""))
 
@@ -80,16 +99,18 @@ def number_reward(completion: str, answer: str) -> float | None:
 
     Why not math-verify for number answers: it evaluates what it parses, so \\boxed{22 * 46 - 844} scores as 168.
     A run without tools on "word_problems_large" learned to box the expression instead of computing it in 7 steps
-    (sampled accuracy 6% -> 92%): sympy did the arithmetic the task is about (docs/results.md "Tools on a chat model")."""
+    (sampled accuracy 6% -> 92%): sympy did the arithmetic the task is about (docs/results.md "Tools on a chat model").
+    Read after `</think>` when a think block closes (`final_text`)."""
     try:
-        gold = _ONLY_NUMBER.fullmatch(str(answer))
+        gold = _ONLY_NUMBER.fullmatch(_THOUSANDS.sub("", str(answer)).strip())
         if gold is None:
             return None
-        box = _boxed(str(completion))
+        text = _THOUSANDS.sub("", final_text(str(completion)))  # `1\,000`, `1{,}000`: one number
+        box = _boxed(text)
         if box is not None:
-            got = _ONLY_NUMBER.fullmatch(box)
+            got = _ONLY_NUMBER.fullmatch(box.strip())
             return float(got is not None and _as_number(got.group(1)) == _as_number(gold.group(1)))
-        found = _NUMBERS.findall(str(completion))
+        found = _NUMBERS.findall(text)
         return float(bool(found) and _as_number(found[-1]) == _as_number(gold.group(1)))
     except Exception:  # rewards never raise
         return 0.0
@@ -309,13 +330,61 @@ def gold_error(answer) -> str | None:
     return "math-verify finds no expression in it"
 
 
+# What math-verify would credit but is no answer to the gold (`_not_an_answer`): each a single regex pass.
+_ARROW = re.compile(r"\\(?:to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|implies|mapsto|iff)(?![A-Za-z])|->|=>")
+_PERCENT = re.compile(r"%")
+_RADIANS = re.compile(r"radian", re.I)
+_DEGREES = re.compile(r"\\circ|\u00b0|degree", re.I)
+_NAMED = re.compile(r"\s*[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?(?:\([^()=]*\))?\s*=[^=]+")  # `x = ..`, `f(x) = ..`
+_DECIMAL = re.compile(r"-?\d+\.\d+")
+_INTEGER = re.compile(r"-?\d+")
+_FRACTION = re.compile(r"(-?)\\[dt]?frac\{(-?\d+)\}\{(\d+)\}|(-?\d+)/(\d+)")
+
+
+def _not_an_answer(box: str, gold: str) -> bool:
+    """True when the last box says something the gold does not, whatever math-verify would make of it:
+    - an equation whose left side is not one named unknown (`203 = 204` holds two answers; `x = 5`, `f(x) = 2x`
+      are answers), or an arrow (`205 \\to 204`), unless the gold is written that way too;
+    - a percent where the gold is none (math-verify reads `18\\%` as both 18 and 0.18);
+    - radians where the gold has none, or degrees where the gold is in radians;
+    - a decimal against a gold that is not a decimal: exact against an integer or a fraction (`0.5` is 1/2,
+      `0.333333` is not 1/3), never against anything else (`1.414214` is not `\\sqrt{2}`)."""
+    gold = _boxed(gold) if "\\boxed{" in gold else gold
+    b, g = (_normalise_latex(t).replace("\\$", "").replace("$", "").strip() for t in (box, gold or ""))
+    if _ARROW.search(b) and not _ARROW.search(g):
+        return True
+    if "=" in b and "=" not in g and not all(_NAMED.fullmatch(p) for p in (_split_top(b) or [b])):
+        return True
+    if _PERCENT.search(b) and not _PERCENT.search(g):
+        return True
+    if (_RADIANS.search(b) and not _RADIANS.search(g)) or (_DEGREES.search(b) and _RADIANS.search(g)):
+        return True
+    plain = g.replace(",", "")  # a gold `1,000.5` is a decimal
+    if _DECIMAL.fullmatch(b) and not _DECIMAL.fullmatch(plain):
+        from fractions import Fraction
+
+        frac = _FRACTION.fullmatch(g)
+        if _INTEGER.fullmatch(plain):
+            return Fraction(b) != int(plain)
+        if frac:
+            sign, num, den = (frac.group(1), frac.group(2), frac.group(3)) if frac.group(2) else ("", *frac.group(4, 5))
+            return int(den) == 0 or Fraction(b) != (-1 if sign else 1) * Fraction(int(num), int(den))
+        return True
+    return False
+
+
 def _check_math(completion: str, answer: str, inner_timeout: int) -> float | None:
-    """Runs inside a worker. None = gold unparseable; else 1.0/0.0 from verify(gold, prediction)."""
+    """Runs inside a worker. None = gold unparseable; else 1.0/0.0 from verify(gold, prediction), on the text
+    after `</think>` (`final_text`), 0.0 when the last box is no answer to the gold (`_not_an_answer`)."""
     from math_verify import parse, verify
 
     gold = read_gold(answer, inner_timeout)
     if gold is None:
         return None
+    completion = final_text(completion)
+    span = _last_box_span(completion)
+    if span is not None and gold[0] == "math" and _not_an_answer(completion[span[0] : span[1]], str(answer)):
+        return 0.0
     if gold[0] == "prose":  # words: against the last box's words; without a box, math-verify on `\text{words}`
         span = _last_box_span(completion)
         if span is not None:
@@ -529,53 +598,132 @@ def code_rewards(completions: list[str], problems: list[dict], **opts) -> list[f
 
 # ---------------------------------------------------------------- batches
 
-REWARDS = ("exact", "number", "math", "code")
+VERIFIERS = ("exact", "number", "math", "code")  # the rewards that judge the answer: `correct` is theirs == 1
+# every name `rewards = [...]` takes: "accuracy" is the task's own verifier (tasks.TASKS; a dataset's rows:
+# code rows -> code, math rows -> math), "think_format" the R1 layout above, the rest nanogrpo/shaping.py
+REWARDS = ("accuracy", *VERIFIERS, "think_format", *shaping.SHAPING)
+
+
+def verifier_of(names: list[str], default: str | None) -> str | None:
+    """The verifier a reward list uses: the one it names, else the task's (`default`; None: by row)."""
+    named = [n for n in names if n in VERIFIERS]
+    return named[0] if named else default
+
+
+def _row_verifier(row, verifier: str | None) -> str:
+    return verifier or ("code" if isinstance(row, dict) and "tests" in row else "math")
+
+
+def _verify(completions: list[str], rows: list[dict], verifier: str | None, timeout_s: float,
+            code_opts: dict | None) -> list[float | None]:
+    """Each completion judged by its row's verifier (None where it could not be)."""
+    kinds = [_row_verifier(r, verifier) for r in rows]
+    acc: list[float | None] = [None] * len(completions)
+    for kind in set(kinds):
+        todo = [i for i, k in enumerate(kinds) if k == kind]
+        if kind == "code":
+            got = code_rewards([completions[i] for i in todo], [rows[i] for i in todo], **(code_opts or {}))
+        else:
+            answers = [rows[i].get("answer") if isinstance(rows[i], dict) else None for i in todo]
+            if kind == "math":
+                have = [j for j, a in enumerate(answers) if a is not None]
+                scored = math_rewards([completions[todo[j]] for j in have], [answers[j] for j in have], timeout_s)
+                got = [None] * len(todo)
+                for j, r in zip(have, scored):
+                    got[j] = r
+            else:
+                fn = exact_reward if kind == "exact" else number_reward
+                got = [None if a is None else fn(completions[i], a) for i, a in zip(todo, answers)]
+        for i, r in zip(todo, got):
+            acc[i] = r
+    return acc
 
 
 def score_batch(
     completions: list[str],
     rows: list[dict],
-    reward: str,
-    format_weight: float = 0.0,
-    accuracy_weight: float = 1.0,
+    rewards: list[str],
+    weights: list[float] | None = None,
+    verifier: str | None = None,
     prefilled_think: bool = False,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     code_opts: dict | None = None,
     answer_texts: list[str] | None = None,
+    token_counts: list[int] | None = None,
+    group_size: int = 1,
+    shaping_cfg=None,
 ) -> tuple[list[float | None], dict[str, list[float | None]]]:
     """Total reward per completion, and each component for the metrics.
 
-    total = accuracy_weight * accuracy + format_weight * format; None when accuracy is None (the
-    trainer leaves those completions out). Components: {"accuracy": [...], "format": [...]}; format is
-    always computed (it is cheap), so its rate can be logged even when it carries no weight.
-    Rows: math/number/exact rows need "answer"; code rows are the code schema (docs/data.md).
-    code_opts: passed to the sandbox (backend, concurrency, binary, allow_unsandboxed, ...).
-    answer_texts: what the accuracy reward reads, when not the whole completion (tool rollouts: the text
-    after the last tool output); the format reward always reads the whole completion.
+    total = sum(weight * reward) over `rewards` (weights default 1.0); None when any of them is None (the
+    trainer leaves those completions out). Components: one list per reward named, plus "accuracy" (the
+    verifier's verdict, whether weighted or not: `correct` and the held-out accuracy read it) and
+    "think_format" (cheap; its rate is logged even with no weight). `verifier`: "exact" / "number" / "math" /
+    "code", or None for each row's own (code rows: code, others math); a verifier in `rewards` wins.
+    answer_texts: what the verifier reads when not the whole completion (tool rollouts: the text after the
+    last tool output); every other reward reads the whole completion. token_counts: completion lengths in
+    tokens (soft_overlong_punishment); group_size: consecutive completions of one prompt (length);
+    shaping_cfg: the Config (or any object) holding the shaping knobs (cosine_*, repetition_*, ...).
     """
-    if reward not in REWARDS:
-        raise ValueError(f"score_batch: unknown reward {reward!r}; expected one of {REWARDS}")
+    unknown = [n for n in rewards if n not in REWARDS]
+    if unknown or not rewards:
+        raise ValueError(f"score_batch: unknown reward(s) {unknown or rewards!r}; expected names from {REWARDS}")
+    weights = [1.0] * len(rewards) if weights is None else list(weights)
+    if len(weights) != len(rewards):
+        raise ValueError(f"score_batch: {len(weights)} weights for {len(rewards)} rewards")
     if len(completions) != len(rows):
         raise ValueError(f"score_batch: {len(completions)} completions but {len(rows)} rows")
-    full, completions = completions, (completions if answer_texts is None else answer_texts)
-    if len(completions) != len(rows):
-        raise ValueError(f"score_batch: {len(completions)} answer texts but {len(rows)} rows")
-    if reward == "code":
-        acc = code_rewards(completions, rows, **(code_opts or {}))
-    else:
-        answers = [row.get("answer") if isinstance(row, dict) else None for row in rows]
-        if reward in ("exact", "number"):
-            fn = exact_reward if reward == "exact" else number_reward
-            acc = [None if a is None else fn(c, a) for c, a in zip(completions, answers)]
-        else:
-            todo = [i for i, a in enumerate(answers) if a is not None]
-            acc = [None] * len(completions)
-            scored = math_rewards([completions[i] for i in todo], [answers[i] for i in todo], timeout_s)
-            for i, r in zip(todo, scored):
-                acc[i] = r
-    fmt = [format_reward(c, prefilled_think) for c in full]
-    total = [None if a is None else accuracy_weight * a + format_weight * f for a, f in zip(acc, fmt)]
-    return total, {"accuracy": acc, "format": fmt}
+    answers = completions if answer_texts is None else answer_texts
+    if len(answers) != len(rows):
+        raise ValueError(f"score_batch: {len(answers)} answer texts but {len(rows)} rows")
+    acc = _verify(answers, rows, verifier_of(rewards, verifier), timeout_s, code_opts)
+    parts: dict[str, list[float | None]] = {"accuracy": acc,
+                                            "think_format": [format_reward(c, prefilled_think) for c in completions]}
+    for name in rewards:
+        if name not in parts:
+            parts[name] = acc if name in VERIFIERS else _shaping(name, completions, rows, acc, token_counts,
+                                                                 group_size, prefilled_think, shaping_cfg)
+    total = []
+    for i in range(len(completions)):
+        terms = [parts[n][i] for n in rewards]
+        total.append(None if any(t is None for t in terms) else sum(w * t for w, t in zip(weights, terms)))
+    return total, parts
+
+
+def _shaping(name, texts, rows, acc, token_counts, group_size, prefilled_think, cfg) -> list[float | None]:
+    if name == "format":
+        return [shaping.format_reward(t, prefilled_think) for t in texts]
+    if name == "tag_count":
+        return [shaping.tag_count_reward(t, prefilled_think) for t in texts]
+    if name == "reasoning_steps":
+        return [shaping.reasoning_steps_reward(t) for t in texts]
+    if name == "code_format":
+        return [shaping.code_format_reward(t, (r or {}).get("language") or "python", prefilled_think)
+                for t, r in zip(texts, rows)]
+    if name == "cosine":
+        return [shaping.cosine_reward(len(t), a, cfg) for t, a in zip(texts, acc)]
+    if name == "repetition_penalty":
+        return [shaping.repetition_penalty_reward(t, cfg.repetition_n_grams, cfg.repetition_max_penalty) for t in texts]
+    if name == "length":
+        if len(texts) % group_size:
+            raise ValueError(f"score_batch: {len(texts)} completions are not whole groups of {group_size}")
+        out = []
+        for g in range(0, len(texts), group_size):
+            out += shaping.length_rewards([len(t) for t in texts[g : g + group_size]], acc[g : g + group_size])
+        return out
+    if name == "soft_overlong_punishment":
+        if token_counts is None or len(token_counts) != len(texts):
+            raise ValueError("score_batch: soft_overlong_punishment needs token_counts, one per completion")
+        limit, cache = overlong_limits(cfg)
+        return [shaping.soft_overlong_reward(n, limit, cache) for n in token_counts]
+    raise ValueError(f"score_batch: no shaping reward {name!r}")
+
+
+def overlong_limits(cfg) -> tuple[int, int]:
+    """(L, cache) of soft_overlong_punishment: max_completion_len (0: max_new_tokens) and soft_punish_cache
+    (-1: a quarter of L, DAPO's 4,096 of 16,384)."""
+    limit = cfg.max_completion_len or cfg.max_new_tokens
+    return limit, (limit // 4 if cfg.soft_punish_cache < 0 else min(cfg.soft_punish_cache, limit))
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--math-worker"]:

@@ -14,6 +14,7 @@ import torch
 
 from nanogrpo import data, rewards, tools
 from nanogrpo.sampler import Sampler, TorchSampler
+from nanogrpo.tasks import TASKS
 
 
 def make_sampler(kind: str, model_dir: str, device: str, dtype: torch.dtype, **kwargs) -> Sampler:
@@ -53,9 +54,10 @@ def trainer_sampler(cfg, weights: str, device, dtype: torch.dtype) -> Sampler:
 
 def encode_prompts(rows: list[dict], tokenizer, cfg) -> list[list[int]]:
     system = cfg.system_prompt
-    if cfg.tools and cfg.template != "raw":  # a chat model is told how to run code (and which functions it has)
+    if cfg.tools and task_template(cfg, tokenizer, rows[0] if rows else {}) != "raw":  # a chat model is told how to run code (and which functions it has)
         system = tools.system_prompt(tools.ToolConfig.from_config(cfg), cfg.system_prompt)
-    return [data.encode_prompt(r, tokenizer, cfg.template, system_prompt=system or None) for r in rows]
+    template = task_template(cfg, tokenizer, rows[0]) if rows else cfg.template
+    return [data.encode_prompt(r, tokenizer, template, system_prompt=system or None) for r in rows]
 
 
 def code_opts(cfg) -> dict:
@@ -63,18 +65,42 @@ def code_opts(cfg) -> dict:
             "allow_unsandboxed": cfg.allow_unsandboxed}
 
 
-def score_rollouts(completions: list, rows: list[dict], cfg, prefilled_think: bool = False):
-    """Rewards (None = could not be computed) and per-component values; `correct` is the main reward == 1.
-    With tools the accuracy reward reads the text after the last tool output, and a rollout whose
-    sandbox failed gets None."""
-    total, parts = rewards.score_batch([c.text for c in completions], rows, cfg.reward, cfg.format_weight,
-                                       prefilled_think=prefilled_think, code_opts=code_opts(cfg),
-                                       answer_texts=[tools.answer_text(c) for c in completions])
+def task_verifier(cfg) -> str | None:
+    """The reward that judges this run's answers: the verifier `rewards` names, else the built-in task's,
+    else None (each row its own: code rows the sandbox, math rows math-verify)."""
+    return rewards.verifier_of(cfg.rewards, TASKS[cfg.task].verifier if cfg.task in TASKS else None)
+
+
+def row_kind(cfg) -> tuple[str, object]:
+    """(kind, gold_check) for data.load_rows: the rows the verifier reads, and the math reward's own gold
+    reader where math-verify judges (a gold it cannot read stops the load naming the row, not None every step)."""
+    verifier = task_verifier(cfg)
+    kind = {"code": "code", None: "auto"}.get(verifier, "math")
+    return kind, (rewards.gold_error if verifier in ("math", None) else None)
+
+
+def task_template(cfg, tokenizer, row: dict) -> str:
+    """`template`, or the task's own when it is "": a built-in's, else math_eval for math rows and chat for
+    code rows; raw on a model without a chat template (its only choice)."""
+    if cfg.template:
+        return cfg.template
+    own = TASKS[cfg.task].template if cfg.task in TASKS else ("chat" if "tests" in row else "math_eval")
+    return own if own == "raw" or getattr(tokenizer, "chat_template", None) else "raw"
+
+
+def score_rollouts(completions: list, rows: list[dict], cfg, prefilled_think: bool = False, group_size: int = 1):
+    """Rewards (None = could not be computed) and per-component values; `correct` is the verifier's == 1.
+    With tools the verifier reads the text after the last tool output, and a rollout whose sandbox failed
+    gets None. group_size: consecutive completions of one prompt (the `length` reward compares within one)."""
+    total, parts = rewards.score_batch([c.text for c in completions], rows, cfg.rewards or ["accuracy"],
+                                       cfg.reward_weights or None, task_verifier(cfg), prefilled_think,
+                                       code_opts=code_opts(cfg), answer_texts=[tools.answer_text(c) for c in completions],
+                                       token_counts=[len(c.token_ids) for c in completions], group_size=group_size,
+                                       shaping_cfg=cfg)
     for i, c in enumerate(completions):
         if getattr(c, "failed", False):
             total[i] = parts["accuracy"][i] = None
-    main = parts.get("accuracy", total)
-    correct = [None if r is None else float(r == 1.0) for r in main]
+    correct = [None if r is None else float(r == 1.0) for r in parts["accuracy"]]
     return total, parts, correct
 
 

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.masking_utils import AttentionMaskInterface
 
-from nanogrpo.model import fp32_head
+from nanogrpo.logprobs import fp32_head
 
 # Model types whose forward is embed_tokens -> rotary_emb -> layers -> norm -> lm_head, each layer taking
 # (hidden, attention_mask, position_ids, past_key_values, position_embeddings) and returning the hidden states.
@@ -83,6 +83,17 @@ class Completion:
     logprobs: list[float]  # log_softmax(logits / temperature) of each token, before top-p truncation
     text: str  # decoded token_ids without the EOS token (stop string kept)
     finish_reason: str  # "stop" (EOS or stop string) | "length"
+
+
+@dataclass
+class Used:
+    """What a generate call really ran with (`sampler.used`, replaced by each call), for the trainer to compare
+    with what it asked for (nanogrpo/parity.py's SamplerCheck): a sampler that changed the prompts or the
+    sampling settings on the way is caught at that step."""
+    prompts: list[list[int]]
+    n: int
+    temperature: float
+    top_p: float
 
 
 # progress(samples, tokens): called during generate with the samples finished and tokens generated since its last
@@ -406,6 +417,7 @@ class TorchSampler:
         self.kv_heads, self.head_dim = cfg.num_key_value_heads, attn.head_dim
         # oneDNN's GEMMs for the fp32 linears on CPU (cpu_gemms); lm_head_fp32's head keeps its own forward
         self.onednn = self.device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
+        self.used: Used | None = None  # the last generate call's prompts and settings (nanogrpo/parity.py)
 
     # ---- the model ----
 
@@ -446,6 +458,7 @@ class TorchSampler:
         if not prompts:
             return []
         self.wake()  # after sleep(): weights back on the device (as the vLLM sampler does in generate)
+        self.used = Used([list(p) for p in prompts], n, params.temperature, params.top_p)  # as run below
         with cpu_gemms(self.model, self.onednn):
             return self._generate(prompts, n, params, progress)
 
@@ -577,6 +590,11 @@ class TorchSampler:
             problems.append(f"parameters not sent {missing}")
         if problems:
             raise ValueError("sampler.sync_weights: " + "; ".join(problems))
+
+    def held_weights(self) -> Iterable[tuple[str, torch.Tensor]]:
+        """(HF name, tensor) of every weight the decode reads, a tied one under both its names: what
+        nanogrpo/parity.py checks against the trainer's weights."""
+        return self.model.named_parameters(remove_duplicate=False)
 
     def sleep(self) -> None:
         """Free accelerator memory while the trainer trains (weights wait on the CPU). No-op on CPU."""

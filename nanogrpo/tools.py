@@ -58,7 +58,7 @@ class ToolConfig:
     output_close: str = "\n```\n"
     max_calls: int = 4
     output_tokens: int = 256  # tool output longer than this is cut (the marker below says so)
-    timeout_s: float = 5.0  # per cell
+    timeout_s: float = 5.0  # per cell, wall clock (nanogrpo/sandbox/cells.py)
     tools_source: str = ""  # the tools file's text, run before the first cell of every session
 
     @classmethod

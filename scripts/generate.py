@@ -5,7 +5,7 @@
         [--limit K] [--batch 16] [--sampler auto|torch|vllm] [--seed 0] [--split train] [--subset NAME]
 
 TASK is what train.py's `task` takes (a built-in task, a .jsonl / .parquet file, a Hub dataset id) with
-math rows, or with --kind code rows in the code schema (docs/data.md) (as train.py's reward=code). The math
+math rows, or with --kind code rows in the code schema (docs/data.md) (as train.py's rewards = ["code"]). The math
 prompt is R1's (template "chat": the problem, then "Please reason step by step, and put your final answer
 within \\boxed{}." as the user turn; "math_eval" is eval.py's math prompt; "raw" the problem text alone,
 for models without a chat template). The code prompt (template "chat") is eval.py's LiveCodeBench one,
@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from nanogrpo import data, files, hub, rollout  # noqa: E402
+from nanogrpo import data, files, hub, rollout, tasks  # noqa: E402
 from nanogrpo.tasks import benchmarks  # noqa: E402
 from nanogrpo import evaluate as E  # noqa: E402
 from nanogrpo import model as M  # noqa: E402
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             ap.error(f"{name} must be >= 1, got {value}")
     if args.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
         ap.error(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
-    if args.kind == "code" and (args.template == "math_eval" or args.task in data.BUILTIN_TASKS):
+    if args.kind == "code" and (args.template == "math_eval" or args.task in tasks.TASKS):
         ap.error("--kind code takes code rows (not a built-in math task) and --template chat or raw")
     out = Path(args.out)
     inputs = [args.task] if Path(args.task).is_file() else []
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             ap.error(f"{flag} {str(path)!r}: {problem} (checked before generating: nothing was written)")
 
     try:
-        rows = data.load_rows(args.task, args.kind, split=args.split, n=args.limit, seed=args.seed,
+        rows = tasks.load_rows(args.task, args.kind, split=args.split, n=args.limit, seed=args.seed,
                               subset=args.subset)
     except (data.DataError, FileNotFoundError, ValueError) as e:  # a missing / malformed file, a bad row, a Hub id
         ap.error(f"TASK {args.task!r}: {e}")

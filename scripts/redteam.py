@@ -1,11 +1,15 @@
 """Run every attack program the tests keep (tests/helpers/attacks.py) against the local sandbox and print
 a table: attacks tried, rejected, escapes, and host Shmem / MemAvailable before and after.
 
-    python scripts/redteam.py [--kind memory|leak|channel|isolation|judge|correct] [--details]
+    python scripts/redteam.py [--kind memory|leak|channel|isolation|judge|correct|reward] [--details]
+
+`reward` attacks are text for the trainer's own reward code (attacks.REWARD_ATTACKS: no sandbox, no
+bubblewrap needed): an escape is a score other than the one they must get, or a call past its time bound.
 
 An attack is "rejected" when it did not get what it wanted (attacks.py says, per attack, what that is:
 host memory pinned past the cap, data carried to the next execution, a reward it should not have, a None
-where the answer was simply wrong, a correct multiprocessing program failing). Every attack runs on ONE
+where the answer was simply wrong, a correct program failing, or judging that took longer than it may: the
+trainer reads untrusted text, which must take linear time). Every attack runs on ONE
 slot, its programs in turn, as the trainer's executions follow each other; an attack between slots runs its
 programs at the same time, one slot each. Needs bubblewrap; run as root
 for the full isolation (per-slot uids). Exit status 1 if anything escaped.
@@ -18,7 +22,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
-from helpers.attacks import ATTACKS, meminfo, out  # noqa: E402
+from helpers.attacks import ATTACKS, meminfo, out, too_slow  # noqa: E402
 from nanogrpo.sandbox import SandboxPool  # noqa: E402
 from nanogrpo.sandbox.local import bwrap_available  # noqa: E402
 
@@ -37,11 +41,30 @@ def describe(vs) -> str:
     return ", ".join("None" if v is None else f"{v.status} {v.reward:g}" for v in vs[:4]) + (" ..." if len(vs) > 4 else "")
 
 
+def reward_attacks() -> list[tuple]:
+    """The reward-side attacks (attacks.REWARD_ATTACKS), in this process as the trainer runs its rewards: a row
+    each, an escape when the score is not what it must be or the call took longer than its bound."""
+    from helpers.attacks import REWARD_ATTACKS
+    from nanogrpo import rewards
+
+    rows = []
+    for name, reward, text, gold, want, max_s in REWARD_ATTACKS:
+        t = time.monotonic()
+        got = rewards.number_reward(text, gold) if reward == "number" else rewards.math_reward(text, gold)
+        took = time.monotonic() - t
+        escaped = got != want or took > max_s
+        rows.append(("reward", name, f"{got}", "ESCAPED" if escaped else "rejected", 0, f"{took:.1f}", got is None))
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--kind", default=None, choices=sorted({a.kind for a in ATTACKS}), help="only attacks of this kind")
+    kinds = sorted({a.kind for a in ATTACKS} | {"reward"})
+    ap.add_argument("--kind", default=None, choices=kinds, help="only attacks of this kind")
     ap.add_argument("--details", action="store_true", help="print a row per attack")
     args = ap.parse_args(argv)
+    if args.kind == "reward":  # no sandbox: the trainer's own reward code
+        return report(reward_attacks(), args.details, "")
     if not bwrap_available():
         print("bubblewrap is missing (apt-get install bubblewrap)", file=sys.stderr)
         return 2
@@ -59,44 +82,53 @@ def main(argv=None) -> int:
 
     pool_for(attacks[0])
     start = meminfo()
-    rows, escapes, executions, peak_shmem = [], [], 0, start["Shmem"]
+    rows, executions, peak_shmem = [], 0, start["Shmem"]
     t0 = time.monotonic()
     for a in attacks:
         before = meminfo()
+        t = time.monotonic()
         vs = run_attack(pool_for(a), a)
+        took = time.monotonic() - t
         executions += len(vs)
         after = settled_meminfo(before)
         peak_shmem = max(peak_shmem, after["Shmem"])
-        escaped = bool(a.escaped(vs)) or after["Shmem"] > before["Shmem"] + 64  # pinned host memory counts too
-        if escaped:
-            escapes.append(a.name)
+        # pinned host memory counts too, and so does time: the trainer judges one item after another
+        escaped = bool(a.escaped(vs)) or too_slow(a, took) or after["Shmem"] > before["Shmem"] + 64
         result = ("FAILED" if escaped else "scored 1") if a.kind == "correct" else ("ESCAPED" if escaped else "rejected")
         pinned = out(vs[0]).strip() if a.kind == "memory" else ""  # what the program says it pinned, in MB
         rows.append((a.kind, a.name, describe(vs) + (f" (pinned {pinned} MB)" if pinned else ""), result,
-                     after["Shmem"] - before["Shmem"], None in vs))
+                     after["Shmem"] - before["Shmem"], f"{took:.1f}", None in vs))
         if escaped:
             print(f"ESCAPED: {a.name}: {[out(v)[-200:] for v in vs]}", file=sys.stderr)
     for pool in pools.values():
         pool.close()
     end = settled_meminfo(start)
-    if args.details:
-        print("| kind | attack | verdicts | result | host Shmem change (MB) |\n|---|---|---|---|---|")
+    rows += reward_attacks() if args.kind is None else []
+    footer = (f"\n{executions} executions in {time.monotonic() - t0:.0f} s. Host memory (MB): "
+              f"Shmem {start['Shmem']} before, {peak_shmem} highest after any attack, {end['Shmem']} after; "
+              f"MemAvailable {start['MemAvailable']} before, {end['MemAvailable']} after.")
+    return report(rows, args.details, footer)
+
+
+def report(rows: list[tuple], details: bool, footer: str) -> int:
+    """Print the table (a row per attack with --details), then the totals per kind; 1 if anything escaped."""
+    bad = [r for r in rows if r[3] in ("ESCAPED", "FAILED")]
+    if details:
+        print("| kind | attack | verdicts | result | host Shmem change (MB) | seconds |\n"
+              "|---|---|---|---|---|---|")
         for r in rows:
-            print("| " + " | ".join(str(x) for x in r[:5]) + " |")
+            print("| " + " | ".join(str(x) for x in r[:6]) + " |")
         print()
-    kinds = sorted({a.kind for a in attacks})
     print("| kind | attacks tried | rejected | escapes | of which a verdict was None (sandbox / overload) |\n"
           "|---|---|---|---|---|")
-    for k in kinds:
+    for k in sorted({r[0] for r in rows}):
         mine = [r for r in rows if r[0] == k]
-        bad = sum(r[3] in ("ESCAPED", "FAILED") for r in mine)
-        print(f"| {k} | {len(mine)} | {len(mine) - bad} | {bad} | {sum(r[5] for r in mine)} |")
-    print(f"| **all** | **{len(rows)}** | **{len(rows) - len(escapes)}** | **{len(escapes)}** | "
-          f"**{sum(r[5] for r in rows)}** |")
-    print(f"\n{executions} executions in {time.monotonic() - t0:.0f} s. Host memory (MB): "
-          f"Shmem {start['Shmem']} before, {peak_shmem} highest after any attack, {end['Shmem']} after; "
-          f"MemAvailable {start['MemAvailable']} before, {end['MemAvailable']} after.")
-    return 1 if escapes else 0
+        n_bad = sum(r in bad for r in mine)
+        print(f"| {k} | {len(mine)} | {len(mine) - n_bad} | {n_bad} | {sum(r[6] for r in mine)} |")
+    print(f"| **all** | **{len(rows)}** | **{len(rows) - len(bad)}** | **{len(bad)}** | "
+          f"**{sum(r[6] for r in rows)}** |")
+    print(footer)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

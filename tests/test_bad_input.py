@@ -102,8 +102,8 @@ def test_missing_tokenizer_files_are_named(model_copy, tmp_path, capsys):
 
 # -- train.py: rows the reward cannot score, out_dir, resume -----------------------------------------
 def test_code_reward_on_the_arithmetic_task_fails_before_compute(tiny_model_dir, tmp_path):
-    with pytest.raises(ConfigError, match="reward=code"):
-        train.main(small(tiny_model_dir, tmp_path / "out", "reward=code"))
+    with pytest.raises(ConfigError, match="rewards names code.*built-in task without tests"):
+        train.main(small(tiny_model_dir, tmp_path / "out", "rewards=code"))
     assert not (tmp_path / "out").exists()
 
 
@@ -111,15 +111,15 @@ def test_code_reward_on_rows_without_tests_names_the_row(tiny_model_dir, tmp_pat
     f = tmp_path / "math.jsonl"
     f.write_text('{"problem": "1+1", "answer": "2"}\n')
     with pytest.raises(data.DataError, match=r"math.jsonl:1: .*'tests'"):
-        train.main(small(tiny_model_dir, tmp_path / "out", "reward=code", f"task={f}"))
+        train.main(small(tiny_model_dir, tmp_path / "out", "rewards=code", f"task={f}"))
 
 
 def test_a_run_without_any_reward_stops_naming_the_reward(tiny_model_dir, tmp_path, monkeypatch):
-    def no_rewards(completions, rows, cfg, prefilled_think=False):
+    def no_rewards(completions, rows, cfg, prefilled_think=False, group_size=1):
         return [None] * len(completions), {}, [None] * len(completions)
 
     monkeypatch.setattr(train, "score_rollouts", no_rewards)
-    with pytest.raises(ConfigError, match=r"None for 3 steps in a row \(reward=exact\).*Likely cause"):
+    with pytest.raises(ConfigError, match=r"None for 3 steps in a row \(verifier exact\).*Likely cause"):
         train.main(small(tiny_model_dir, tmp_path / "out", "steps=20"))
     assert len((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()) == 3
 

@@ -52,7 +52,7 @@ def test_pass_at_k_bad_arguments():
 def test_math_tasks_load_from_the_repository():
     assert benchmarks.REPO_DATA_DIR == Path(__file__).resolve().parents[1] / "data" / "benchmarks"
     aime = benchmarks.load_task("aime24")
-    assert len(aime.rows) == 30 and aime.default_n == 64 and aime.kind == "math"
+    assert len(aime.rows) == 30 and aime.default_n == 64 and aime.kind == "number"  # whole numbers: the number reward
     assert all(r["answer"].isdigit() for r in aime.rows)
     gsm = benchmarks.load_task("gsm8k", limit=5)
     assert len(gsm.rows) == 5 and gsm.rows[0]["answer"] == "18"  # '#### 18' -> '18'

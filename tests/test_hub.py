@@ -96,8 +96,8 @@ def test_nothing_hub_related_is_imported_before_a_hub_id_is_used(tmp_path):
     res = offline_python(tmp_path / "hf", """
         import sys
         import train, sft, eval
-        from nanogrpo import data, hub
-        data.load_rows("arithmetic", n=3)
+        from nanogrpo import data, hub, tasks
+        tasks.load_rows("arithmetic", n=3)
         print(sorted(m for m in ("datasets", "huggingface_hub.hf_api") if m in sys.modules))
     """)
     assert res.returncode == 0, res.stderr

@@ -146,9 +146,17 @@ def test_call_mode_integers_compare_exactly(got, want):
     assert not values_equal(got, want) and values_equal(want, want)
 
 
-@pytest.mark.parametrize("got,want", [(0.1 + 0.2, 0.3), (3, 3.0), (10**18, 1e18), (1e18, 10**18 + 1)])
-def test_call_mode_a_float_on_either_side_keeps_a_tolerance(got, want):
+@pytest.mark.parametrize("got,want", [(0.1 + 0.2, 0.3), (3, 3.0), (10**18, 1e18)])
+def test_call_mode_an_expected_float_keeps_a_tolerance(got, want):
     assert values_equal(got, want)
+
+
+@pytest.mark.parametrize("got,want,equal", [(123456789013.0, 123456789012, False), (1e18, 10**18 + 1, False),
+                                            ((0.1 + 0.2) * 10, 3, False), (123456789012.0, 123456789012, True),
+                                            (3.0, 3, True)])
+def test_call_mode_an_expected_integer_compares_exactly_with_a_float_too(got, want, equal):
+    """A float passes for an expected integer only when it is exactly that integer."""
+    assert values_equal(got, want) is equal
 
 
 @pytest.mark.parametrize("got,want", [(2**1100, 1.5), (1.5, 2**1100), (10**400, float("inf")), (-(10**400), -1e308)])

@@ -49,7 +49,7 @@ def test_unknown_target_is_an_error(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     with pytest.raises(ValueError, match=r"\['qproj'\] match no linear layer.*q_proj"):
         lora.add_adapters(model, RANK, ALPHA, ["qproj", "v_proj"])
-    # the lm_head takes none: the trainer's log-prob kernel (model._HeadLogprobs) reads its weight directly
+    # the lm_head takes none: the trainer's log-prob kernel (logprobs._HeadLogprobs) reads its weight directly
     with pytest.raises(ValueError, match=r"\['lm_head'\] match no linear layer"):
         lora.add_adapters(model, RANK, ALPHA, ["lm_head"])
 

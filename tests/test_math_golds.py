@@ -102,7 +102,7 @@ def test_unreadable_gold_stops_the_load_naming_the_row(tmp_path):
 
 
 def test_train_checks_golds_only_for_the_math_reward(tmp_path):
-    """train.py's load: reward = math refuses the unreadable gold before any compute; reward = exact takes it
+    """train.py's load: math-verify as the verifier refuses the unreadable gold before any compute; exact takes it
     (its golds are strings, not LaTeX)."""
     import train
     from nanogrpo import config as C
@@ -110,8 +110,10 @@ def test_train_checks_golds_only_for_the_math_reward(tmp_path):
     f = tmp_path / "golds.jsonl"
     f.write_text(json.dumps({"problem": "p1", "answer": "\\frac{1}{"}) + "\n")
     with pytest.raises(DataError, match="golds.jsonl:1: the math reward cannot read"):
-        train.load_task(C.load([f"task={f}", "reward=math"]))
-    assert len(train.load_task(C.load([f"task={f}", "reward=exact"]))[0]) == 1
+        train.load_task(C.load([f"task={f}", "rewards=math"]))
+    with pytest.raises(DataError, match="golds.jsonl:1: the math reward cannot read"):
+        train.load_task(C.load([f"task={f}"]))  # a math dataset's own verifier is math-verify
+    assert len(train.load_task(C.load([f"task={f}", "rewards=exact"]))[0]) == 1
 
 
 def test_every_kind_of_readable_gold_loads(tmp_path):

@@ -11,6 +11,7 @@ import torch
 
 from nanogrpo import dist
 from nanogrpo import model as M
+from nanogrpo.logprobs import reference_logprobs
 
 
 def full_logprobs(hf, ids, attn, temperature):
@@ -40,18 +41,11 @@ def test_chunked_logprobs_equal_full(tiny_untied_model_dir, chunk):
         torch.testing.assert_close(g1[n], p.grad, atol=1e-5, rtol=1e-4, msg=n)
 
 
-def _naive_head(head, h, targets, temperature, fp32):
-    """The straightforward reference: the whole (B, T, V) fp32 logits, autograd through log_softmax."""
-    w, b = (head.weight.float(), None if head.bias is None else head.bias.float()) if fp32 else (head.weight, head.bias)
-    logits = torch.nn.functional.linear(h.to(w.dtype), w, b).float() / temperature
-    logp = torch.log_softmax(logits, -1)
-    return logp.gather(-1, targets[..., None])[..., 0], -(logp.exp() * logp).sum(-1)
-
-
 @pytest.mark.parametrize("dtype,fp32", [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_head_logprobs_and_gradients_equal_autograd_on_full_logits(dtype, fp32, bias):
-    """The lm_head's hand-written backward (model._HeadLogprobs) against autograd over the full logits:
+    """The lm_head's hand-written backward (logprobs._HeadLogprobs) against the plain reference, autograd over
+    the full logits (logprobs.reference_logprobs):
     log-probs, entropy, and the gradients of h, the weight and the bias, with a temperature and a chunk
     that does not divide the positions; in bf16 with and without lm_head_fp32."""
     g = torch.Generator().manual_seed(0)
@@ -66,7 +60,7 @@ def test_head_logprobs_and_gradients_equal_autograd_on_full_logits(dtype, fp32, 
         if run == "got":
             logp, ent = M.chunked_logprobs(head, x, targets, 0.7, True, chunk_size=4, head_fp32=fp32)
         else:
-            logp, ent = _naive_head(head, x, targets, 0.7, fp32)
+            logp, ent = reference_logprobs(head, x, targets, 0.7, head_fp32=fp32)
         (logp * weights).sum().backward()
         grads.append((logp.detach(), ent.detach(), x.grad, head.weight.grad, head.bias.grad if bias else None))
     tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}

@@ -1,6 +1,7 @@
 """Sampler/trainer log-prob agreement (nanogrpo/parity.py): with exact_logprobs the gap is exactly 0 (padded and
-packed, low precision, 1 and 2 ranks, after a resume); the gap gate stops a run whose sampler stopped getting the
-trainer's weights, naming the cause, and lets healthy runs through."""
+packed, low precision, 1 and 2 ranks, after a resume); a sampler that stopped getting the trainer's weights is
+caught by the sampler check at its first stale step, and by the gap gate (naming the cause) where the sampler
+cannot report; healthy runs go through."""
 
 import json
 import os
@@ -124,11 +125,27 @@ def break_sync_after(monkeypatch, n_ok: int) -> list[int]:
 
 
 @pytest.mark.parametrize("exact", [False, True])
-def test_a_sampler_that_stops_getting_weights_stops_the_run(warm_model_dir, tmp_path, monkeypatch, capsys, exact):
+def test_a_sampler_that_stops_getting_weights_is_caught_at_its_first_stale_step(warm_model_dir, tmp_path, monkeypatch,
+                                                                                 exact):
+    """The sampler check, exactly: step 3 is the first to sample from stale weights (tests/test_stale_sampler.py
+    has every fault)."""
+    break_sync_after(monkeypatch, 1)  # step 1's weights reach the sampler, step 2's and later do not
+    args = small(warm_model_dir, tmp_path, "steps=30", f"exact_logprobs={str(exact).lower()}")
+    with pytest.raises(parity.StaleSamplerError, match=r"^step 3: .*STALE WEIGHTS: model.embed_tokens.weight"):
+        train.main(args)
+    assert len(gaps(tmp_path)) == 2
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_without_the_check_the_gate_stops_a_stale_sampler(warm_model_dir, tmp_path, monkeypatch, capsys, exact):
+    """A sampler of the user's own that cannot say what it holds (no held_weights): the gap gate alone, which
+    names the cause from the gap's history."""
+    monkeypatch.delattr(TorchSampler, "held_weights")
     break_sync_after(monkeypatch, 1)  # step 1's weights reach the sampler, step 2's and later do not
     args = small(warm_model_dir, tmp_path, "steps=30", "gap_patience=3", f"exact_logprobs={str(exact).lower()}")
     with pytest.raises(parity.LogprobGapError, match="Likely cause: STALE WEIGHTS") as err:
         train.main(args)
+    assert not isinstance(err.value, parity.StaleSamplerError)
     logged = gaps(tmp_path)
     assert len(logged) < 30  # stopped early
     limit = 0.0 if exact else parity.AUTO_LIMIT[torch.float32]
@@ -168,6 +185,24 @@ def test_gate_names_precision_or_kernels_when_the_first_step_is_already_off(dtyp
     with pytest.raises(parity.LogprobGapError) as err:
         gate(1, 1e-3)
     assert f"Likely cause: {cause}" in str(err.value)
+
+
+def test_gate_with_the_check_on_never_names_stale_weights_and_claims_no_growth_that_was_not():
+    """The sampler check matched the weights every step: a gap that grew is how the two sides compute. Without
+    it, a first gap already above the limit is not described as "within the limit ... and grew"."""
+    checked = parity.GapGate(1e-3, 2, torch.float32, checked=True)
+    for step, gap in enumerate([1e-7, 5e-3]):
+        checked(step, gap)
+    with pytest.raises(parity.LogprobGapError) as err:
+        checked(2, 5e-3)
+    assert "Likely cause: CHUNKING / KERNELS" in str(err.value) and "STALE" not in str(err.value)
+    assert "equalled the trainer's at every step" in str(err.value)
+    gate = parity.GapGate(1e-3, 2, torch.float32)  # off: the history decides, stale weights listed as a possibility
+    gate(0, 1.03)
+    with pytest.raises(parity.LogprobGapError) as err:
+        gate(1, 1.03)
+    assert "Likely cause: CHUNKING / KERNELS" in str(err.value) and "STALE WEIGHTS" in str(err.value)
+    assert "within the limit" not in str(err.value)
 
 
 def test_gap_limit_by_precision_and_its_config():

@@ -154,7 +154,7 @@ def test_math_verify_accepts_an_unevaluated_expression_that_number_refuses():
     """The reason the number reward exists: math-verify evaluates what it parses."""
     text = "Therefore, the final answer is: $\\boxed{22 * 46 - 844}$."
     assert math_reward(text, "168") == 1.0
-    total, parts = score_batch([text, text.replace("22 * 46 - 844", "168")], [{"answer": "168"}] * 2, "number")
+    total, parts = score_batch([text, text.replace("22 * 46 - 844", "168")], [{"answer": "168"}] * 2, ["number"])
     assert total == [0.0, 1.0] and parts["accuracy"] == [0.0, 1.0]
 
 
@@ -182,20 +182,22 @@ def test_format_reward(completion, prefilled, expected):
 def test_score_batch_weights_components_and_none():
     comps = ["<think>a</think>\\boxed{4}", "\\boxed{4}", "<think>a</think>\\boxed{5}", "\\boxed{1}"]
     rows = [{"answer": "4"}, {"answer": "4"}, {"answer": "4"}, {"answer": "}{"}]
-    total, parts = score_batch(comps, rows, "math", format_weight=0.5)
+    total, parts = score_batch(comps, rows, ["math", "think_format"], [1.0, 0.5])
     assert parts["accuracy"] == [1.0, 1.0, 0.0, None]
-    assert parts["format"] == [1.0, 0.0, 1.0, 0.0]
+    assert parts["think_format"] == [1.0, 0.0, 1.0, 0.0]
     assert total == [1.5, 1.0, 0.5, None]
 
-    total, parts = score_batch(["936", "9"], [{"answer": "936"}, {"answer": "936"}], "exact")
+    total, parts = score_batch(["936", "9"], [{"answer": "936"}, {"answer": "936"}], ["exact"])
     assert total == [1.0, 0.0]
 
 
 def test_score_batch_bad_arguments():
     with pytest.raises(ValueError, match="unknown reward"):
-        score_batch(["x"], [{"answer": "1"}], "maths")
+        score_batch(["x"], [{"answer": "1"}], ["maths"])
     with pytest.raises(ValueError, match="rows"):
-        score_batch(["x"], [], "exact")
+        score_batch(["x"], [], ["exact"])
+    with pytest.raises(ValueError, match="2 weights for 1 rewards"):
+        score_batch(["x"], [{"answer": "1"}], ["exact"], [1.0, 2.0])
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
@@ -209,13 +211,13 @@ def test_score_batch_code_is_the_fraction_of_tests_passed_and_none_when_the_sand
                      {"input": "3\n", "output": "9\n"}]}
     half = "```python\nn = int(input())\nprint(n + n)\n```"
     right = "```python\nn = int(input())\nprint(n * n)\n```"
-    total, parts = score_batch([half, right, "no code"], [row] * 3, "code")
+    total, parts = score_batch([half, right, "no code"], [row] * 3, ["code"])
     assert parts["accuracy"] == [pytest.approx(2 / 3), 1.0, 0.0] and total == parts["accuracy"]
 
     broken = sandbox.SandboxPool(concurrency=1, retries=0, python="/nonexistent/python3")
     monkeypatch.setattr(sandbox, "get_pool", lambda **opts: broken)
     try:
-        total, parts = score_batch([half, right], [row] * 2, "code")
+        total, parts = score_batch([half, right], [row] * 2, ["code"])
     finally:
         broken.close()
     assert parts["accuracy"] == [None, None] and total == [None, None]  # infrastructure: None, never 0

@@ -71,9 +71,12 @@ def test_multiprocessing_programs_score_one(pool, attack):
 
 @pytest.mark.parametrize("attack", by_kind("judge"))
 def test_reward_hacks_and_unparseable_output_score_zero_not_none(pool, attack):
+    t = time.monotonic()
     vs = run_attack(pool, attack)
+    took = time.monotonic() - t
     assert vs[0] is not None, "None is for sandbox failures only"
     assert not attack.escaped(vs), (vs[0].reward, vs[0].status)
+    assert not A.too_slow(attack, took), f"judged in {took:.1f} s"
 
 
 @pytest.mark.parametrize("attack", by_kind("channel"))
@@ -182,18 +185,20 @@ class _Launcher:
 @pytest.mark.parametrize("sched,others,starved", [
     # 0.5 s of CPU and 1.4 s waiting for one in 2 s, while at this instant the hogs pause (only the program and
     # the runner runnable): starved all the same
-    ({"cpu": 0.5, "wait": 1.4}, 2, True),
-    ({"cpu": 0.5, "wait": 1.4}, 12, True),    # the hogs running at this instant too
-    ({"cpu": 1.95, "wait": 0.02}, 2, False),  # an endless loop alone: it had the CPU, used its limit
-    ({"cpu": 0.01, "wait": 0.0}, 12, False),  # asleep or blocked, however busy the machine
+    ({"cpu": 0.5, "longest": 1.9}, 2, True),
+    ({"cpu": 0.5, "longest": 1.9}, 12, True),    # the hogs running at this instant too
+    ({"cpu": 1.95, "longest": 1.97}, 2, False),  # an endless loop alone: it had the CPU, used its limit
+    ({"cpu": 0.01, "longest": 0.01}, 12, False),  # asleep or blocked, however busy the machine
+    # 55 of its own processes queued on one CPU for 0.5 s: 27 s of waits added up, but no thread waited long
+    ({"cpu": 0.6, "longest": 0.5}, 2, False),
 ])
 def test_the_starvation_verdict_reads_the_programs_whole_run(monkeypatch, sched, others, starved):
     """At the wall deadline, `starved_by_load` decides stretch (or None) against timeout from the program's own
-    CPU time and run-queue wait over its run, not from how many tasks the machine runs at that instant."""
+    CPU time and its threads' run-queue wait over its run, not from how many tasks the machine runs at that
+    instant."""
     from nanogrpo.sandbox import runner
 
-    monkeypatch.setattr(runner.confine, "program_sched",
-                        lambda *a, **k: {**sched, "running": 1, "lowered": False})
+    monkeypatch.setattr(runner.confine, "program_sched", lambda *a, **k: {**sched, "lowered": False})
     monkeypatch.setattr(runner.confine, "others_running", lambda: others, raising=False)
     assert runner.starved_by_load(123456, _Launcher, elapsed=2.0, cpu_limit=1.0) is starved
 

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,32 @@ def test_timeout_and_error_become_text_and_the_session_survives(tokenizer, local
     assert "ZeroDivisionError: division by zero" in outs[2] and "<cell 3>" in outs[2]  # the model's own frame only
     assert "_replay.py" not in outs[2]
     assert outs[3] == FENCE.output_open + "10" + FENCE.output_close  # y survived; the loop was not replayed
+
+
+def test_each_cell_is_stopped_at_its_wall_clock_limit(tokenizer, local_cells):
+    """tool_timeout_s = 1 and four cells that sleep 4.5 s: each is a timeout after 1 s, told to the model and
+    counted (with only a CPU limit: 45 s, and no timeout)."""
+    t = time.monotonic()
+    c, sampler = run_script(tokenizer, local_cells, [block("import time\ntime.sleep(4.5)")] * 4 + ["ok<EOS>"],
+                            budget=1000, timeout_s=1.0)
+    took = time.monotonic() - t
+    assert c.calls == 4 and c.timeouts == 4 and not c.failed
+    assert all("TimeoutError" in out for out in inserted_texts(tokenizer, c))
+    assert tools.metrics([tools.rollout_stats(c)], [sampler.last_stats])["tool_timeout_rate"] == 1.0
+    assert took < 20, took
+
+
+def test_a_cell_queuing_its_own_processes_before_the_deadline_is_a_timeout_not_a_failed_rollout(tokenizer, local_cells):
+    """A cell that ignores SIGALRM and runs 55 processes on one CPU just before each of the session's wall
+    deadlines: their waits read as load (stretched up to 4 times, then None: the rollout failed)."""
+    from nanogrpo.sandbox.cells import ReplayCells
+
+    wall = ReplayCells(tools.ToolConfig(timeout_s=1.0), None)._spec([("<cell 1>", "")], 1).limits.wall_s
+    t = time.monotonic()
+    c, _ = run_script(tokenizer, local_cells, [block(A.spin_before_deadlines(wall)), "ok<EOS>"], budget=2000,
+                      timeout_s=1.0)
+    assert not c.failed and c.timeouts == 1
+    assert time.monotonic() - t < 15  # a timeout at the first deadline (4 s), not stretched (40 s, or None)
 
 
 def test_unclosed_block_is_plain_text(tokenizer, local_cells):
@@ -313,11 +340,11 @@ def test_update_equals_tool_output_as_context_only(tiny_model_dir, packed):
 
 def multi_turn_rollouts(inner):
     """Real rollouts of the committed tool model through `inner` with the local sandbox (most call it)."""
-    from nanogrpo import data
+    from nanogrpo import tasks
 
     cfg = tools.ToolConfig()
     sampler = tools.ToolSampler(inner, cfg, tools.make_cells(cfg, "local", 2))
-    rows = data.load_rows("multiply", split="test", n=24)
+    rows = tasks.load_rows("multiply", split="test", n=24)
     prompts = [inner.tokenizer.encode(r["problem"]) for r in rows]
     groups = sampler.generate(prompts, 4, SamplingParams(96, 1.0, seed=3))
     return [(p, c) for p, g in zip(prompts, groups) for c in g]
@@ -410,11 +437,11 @@ def test_eval_with_tools_scores_the_answer_after_the_last_output(tmp_path, token
     saved samples say."""
     import json
 
-    from nanogrpo import data
+    from nanogrpo import tasks
     from nanogrpo.tasks.benchmarks import Task
     from nanogrpo.evaluate import evaluate
 
-    rows = data.load_rows("multiply", split="test", n=24)
+    rows = tasks.load_rows("multiply", split="test", n=24)
     task = Task("multiply", "math", rows, 2, lambda r: r["problem"])
     cfg = tools.ToolConfig()
     scripted = tools.ToolSampler(CopySampler(tokenizer), cfg, tools.make_cells(cfg, "local", 2))

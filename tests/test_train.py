@@ -96,7 +96,7 @@ def test_empty_dataset_is_a_clear_error(tiny_model_dir, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(DataError, match="empty"):
-        train.main([f"model={tiny_model_dir}", f"task={empty}", "reward=math", f"out_dir={tmp_path / 'out'}"])
+        train.main([f"model={tiny_model_dir}", f"task={empty}", "rewards=math", f"out_dir={tmp_path / 'out'}"])
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from nanogrpo import data
+from nanogrpo import data, tasks
 from nanogrpo.tasks.word_problems import ITEMS, NAMES, TEMPLATES, word_problem_rows
 
 # What each template's wording asks for, computed from the numbers in the order they appear.
@@ -55,7 +55,7 @@ def test_answers_match_a_naive_solver():
 def test_deterministic_and_seeded():
     assert word_problem_rows("train", 50, seed=3) == word_problem_rows("train", 50, seed=3)
     assert word_problem_rows("train", 50, seed=3) != word_problem_rows("train", 50, seed=4)
-    assert data.load_rows("word_problems", "math", "test", n=20) == word_problem_rows("test", 20)
+    assert tasks.load_rows("word_problems", "math", "test", n=20) == word_problem_rows("test", 20)
 
 
 def test_splits_are_disjoint_and_test_rows_distinct():
@@ -75,7 +75,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="positive"):
         word_problem_rows("train", 0)
     with pytest.raises(data.DataError, match="word_problems"):
-        data.load_rows("word_problem", "math")
+        tasks.load_rows("word_problem", "math")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -102,7 +102,7 @@ def test_large_rows_match_the_naive_solver_have_large_numbers_and_disjoint_split
     for r in train + test:
         assert float(r["answer"]) == solve(r["problem"]), r
         assert int(r["answer"]) > 0
-    assert data.load_rows("word_problems_large", "math", "test", n=20) == test[:20]
+    assert tasks.load_rows("word_problems_large", "math", "test", n=20) == test[:20]
     # larger than the small task: every problem has a number >= 12 and most answers have 3+ digits
     assert all(max(int(x) for x in re.findall(r"\d+", r["problem"])) >= 12 for r in train)
     assert sum(int(r["answer"]) >= 100 for r in train) / len(train) > 0.8

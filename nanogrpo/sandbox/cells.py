@@ -9,7 +9,8 @@ same way in every replay, and str hashes (set order) by a PYTHONHASHSEED fixed p
 not carry over: wall-clock time, files written outside the job directory, cells that timed out (not
 replayed, or every later call would time out too) and a cell that ended its interpreter (the session
 restarts, as a notebook kernel does, and the model is told). The cost is CPU growing with the number of
-calls (at most `max_tool_calls`); the CPU limit of a call is `tool_timeout_s` per cell it runs.
+calls (at most `max_tool_calls`). Each cell it runs has `tool_timeout_s` of wall clock (a cell past it is a
+timeout, shown to the model), and the call `tool_timeout_s` of CPU per cell.
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ class CellResult:
 # that the last one raised, that all of them ran; without "done" the interpreter ended inside a cell.
 MARK = "__nanogrpo_replay__"
 REPLAY = r"""
-import ast, io, json, os, random, sys, traceback
+import ast, io, json, os, random, signal, sys, traceback
 random.seed(0)
 cells = json.load(open("_cells.json"))
+limit = float(sys.argv[1])  # each cell's wall-clock limit: SIGALRM (not handled) ends the interpreter
 env = {"__name__": "__main__"}
 mark, out, null = os.dup(2), os.dup(1), os.open(os.devnull, os.O_WRONLY)
 
@@ -66,6 +68,7 @@ for i, (name, src) in enumerate(cells):
     if final:  # what the cell printed before ending its interpreter (os._exit, a signal) is not lost
         sys.__stdout__.reconfigure(line_buffering=True)
     sys.stdout = sys.stderr = sys.__stdout__ if final else io.StringIO()
+    signal.setitimer(signal.ITIMER_REAL, limit)
     try:
         run(src, name, final)
     except SystemExit:
@@ -77,6 +80,7 @@ for i, (name, src) in enumerate(cells):
                 print("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)), end="")
             print("".join(traceback.format_exception_only(type(e), e)), end="")
             note("raised")
+    signal.setitimer(signal.ITIMER_REAL, 0)
     sys.stdout.flush()
 note("done")
 """.replace("MARK", MARK)
@@ -110,10 +114,12 @@ class ReplayCells:
 
     def _spec(self, cells: list[tuple[str, str]], seed: int):
         cpu = self.cfg.timeout_s * len(cells)  # every replayed cell gets the budget it ran within
+        # Each cell is stopped at timeout_s of wall clock (SIGALRM, in the replay); the runner's wall backstop, for
+        # a cell that ignores or blocks SIGALRM, is twice the CPU limit (its load check needs that much).
         # -s, not -I: a fresh interpreter that reads PYTHONHASHSEED (the runner's environment is scrubbed anyway)
-        return ExecSpec([self.python, "-s", "_replay.py"], files={"_replay.py": REPLAY, "_cells.json": json.dumps(cells)},
-                        limits=Limits(cpu_s=cpu, wall_s=max(20.0, 5 * cpu), out_bytes=1 << 20), clean=True,
-                        hash_seed=seed)
+        return ExecSpec([self.python, "-s", "_replay.py", repr(float(self.cfg.timeout_s))],
+                        files={"_replay.py": REPLAY, "_cells.json": json.dumps(cells)},
+                        limits=Limits(cpu_s=cpu, wall_s=2 * cpu + 2, out_bytes=1 << 20), clean=True, hash_seed=seed)
 
     def _result(self, res, cells: list[tuple[str, str]]) -> CellResult | None:
         events, rest = [], []
@@ -125,7 +131,7 @@ class ReplayCells:
         text = (res.stdout + "".join(rest))[: self.cfg.output_chars + 1]  # what the model can be shown, and 1 more
         # a cell can write to the marker fd too: a forged line only misleads its own rollout, never raises
         started = [int(e[5:]) for e in events if re.fullmatch(r"cell \d{1,6}", e) and int(e[5:]) < len(cells)]
-        if res.status == "timeout":
+        if res.status == "timeout" or res.exit_code == -signal.SIGALRM:  # the session's limit, or a cell's
             return CellResult(text, "timeout", res.time_s)
         if not started:  # the replay never reached a cell: the sandbox's interpreter failed, not the model
             log.warning("tool session: the replay did not start (%s): %s", res.status, res.stderr[-500:])

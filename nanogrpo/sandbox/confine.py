@@ -70,25 +70,33 @@ SCHED_BATCH, SCHED_IDLE = 3, 5
 
 
 def program_sched(uid: int, exclude=(), base_nice: int = 0) -> dict:
-    """How the uid's threads fared over their lives so far (/proc/PID/task/TID/stat and schedstat): CPU time,
-    time spent runnable but waiting for a CPU (run delay), and whether any lowered its own priority (nice
-    above the runner's, SCHED_BATCH / SCHED_IDLE): such a program starves itself on purpose."""
-    got = {"cpu": 0.0, "wait": 0.0, "lowered": False}
+    """How the program fared over its life so far (/proc/PID/status, stat, task/TID/schedstat): CPU time of its
+    live threads and of its processes that ended (reaped by their parent, or by the execution's pid 1); the
+    longest any one thread was runnable (its CPU time plus its run delay, the time it waited for a CPU); and
+    whether any lowered its own priority (nice above the runner's, SCHED_BATCH / SCHED_IDLE): such a program
+    starves itself on purpose."""
+    got = {"cpu": 0.0, "longest": 0.0, "lowered": False}
+    tick = os.sysconf("SC_CLK_TCK")
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) in exclude:
             continue
         try:
             with open(f"/proc/{pid}/status") as f:  # the real uid (the /proc/PID owner is root when not dumpable)
-                if not any(line.startswith("Uid:") and int(line.split()[1]) == uid for line in f):
-                    continue
-            for tid in os.listdir(f"/proc/{pid}/task"):
+                status = {key: value.split() for key, _, value in (line.partition(":") for line in f)}
+            init = len(status.get("NSpid", ())) > 1 and status["NSpid"][-1] == "1"  # an execution's pid 1
+            if int(status["Uid"][0]) != uid and not init:
+                continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+            got["cpu"] += (int(fields[13]) + int(fields[14])) / tick  # cutime + cstime: its ended children
+            for tid in [] if init else os.listdir(f"/proc/{pid}/task"):
                 with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                     run_ns, wait_ns, _ = f.read().split()
                 with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+                    fields = f.read().rsplit(")", 1)[1].split()
                 got["cpu"] += int(run_ns) / 1e9
-                got["wait"] += int(wait_ns) / 1e9
+                got["longest"] = max(got["longest"], (int(run_ns) + int(wait_ns)) / 1e9)
                 got["lowered"] |= int(fields[16]) > base_nice or int(fields[38]) in (SCHED_BATCH, SCHED_IDLE)
-        except (OSError, ValueError, IndexError):  # the process ended while we looked
+        except (OSError, ValueError, IndexError, KeyError):  # the process ended while we looked
             continue
     return got

@@ -5,8 +5,9 @@ holds only plain builtin values (a custom class with `__eq__` cannot be encoded)
 marker, and compared outside the sandbox. `assert` tests (HumanEval `check(candidate)`) run twice:
 `record` runs the program under the checks and logs every candidate call and its encoded result;
 `replay` runs the same trusted checks in a fresh sandbox WITHOUT the program, answering each call
-from the log. Only the replay's outcome counts, so `exit(0)`, a custom `__eq__`, printing "passed"
-or patching `assert` inside the program changes nothing.
+from the log: its value or its exception's builtin type, and the state it left its arguments in. Only
+the replay's outcome counts, so `exit(0)`, a custom `__eq__`, printing "passed" or patching `assert`
+inside the program changes nothing.
 
     python3 -I harness.py call     (files: solution.py, call.json {"fn_name", "args"})
     python3 -I harness.py record   (files: solution.py, test.py, entry.json {"entry_point"})
@@ -124,6 +125,58 @@ def main_call():
     emit({"value": encode(result)})
 
 
+def builtin_error(e):
+    """The name of the nearest builtin class of the exception `e`: the program's own classes do not exist in the
+    replay, and a check that expects ValueError must see one (a subclass of it is one)."""
+    for cls in _type(e).__mro__:
+        if getattr(builtins, cls.__name__, None) is cls:
+            return cls.__name__
+    return "Exception"
+
+
+def answer(out, args, kwargs):
+    """A logged call's effect on the checks: its arguments take their state after the call, then its exception
+    (the recorded builtin type) is raised or its value returned."""
+    if "after" in out:
+        after_args, after_kwargs = json.loads(out["after"])
+        for old, new in zip(args, decode(after_args)):
+            assign(old, new)
+        new_kwargs = decode(after_kwargs)
+        for name, old in kwargs.items():
+            assign(old, new_kwargs.get(name, old))
+    if "error" in out:
+        cls = getattr(builtins, str(out["error"]), None)
+        if not (isinstance(cls, _type) and issubclass(cls, Exception)):  # a forged log: no other exception
+            cls = RuntimeError
+        try:
+            error = cls()
+        except Exception:  # noqa: BLE001  one that needs arguments (UnicodeDecodeError)
+            error = cls.__new__(cls)
+        raise error
+    return decode(out["value"])
+
+
+def assign(obj, new):
+    """Give the list, dict or set `obj` the contents of `new` in place, keeping the identity of the containers
+    inside it, which the checks may hold too; anything else cannot change in place and is left alone."""
+    t = _type(obj)
+    if t is not _type(new) or t not in (_list, _dict, _set):
+        return
+    if t is _set:
+        obj.clear()
+        obj.update(new)
+        return
+    for k in (range(min(len(obj), len(new))) if t is _list else [k for k in obj if k in new]):
+        if _type(obj[k]) is _type(new[k]) and _type(obj[k]) in (_list, _dict, _set):
+            assign(obj[k], new[k])
+            new[k] = obj[k]
+    if t is _list:
+        obj[:] = new
+    else:
+        obj.clear()
+        obj.update(new)
+
+
 def main_record():
     entry = json.loads(load("entry.json"))["entry_point"]
     ns = run_module("solution.py")
@@ -135,13 +188,17 @@ def main_record():
         state = random.getstate()     # the program's own randomness must not shift the checks'
         try:
             out = {"value": encode(fn(*args, **kwargs))}
-        except Exception as e:  # noqa: BLE001  recorded; replay raises in its place
-            out = {"error": _type(e).__name__}
+        except Exception as e:  # noqa: BLE001  recorded; replay raises the same builtin type in its place
+            out = {"error": builtin_error(e)}
         random.setstate(state)
+        try:
+            after = call_key(args, kwargs)
+        except TypeError:  # the program left a value in the arguments that cannot be judged
+            out, after = {"error": "TypeError"}, key
+        if after != key:  # side effects on the arguments: the replay gives them to the checks' objects
+            out["after"] = after
         calls.append([key, out])
-        if "error" in out:
-            raise RuntimeError(out["error"])
-        return decode(out["value"])
+        return answer(out, args, kwargs)
 
     if entry in ns:  # some checks call the function by name too (HumanEval/33): record those calls
         ns[entry] = candidate
@@ -167,10 +224,7 @@ def main_replay():
         queue = answers.get(call_key(args, kwargs))
         if not queue:
             raise AssertionError("the program was never called with these arguments")
-        out = queue.pop(0)
-        if "error" in out:
-            raise RuntimeError(out["error"])
-        return decode(out["value"])
+        return answer(queue.pop(0), args, kwargs)
 
     ns[entry] = replay
     random.seed(0)

@@ -1,6 +1,6 @@
 """Local backend: one warm runner per slot inside bubblewrap namespaces.
 
-Per slot: `bwrap` (no network, read-only system dirs, private /tmp and /dev, new pid/ipc/uts
+Per slot: `bwrap` (no network, read-only system dirs, private /tmp and /dev without ptys, new pid/ipc/uts
 namespaces, new session, dies with its parent) runs `runner.py serve UID`; the runner forks every
 execution as the slot's own non-root uid with rlimits (see runner.py). Different slots use different
 uids, so RLIMIT_NPROC and file permissions separate them too.
@@ -70,7 +70,10 @@ def bwrap_argv(tmp_mb: int, sources: dict[str, int]) -> list[str]:
     argv += ["--perms", "0755", "--dir", "/sandbox"]
     for name, fd in sources.items():
         argv += ["--perms", "0444", "--file", str(fd), f"/sandbox/{name}"]
-    argv += ["--dev", "/dev", "--proc", "/proc", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
+    # No ptys: bwrap's devpts counts against the machine's pool (one execution held all 3,071 of it, and a
+    # program on another slot read a number from how many were left); an empty read-only /dev/pts hides it.
+    argv += ["--dev", "/dev", "--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts"]
+    argv += ["--proc", "/proc", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
              "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
              "--die-with-parent", "--new-session", "--clearenv", "--setenv", "NANOGRPO_PIDNS", "1",
              "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "LC_ALL", "C.UTF-8"]

@@ -13,6 +13,7 @@ Replies are one JSON object each.
 Also usable once from a command line (`runner.py once REQUEST.json`): the E2B backend does that.
 """
 import atexit
+import errno
 import gc
 import io
 import itertools
@@ -184,14 +185,23 @@ def run_exec(req, uid, launcher=None):
     cwd = job_dir(req["job"])
     if req.get("clean"):  # a fresh directory: nothing the program left behind is reused
         remove_tree(cwd)
-    if not os.path.isdir(cwd):
+    used = os.path.isdir(cwd)  # by this job's earlier programs
+    if not used:
         os.makedirs(cwd, mode=0o700)
         if os.getuid() == 0 and uid != 0:
             os.chown(cwd, uid, uid)
-    for name, text in req.get("files", {}).items():
-        write_file(cwd, name, text, uid)
-    # stdin is a real file: every way of reading it works, even seeking.
-    stdin_path = write_file(cwd, ".stdin", req["stdin"], uid) if req.get("stdin") else os.devnull
+    try:
+        for name, text in req.get("files", {}).items():
+            write_file(cwd, name, text, uid)
+        # stdin is a real file: every way of reading it works, even seeking.
+        stdin_path = write_file(cwd, ".stdin", req["stdin"], uid) if req.get("stdin") else os.devnull
+    except OSError as e:
+        # Only this job's programs write to the slot's /tmp (earlier jobs' directories are gone): when its
+        # directory held their files, a full /tmp is theirs, a runtime error; a retry would only fill it again.
+        if not used or e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        return {"status": "runtime_error", "exit_code": 1, "stdout": "", "time_s": 0.0, "cpu_s": 0.0,
+                "stderr": f"sandbox: {e.strerror}: the program's own files filled the job's directory"}
     # Only trusted fields go to the child's launcher (the zygote never holds a program's data).
     spec = {"argv": req["argv"], "cwd": cwd, "stdin": stdin_path, "limits": lim,
             "fresh_interpreter": bool(req.get("fresh_interpreter")), "env": dict(ENV, HOME=cwd, TMPDIR=cwd)}
@@ -310,16 +320,19 @@ BASE_NICE = os.getpriority(os.PRIO_PROCESS, 0)  # what every execution starts wi
 
 
 def starved_by_load(uid, launcher, elapsed, cpu_limit):
-    """At the wall deadline: was the program kept from the CPU, rather than idle (sleeping, blocked) or starving
-    itself (nice, SCHED_IDLE)? Then its deadline is stretched instead of a timeout.
+    """At the wall deadline: was the program kept from the CPU by other work, rather than idle (sleeping,
+    blocked) or starving itself (nice, SCHED_IDLE, its own processes)? Then its deadline is stretched instead of
+    a timeout.
 
     Judged on the program's own account over its whole run, never on how busy the machine looks at this
-    instant (a bursty hog can pause exactly then): it was runnable (on a CPU or waiting for one) for at least
-    STARVED of the time, yet has not used its CPU limit. A program that only competes with its own threads or
-    processes used its limit long before its wall deadline (wall_s is several times cpu_s), so it is not
-    stretched; an endless loop alone on the machine is not runnable-but-waiting, so it is not either."""
+    instant (a bursty hog can pause exactly then): one of its threads was runnable (on a CPU or waiting for
+    one) for at least STARVED of the time, yet the program, its ended processes included, has not used its CPU
+    limit. Without other work, that thread's wait would have been the program's own CPU time, past the limit
+    (wall_s is at least twice cpu_s). The threads' waits are not added up: 55 of its own processes queued on
+    one CPU just before each deadline wait for each other, not for other work; an endless loop alone on the
+    machine runs rather than waits."""
     me = confine.program_sched(uid, exclude=(os.getpid(), launcher.pid), base_nice=BASE_NICE)
-    return me["cpu"] + me["wait"] >= STARVED * elapsed and me["cpu"] < cpu_limit and not me["lowered"]
+    return me["longest"] >= STARVED * elapsed and me["cpu"] < cpu_limit and not me["lowered"]
 
 
 def confined(uid):
@@ -449,14 +462,20 @@ def report_exec_error(exc_w, error, sandbox=True):
 
 
 def be_init():
-    """pid 1 of the execution's pid namespace: holds it open, and (SIGCHLD ignored) the kernel reaps the orphans
-    it inherits, until the supervisor kills it. The program never runs as pid 1, which ignores signals it has no
-    handler for (a SIGKILL it sends itself, SIGPIPE, SIGXFSZ)."""
+    """pid 1 of the execution's pid namespace: holds it open and reaps the orphans it inherits (waited for, so
+    their CPU time counts in its own account, which the load check reads), until the supervisor kills it. The
+    program never runs as pid 1, which ignores signals it has no handler for (a SIGKILL it sends itself,
+    SIGPIPE, SIGXFSZ)."""
     try:
         os.closerange(3, 65536)
-        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # one pending while reaping is not lost
         while True:
-            signal.pause()
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+            except ChildProcessError:
+                pass
+            signal.sigwait({signal.SIGCHLD})
     finally:
         os._exit(0)
 

@@ -69,7 +69,7 @@ HUMANEVAL_TEMPLATE = (
 @dataclass
 class Task:
     name: str
-    kind: str  # "math" | "code": which reward scores it
+    kind: str  # "math" | "number" | "code": which reward scores it (NUMBER_SCORED)
     rows: list[dict]
     default_n: int  # samples per problem when --n is not given
     user_prompt: Callable[[dict], str]  # row -> the user message
@@ -92,6 +92,10 @@ DEFAULT_N = {"aime24": 64, "math500": 4, "amc23": 16, "gsm8k": 1, "humaneval": 1
 # tests/test_eval_progress.py where the SmolLM2 tokenizer is present; docs/eval.md "Sampling defaults".
 CPU_MAX_NEW_TOKENS = {"aime24": 6656, "math500": 1536, "amc23": 1536, "gsm8k": 512, "humaneval": 768, "lcb": 2048}
 CUSTOM_CPU_MAX_NEW_TOKENS = 1536  # NAME=PATH / NAME=hub sets of other names: general math, as math500
+# Benchmarks whose answers are whole numbers are scored as the `number` reward scores them: the number itself,
+# boxed (else the last number). math-verify evaluates what it parses, so it would credit `\boxed{22 * 46 - 844}`
+# for 168 and `\boxed{204.000001}`-style approximations; GSM8K's and AIME's own graders compare the number.
+NUMBER_SCORED = ("gsm8k", "aime24")
 MATH_FILES = {"aime24": "aime24.jsonl", "math500": "math500.jsonl", "amc23": "amc23.jsonl", "gsm8k": "gsm8k_test.jsonl"}
 TASKS = tuple(DEFAULT_N)
 LCB_V5 = (date(2024, 8, 1), date(2025, 2, 1))  # the "v5" window of the DeepSeek-R1 tables
@@ -160,7 +164,7 @@ def hub_source(name: str, spec: str) -> HubSource | None:
                      m["split"] or (default.split if same else "test"))
 
 
-def load_math_rows(source: Path | HubSource) -> list[dict]:
+def load_math_rows(source: Path | HubSource, kind: str = "math") -> list[dict]:
     """Math rows with a stable id (the data loader maps question/solution/'#### N' spellings).
 
     A Hub source loads through nanogrpo/hub.py: from the local cache under HF_HUB_OFFLINE=1, a HubError
@@ -172,7 +176,8 @@ def load_math_rows(source: Path | HubSource) -> list[dict]:
                                 "in --tasks)")
     else:
         records = data.read_records(str(source))
-    rows = data.normalise_rows(records, "math", str(source), verbose=False, gold_check=rewards.gold_error)  # math-scored
+    check = rewards.number_gold_error if kind == "number" else rewards.gold_error  # the scoring reward reads every gold
+    rows = data.normalise_rows(records, "math", str(source), verbose=False, gold_check=check)
     for i, (row, (_, rec)) in enumerate(zip(rows, records)):
         row["id"] = str(rec.get("unique_id", rec.get("id", rec.get("idx", i))))
     return rows
@@ -234,7 +239,8 @@ def load_task(spec: str, data_dir: str | Path | None = None, limit: int | None =
     source = None
     if name in MATH_FILES or (path and name not in DEFAULT_N):
         source = (hub_source(name, path) or Path(path)) if path else data_dir / MATH_FILES[name]
-        task = Task(name, "math", load_math_rows(source), DEFAULT_N.get(name, 1), math_prompt)
+        kind = "number" if name in NUMBER_SCORED else "math"
+        task = Task(name, kind, load_math_rows(source, kind), DEFAULT_N.get(name, 1), math_prompt)
     elif name == "humaneval":
         task = Task(name, "code", load_humaneval_rows(path or None), DEFAULT_N[name], humaneval_prompt)
     elif name == "lcb":

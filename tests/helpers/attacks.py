@@ -32,6 +32,11 @@ def out(v, i=0) -> str:
     return v.results[i].stdout if v is not None and v.results else ""
 
 
+def too_slow(attack, seconds) -> bool:
+    """Judging the attack took longer than it may (untrusted text read in the trainer must take linear time)."""
+    return attack.max_s is not None and seconds > attack.max_s
+
+
 # -- memory the program pins without mapping it (survives munmap, and maybe the program) ----------
 LIBC = "import ctypes, ctypes.util, os, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
 # Each prints how many MB it managed to pin; the limit caps that, and nothing outlives the execution.
@@ -487,6 +492,7 @@ WRONG_NUMBERS = [
     ("10**18 + 999,999,999 for 10**18", "def f():\n    return 10**18 + 999_999_999", 10**18),
     ("1.5 for 2**1100", "def f():\n    return 1.5", 2**1100),
     ("2**1100 for 1.5", "def f():\n    return 2**1100", 1.5),
+    ("123456789013.0 for 123456789012", "def f():\n    return 123456789013.0", 123456789012),
 ]
 # Everything a program prints reaches the judge (up to out_bytes per stream); the Verdict keeps an excerpt.
 PRINT_20MB = ("import sys\nsys.stderr.write('y' * (6 << 20))\nsys.stderr.flush()\n"
@@ -535,6 +541,93 @@ DELETE_BINARY = "#include <cstdio>\nint main(){remove(\"main\"); puts(\"5\");}"
 ADD_RIGHT = "def add(a, b):\n    return a + b\n"
 ADD_TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"
 
+# -- what the trainer reads of untrusted text must take linear time (kind "judge", with a time bound) ----------
+# 8,000 fence openings that never close: a backtracking regex took 64 s over these 96 KB.
+FENCE_OPENINGS = "```python3x\n" * 8000 + "print('ok')\n"
+# A forged result line: a 2.2 MB set of ints that all hash alike (multiples of 2**61 - 1, Python's int hash
+# modulus); building the set in the trainer took 88 s.
+COLLIDING_SET = (f"import json, os\nv = [(2**61 - 1) * i for i in range(1, 88001)]\nos.write(1, ({MARK!r} + "
+                 "json.dumps({'value': {'__t': 'set', 'v': v}}) + '\\n').encode())\nos._exit(0)\ndef f(): return 0\n")
+# One line of 8 MB (just under the output cap) against a one-token answer: tokenised whole, 2-4 s and 524 MB.
+LONG_LINE = "import sys\nsys.stdout.write('1 ' * ((4 << 20) - 1) + '\\n')\n"
+
+# -- program-caused failures are the program's (0), never the sandbox's (None) ------------------------------
+# Deletes the runner's files in its job directory, then fills the slot's /tmp: writing the next test's files
+# failed with "no space left on device", retried, then None.
+FILL_TMP = """
+import os
+for name in os.listdir('.'):
+    os.unlink(name)
+i = 0
+try:
+    while True:
+        with open(f'fill{i}', 'wb') as f:
+            for _ in range(60):
+                f.write(b'x' * (1 << 20))
+        i += 1
+except OSError:
+    pass
+def add(a, b):
+    return 0
+"""
+ADD_RIGHT_CALL = "def add(a, b):\n    return a + b\n"
+
+
+def spin_before_deadlines(wall_s, bursts=4):
+    """Asleep, except just before each wall deadline (the first at wall_s, each stretch adding wall_s): 55 processes
+    pinned to one CPU, which wait for each other. Their waits added up read as a program starved by load, so the
+    deadline was stretched, up to 4 times, then None. SIGALRM is ignored: a tool cell's own limit."""
+    return f"""
+import os, signal, time
+signal.signal(signal.SIGALRM, signal.SIG_IGN)
+t0, cpu = time.monotonic(), min(os.sched_getaffinity(0))
+for k in range(1, {bursts} + 1):
+    time.sleep(max(0.0, t0 + k * {wall_s} - 0.5 - time.monotonic()))
+    kids = []
+    for _ in range(55):
+        pid = os.fork()
+        if pid == 0:
+            os.sched_setaffinity(0, {{cpu}})
+            end = time.monotonic() + 0.8
+            while time.monotonic() < end:
+                pass
+            os._exit(0)
+        kids.append(pid)
+    for pid in kids:
+        os.waitpid(pid, 0)
+print('ok')
+"""
+
+
+# -- ptys: outside the pipe / socket budget, and a count shared by the whole machine ------------------------
+PTYS = """
+import os
+held = []
+for path in ['/dev/ptmx'] * 64 + ['/dev/pts/ptmx']:
+    try:
+        held.append(os.open(path, os.O_RDWR | os.O_NOCTTY))
+    except OSError:
+        pass
+try:
+    held.append(os.openpty())
+except OSError:
+    pass
+try:
+    seen = os.listdir('/dev/pts')
+except OSError:
+    seen = []
+print('ptys', len(held), 'seen', [n for n in seen if n != 'ptmx'])
+"""
+
+# -- assert mode replays the calls' side effects on their arguments and their exceptions' types ------------
+SORT_CHECK_UNTOUCHED = ("def check(candidate):\n    a = [3, 1, 2]\n    assert candidate(a) == [1, 2, 3]\n"
+                        "    assert a == [3, 1, 2]\n")
+SORT_IN_PLACE_CHECK = "def check(candidate):\n    a = [3, 1, 2]\n    candidate(a)\n    assert a == [1, 2, 3]\n"
+SORT_IN_PLACE = "def add(a):\n    a.sort()\n    return a\n"
+RAISES_CHECK = ("def check(candidate):\n    try:\n        candidate(-1)\n    except ValueError:\n        pass\n"
+                "    else:\n        assert False\n    assert candidate(4) == 2\n")
+RAISES = "def add(a):\n    if a < 0:\n        raise ValueError('negative')\n    return int(a ** 0.5)\n"
+
 
 def asserting(test=ADD_TEST, entry="add"):
     return {"id": "a", "language": "python", "mode": "assert", "fn_name": entry, "time_limit_s": 2,
@@ -550,6 +643,8 @@ class Attack:
     kind: str = "isolation"          # isolation | memory | leak | channel | judge | correct
     together: bool = False           # the programs run at the same time, on different slots
     host: Callable = None            # (stop: threading.Event) -> None: host activity while the programs run
+    completions: bool = False        # the programs are completions: their code is extracted first, in the trainer
+    max_s: float = None              # judging all of it in more seconds than this is an escape too
 
 
 def _pinned_over(cap_mb):
@@ -696,6 +791,24 @@ ATTACKS = [
            [stdio(tl=3), stdio(tl=1)], lambda vs: vs[1] is not None and vs[1].status == "timeout", together=True),
     Attack("1,500-deep directory tree, wrong answer (assert mode); then a right one", [DEEP_TREE, ADD_RIGHT],
            asserting(), lambda vs: None in vs or vs[0].reward != 0.0 or vs[1].reward != 1.0, "judge"),
+    Attack("8,000 unclosed fence openings (96 KB completion)", [FENCE_OPENINGS], stdio(), _not_zero, "judge",
+           completions=True, max_s=10),
+    Attack("call mode: forged 2.2 MB set of ints that all hash alike", [COLLIDING_SET], call("f", [], []), _not_zero,
+           "judge", max_s=10),
+    Attack("stdio: one 8 MB line against a one-token answer", [LONG_LINE], stdio("1", tl=5), _not_zero, "judge",
+           max_s=10),
+    Attack("delete the runner's files, fill /tmp (call mode, 2 tests); then a right one", [FILL_TMP, ADD_RIGHT_CALL],
+           {**call("add", [1, 2], 3, tl=5), "tests": [{"input": "[1, 2]", "output": "3"}] * 2},
+           lambda vs: None in vs or vs[0].reward != 0.0 or vs[1].reward != 1.0, "judge"),
+    Attack("55 pinned processes spinning before each deadline", [spin_before_deadlines(11)], stdio(tl=2),
+           lambda vs: vs[0] is None or vs[0].status != "timeout", "judge", max_s=20),
+    Attack("open ptys (/dev/ptmx, /dev/pts/ptmx, openpty)", [PTYS],
+           escaped=lambda vs: vs[0] is None or not out(vs[0]).startswith("ptys 0 seen []")),
+    Attack("assert mode: in-place sort passes 'the input is left alone'", [SORT_IN_PLACE],
+           asserting(SORT_CHECK_UNTOUCHED, "add"), _not_zero, "judge"),
+    Attack("assert mode: a right in-place sort", [SORT_IN_PLACE], asserting(SORT_IN_PLACE_CHECK, "add"), _not_one,
+           "correct"),
+    Attack("assert mode: ValueError the checks expect", [RAISES], asserting(RAISES_CHECK, "add"), _not_one, "correct"),
     Attack("multiprocessing.Pool", [MP_POOL], stdio("25"), _not_one, "correct"),
     Attack("ProcessPoolExecutor", [MP_EXECUTOR], stdio("25"), _not_one, "correct"),
     Attack("multiprocessing.Queue", [MP_QUEUE], stdio("25"), _not_one, "correct"),
@@ -708,17 +821,18 @@ def run_attack(pool, attack):
     attack `together`, all at once on a slot each (the pool must have exactly that many slots)."""
     import threading
 
-    from nanogrpo.sandbox import judge_many
+    from nanogrpo.sandbox import extract_code, judge_many
 
     problems = attack.problem if isinstance(attack.problem, list) else [attack.problem] * len(attack.programs)
+    programs = [extract_code(p) for p in attack.programs] if attack.completions else attack.programs
     stop = threading.Event()
     host = threading.Thread(target=attack.host, args=(stop,), daemon=True) if attack.host else None
     if host:
         host.start()
     try:
         if attack.together:
-            return judge_many(attack.programs, problems, pool=pool)
-        return [judge_many([p], [q], pool=pool)[0] for p, q in zip(attack.programs, problems)]
+            return judge_many(programs, problems, pool=pool)
+        return [judge_many([p], [q], pool=pool)[0] for p, q in zip(programs, problems)]
     finally:
         stop.set()
         if host:
@@ -801,4 +915,23 @@ TOOL_CASES = [
     *[ToolCase(f"cell ends its interpreter: {k}; next cell", _exit_then_next_cell(v), _exit_hidden)
       for k, v in EXIT_CELLS.items()],
     ToolCase("cell prints <|endoftext|> <|pad|> <|im_end|>", _special_token_ids, _control_tokens),
+]
+
+
+# ---- text a policy writes to stall the trainer's reward code or to be paid for a wrong answer (rewards.py) ----
+# (name, reward, completion, gold, the score it must get, seconds it may take). They run in the trainer's own
+# process, no sandbox: scripts/redteam.py --kind reward; tests/test_reward_answers.py holds them and more.
+THINK_DRAFT = "<think>maybe \\boxed{204}</think> The answer is 205."
+REWARD_ATTACKS = [
+    ("number: 4,000 spaces and a letter in a box", "number", "\\boxed{42" + " " * 4000 + "x}", "42", 0.0, 1.0),
+    ("number: a draft box inside the thinking", "number", THINK_DRAFT, "204", 0.0, 1.0),
+    ("gsm8k: a boxed expression (eval scored it with math-verify)", "number", "\\boxed{22 * 46 - 844}", "168", 0.0, 1.0),
+    ("math: a draft box inside the thinking", "math", THINK_DRAFT, "204", 0.0, 15.0),
+    ("math: a boxed equation", "math", "\\boxed{203 = 204}", "204", 0.0, 15.0),
+    ("math: an arrow", "math", "\\boxed{205 \\to 204}", "204", 0.0, 15.0),
+    ("math: a percent for the number", "math", "\\boxed{18\\%}", "18", 0.0, 15.0),
+    ("math: a percent for the fraction", "math", "\\boxed{18\\%}", "0.18", 0.0, 15.0),
+    ("math: six decimals of 1/3", "math", "\\boxed{0.333333}", "\\frac{1}{3}", 0.0, 15.0),
+    ("math: six decimals of sqrt 2", "math", "\\boxed{1.414214}", "\\sqrt{2}", 0.0, 15.0),
+    ("math: radians for degrees", "math", "\\boxed{90 \\text{ radians}}", "90^\\circ", 0.0, 15.0),
 ]

@@ -1,0 +1,119 @@
+"""Shaping rewards: the open-r1 / TRL / DAPO / Kimi 1.5 terms added to a verifier's reward (`rewards = [...]`).
+
+Each is a pure function of one completion (and, for `cosine` and `length`, the verifier's verdict) that
+never raises and reads the text in linear time. rewards.score_batch weighs them with `reward_weights`;
+each is logged as `reward/NAME`. Definitions, and where they differ from the published code on purpose:
+
+- `format`          open-r1: the whole completion is `<think>..</think><answer>..</answer>` -> 1, else 0; each tag
+                    once, reasoning and answer not blank, only whitespace between and around the blocks
+                    (open-r1's versions differ on the newlines: one wants `\\n` inside every tag, its tests
+                    pass `<think>a</think><answer>b</answer>`; both pass here. Its regex ends in `$` under
+                    MULTILINE, so text after `</answer>` on a later line matches there; here it does not.)
+- `tag_count`       open-r1: 0.25 for each of `<think>\\n`, `\\n</think>\\n`, `\\n<answer>\\n`, `\\n</answer>` seen once.
+- `reasoning_steps` open-r1: min(1, markers / 3); markers are "Step N:", a line starting "N.", a line
+                    starting "-" or "*", and "First,", "Second,", "Next,", "Finally,".
+                    (open-r1's `^\\d+\\.` has no MULTILINE flag, so it only ever sees a list at the very start.)
+- `cosine`          Demystifying Long CoT (open-r1's `cosine`): correct answers get max_value_correct at length 0
+                    falling to min_value_correct at cosine_max_len characters on a half cosine; wrong ones
+                    min_value_wrong at length 0 rising to max_value_wrong. Lengths past cosine_max_len count as
+                    cosine_max_len (open-r1's cosine turns back up there and pays long answers more again).
+- `repetition_penalty` open-r1 / Demystifying: max_penalty * (1 - distinct word n-grams / n-grams); 0 when the
+                    text has fewer than n words.
+- `length`          Kimi 1.5: within a group, lam = 0.5 - (len - min) / (max - min) (characters); correct -> lam,
+                    wrong -> min(0, lam); all lengths equal -> 0. (open-r1 takes min and max over the whole batch
+                    it is handed, which mixes prompts; Kimi defines it per problem, as here.)
+- `soft_overlong_punishment` DAPO eq. 13 (TRL's): 0 up to L - cache tokens, falling linearly to -1 at L tokens,
+                    -1 past L (L = max_completion_len, cache = soft_punish_cache).
+- `code_format`     open-r1: the `format` layout with a ```LANG fenced block inside the answer (LANG: the row's
+                    `language`, else python).
+
+Correctness (`cosine`, `length`) is the run's verifier, already computed: None there gives None here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+THINK, END_THINK, ANSWER, END_ANSWER = "<think>", "</think>", "<answer>", "</answer>"
+MAX_CHARS = 1 << 20  # longer text is judged on its first MiB: every function here stays bounded
+
+
+def _layout(text: str, prefilled_think: bool) -> str | None:
+    """The answer A of `<think>R</think><answer>A</answer>` (R, A not blank; each tag once; whitespace only
+    around and between the two blocks), else None."""
+    text = ((THINK + "\n") if prefilled_think else "") + text[:MAX_CHARS]
+    if any(text.count(tag) != 1 for tag in (THINK, END_THINK, ANSWER, END_ANSWER)):
+        return None
+    body = text.strip()
+    if not (body.startswith(THINK) and body.endswith(END_ANSWER)):
+        return None
+    reasoning, _, rest = body[len(THINK) :].partition(END_THINK)
+    between, _, answer = rest[: -len(END_ANSWER)].partition(ANSWER)
+    return answer if reasoning.strip() and answer.strip() and not between.strip() else None
+
+
+def format_reward(text: str, prefilled_think: bool = False) -> float:
+    return float(_layout(text, prefilled_think) is not None)
+
+
+def code_format_reward(text: str, language: str = "python", prefilled_think: bool = False) -> float:
+    answer = _layout(text, prefilled_think)
+    if answer is None:
+        return 0.0
+    start = answer.find("```" + (language or "python"))
+    return float(start >= 0 and answer.find("```", start + 3 + len(language or "python")) >= 0)
+
+
+def tag_count_reward(text: str, prefilled_think: bool = False) -> float:
+    text = ((THINK + "\n") if prefilled_think else "") + text[:MAX_CHARS]
+    tags = (THINK + "\n", "\n" + END_THINK + "\n", "\n" + ANSWER + "\n", "\n" + END_ANSWER)
+    return sum(0.25 for t in tags if text.count(t) == 1)
+
+
+_STEP = re.compile(r"Step \d+:|^\d+\.|^[-*]|First,|Second,|Next,|Finally,", re.M)  # no nested quantifiers: linear
+
+
+def reasoning_steps_reward(text: str) -> float:
+    return min(1.0, len(_STEP.findall(text[:MAX_CHARS])) / 3)
+
+
+def cosine_reward(n_chars: int, correct: float | None, cfg) -> float | None:
+    if correct is None:
+        return None
+    progress = min(n_chars / cfg.cosine_max_len, 1.0)
+    if correct == 1.0:  # short correct answers best
+        at_zero, at_max = cfg.cosine_max_value_correct, cfg.cosine_min_value_correct
+    else:  # short wrong answers worst: the model is pushed to think longer when it is wrong
+        at_zero, at_max = cfg.cosine_min_value_wrong, cfg.cosine_max_value_wrong
+    return at_max + 0.5 * (at_zero - at_max) * (1.0 + math.cos(progress * math.pi))
+
+
+def repetition_penalty_reward(text: str, n: int, max_penalty: float) -> float:
+    words = text[:MAX_CHARS].lower().split()
+    if len(words) < n:
+        return 0.0
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    return max_penalty * (1.0 - len(set(grams)) / len(grams)) + 0.0  # + 0.0: no -0.0 for unrepeated text
+
+
+def length_rewards(n_chars: list[int], correct: list[float | None]) -> list[float | None]:
+    """Kimi 1.5's length reward for ONE group (the completions of one prompt)."""
+    lo, hi = min(n_chars), max(n_chars)
+    if hi == lo:
+        return [None if c is None else 0.0 for c in correct]
+    lam = [0.5 - (n - lo) / (hi - lo) for n in n_chars]
+    return [None if c is None else (x if c == 1.0 else min(0.0, x)) for x, c in zip(lam, correct)]
+
+
+def soft_overlong_reward(n_tokens: int, max_len: int, cache: int) -> float:
+    if n_tokens <= max_len - cache:
+        return 0.0
+    if n_tokens <= max_len:
+        return (max_len - cache - n_tokens) / cache
+    return -1.0
+
+
+# name -> what it reads; rewards.score_batch dispatches on it (verifiers live in rewards.py)
+SHAPING = ("format", "tag_count", "reasoning_steps", "cosine", "repetition_penalty", "length",
+           "soft_overlong_punishment", "code_format")

@@ -1,0 +1,105 @@
+"""Stale-sampler faults, injected into the PyTorch sampler by monkeypatching it (nothing raises): each one
+makes the sampler generate from other weights, another dtype or other settings than the trainer asked for.
+tests/test_stale_sampler.py and scripts/bench_stale_sampler.py run them.
+
+`inject(mp, name, onset)`: the fault hits the rollouts of step `onset` (1-based) and every later step. A fault
+in sync_weights starts with the sync after step onset - 1 (the first sync follows step 1, so onset >= 2).
+"""
+from dataclasses import replace
+
+import torch
+import torch.nn as nn
+
+from nanogrpo.sampler import TorchSampler
+
+BOS = 2  # the tiny model's tokenizer has no BOS: any id the prompts do not start with
+
+# name -> (where, how it is injected, what the check must name)
+FAULTS = {
+    "no-op sync": ("sync", "sync_weights reads the weights and copies nothing", "STALE WEIGHTS"),
+    "partial sync": ("sync", "only the first half of the tensors are copied", "STALE WEIGHTS"),
+    "one stale layer": ("sync", "layer 1's tensors are not copied", "STALE WEIGHTS: model.layers.1."),
+    "stale lm_head": ("sync", "the decode's lm_head keeps the old weights (untied from the embedding)",
+                      "STALE WEIGHTS: lm_head.weight (tied to model.embed_tokens.weight"),
+    "tied weights stale": ("sync", "the embedding, and so the lm_head tied to it, is not copied",
+                           "STALE WEIGHTS: model.embed_tokens.weight"),
+    "LoRA never merged": ("sync", "lora_rank=4: the adapted layers keep the base weights W, not W + BA",
+                          "STALE WEIGHTS: model.layers.0.self_attn.q_proj.weight"),
+    "one step old": ("sync", "each sync copies the weights of the sync before", "a step behind"),
+    "sampler dtype": ("generate", "the sampler's weights are cast to another dtype (bf16 <-> fp32) before it samples",
+                      "DTYPE: the sampler holds"),
+    "temperature": ("generate", "sampled at temperature 0.7 (the trainer asked for 1.0)",
+                    "SAMPLING: the sampler sampled with temperature = 0.7"),
+    "top-p": ("generate", "sampled with top_p 0.9 (the trainer asked for 1.0)",
+              "SAMPLING: the sampler sampled with top_p = 0.9"),
+    "extra BOS": ("generate", "a BOS token put before every prompt", "PROMPTS: the sampler's prompt 0"),
+}
+
+
+def _faulty_sync(self, weights, name, real):
+    if name == "no-op sync":
+        for _ in weights:
+            pass
+    elif name == "partial sync":
+        pairs = list(weights)
+        keep = {n for n, _ in pairs[: len(pairs) // 2]}
+        _copy(self, [(n, t) for n, t in pairs if n in keep])
+    elif name == "one stale layer":
+        _copy(self, [(n, t) for n, t in weights if ".layers.1." not in n])
+    elif name == "tied weights stale":
+        _copy(self, [(n, t) for n, t in weights if "embed_tokens" not in n])
+    elif name == "LoRA never merged":
+        _copy(self, [(n, t) for n, t in weights if not n.endswith("_proj.weight")])
+    elif name == "stale lm_head":
+        head = self.model.get_output_embeddings()
+        old = head.weight.detach().clone()
+        head.weight = self.model.get_input_embeddings().weight  # tied again for the real sync
+        real(self, weights)
+        head.weight = nn.Parameter(old, requires_grad=False)  # and the decode's head left behind
+    elif name == "one step old":
+        now = [(n, t.detach().clone()) for n, t in weights]
+        if getattr(self, "_older", None) is not None:  # the first faulty sync after step 1: nothing older to copy
+            real(self, self._older)
+        self._older = now
+
+
+@torch.no_grad()
+def _copy(sampler, pairs) -> None:
+    params = dict(sampler.model.named_parameters(remove_duplicate=False))
+    for n, t in pairs:
+        params[n].copy_(t)
+
+
+def inject(mp, name: str, onset: int, dtype: torch.dtype = torch.float32) -> None:
+    """Monkeypatch (pytest's MonkeyPatch `mp`) TorchSampler with fault `name` from step `onset` on."""
+    where = FAULTS[name][0]
+    if where == "sync":
+        assert onset >= 2, "a sync fault first shows in the step after the sync"
+        real, calls = TorchSampler.sync_weights, [0]
+
+        def sync(self, weights):
+            calls[0] += 1
+            if calls[0] < onset - 1:
+                if name == "one step old":
+                    weights = self._older = [(n, t.detach().clone()) for n, t in weights]
+                return real(self, weights)
+            return _faulty_sync(self, weights, name, real)
+
+        mp.setattr(TorchSampler, "sync_weights", sync)
+        return
+    real_gen, calls = TorchSampler.generate, [0]
+
+    def generate(self, prompts, n, params, progress=None):
+        calls[0] += 1
+        if calls[0] >= onset:
+            if name == "sampler dtype":
+                self.model.to(torch.float32 if dtype != torch.float32 else torch.bfloat16)
+            elif name == "temperature":
+                params = replace(params, temperature=0.7)
+            elif name == "top-p":
+                params = replace(params, top_p=0.9)
+            elif name == "extra BOS":
+                prompts = [[BOS, *p] for p in prompts]
+        return real_gen(self, prompts, n, params, progress)
+
+    mp.setattr(TorchSampler, "generate", generate)
