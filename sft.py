@@ -175,18 +175,15 @@ def accumulate(policy, examples: list[tuple[list[int], list[bool]]], cfg: C.Conf
     device = next(policy.parameters()).device
     budget = cfg.micro_batch_tokens or cfg.sft_max_len
     batches = make_batches(examples, budget) if examples else []
-    # every rank runs as many micro-batches as the busiest one (each forward/backward runs FSDP collectives)
-    most = int(dist.all_reduce(torch.tensor([len(batches)], dtype=torch.float64), "max").item())
-    batches += [Packed(torch.tensor([[pad_id, pad_id]]), torch.tensor([[0, 1]]), torch.tensor([0]), 0.0)
-                for _ in range(most - len(batches))]
+    # every rank runs as many micro-batches as the busiest one; a filler has weight 0
+    batches = dist.even_out(batches, lambda: Packed(torch.tensor([[pad_id, pad_id]]), torch.tensor([[0, 1]]),
+                                                    torch.tensor([0]), 0.0))
     # the normaliser: scored tokens of the whole step, on every rank
     z = dist.all_reduce(torch.tensor([float(scored_tokens(examples))], dtype=torch.float64))[0].item()
     # FSDP averages gradients over ranks: scale by the world size so the global mean is not divided again
     scale = dist.world_size() / max(z, 1.0)
     total = torch.zeros((), dtype=torch.float64)
-    for i, b in enumerate(batches):
-        # grad_accumulation: after every micro-batch (sharded gradients) or once per step (grpo.step says why)
-        policy.set_requires_gradient_sync(i == len(batches) - 1 or cfg.grad_accumulation == "sharded")
+    for _, b in dist.syncing_grads(policy, batches, cfg.grad_accumulation):
         logp, _ = policy(b.input_ids.to(device), None, position_ids=b.position_ids.to(device),
                          positions=b.positions.to(device))  # (1, K)
         nll = -logp.sum() * b.weight
@@ -199,18 +196,11 @@ def sft_step(policy, optimizer, scheduler, examples: list[tuple[list[int], list[
              pad_id: int) -> dict[str, float]:
     """One optimizer step on this rank's examples."""
     loss, z = accumulate(policy, examples, cfg, pad_id)
-    for q in policy.parameters():  # a rank with no tokens still steps with the others
-        if q.grad is None and q.requires_grad:
-            q.grad = torch.zeros_like(q)
-    if cfg.grad_clip > 0:
-        norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
-    else:
-        norm = torch.nn.utils.get_total_norm([q.grad for q in policy.parameters() if q.grad is not None])
+    grad_norm = dist.finish_grads(policy, cfg.grad_clip)  # a rank with no tokens still steps with the others
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return {"sft_loss": loss, "grad_norm": norm.full_tensor().item() if hasattr(norm, "full_tensor") else float(norm),
-            "train_tokens": z}
+    return {"sft_loss": loss, "grad_norm": grad_norm, "train_tokens": z}
 
 
 # ----------------------------------------------------------------------------------------------

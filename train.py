@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from transformers import AutoConfig
@@ -89,7 +91,28 @@ def main(argv: list[str]) -> dict:
         return run(cfg, stop, closing)
 
 
-def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitStack) -> dict:
+class Setup(NamedTuple):
+    """What the step loop uses, built by `setup` with every input checked before the first step."""
+
+    rank: int
+    start: int  # the first step: 0, or the resumed checkpoint's
+    stream: data.PromptStream  # this rank's prompts, resumable
+    tokenizer: object
+    prefilled_think: bool  # the prompt ends with "<think>" (R1-Distill chat templates): the format reward must know
+    policy: M.Policy
+    ref: object  # the frozen reference when beta > 0, else None
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    sampler: object
+    behaviour: object  # exact_logprobs: the sampler's weights as a policy (nanogrpo/parity.py), else None
+    sampler_check: parity.SamplerCheck
+    gap_gate: parity.GapGate
+    logger: Logger
+    evaluations: Callable[[int], dict] | None  # held-out accuracy and benchmarks after a step; None: no evals
+
+
+def setup(cfg: C.Config, closing: contextlib.ExitStack) -> Setup:
+    """Process group, data, model, optimizer, sampler, checks, logger and resume: everything before the first step."""
     device = dist.init(cfg.device, cfg.cpu_allocator)
     rank, world = dist.rank(), dist.world_size()
     if cfg.prompts_per_step % world:
@@ -107,7 +130,6 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitSta
     cfg.model = hub.model_dir(cfg.model)
     tokenizer = M.load_tokenizer(cfg.model)
     cfg.template = task_template(cfg, tokenizer, train_rows[0])  # "" -> the task's own
-    # chat templates that end the prompt with "<think>" (R1-Distill): the format reward must know
     prefilled_think = data.format_prompt(train_rows[0], tokenizer, cfg.template).rstrip().endswith("<think>")
     if "tests" in train_rows[0]:  # code rows: check now, loudly, that the sandbox really isolates (or was allowed not to)
         from nanogrpo.sandbox import get_pool
@@ -137,7 +159,7 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitSta
     stream = data.PromptStream(train_rows, cfg.prompts_per_step, rank, world, cfg.seed)
     start = checkpoint.resume(resume_from, policy, optimizer, scheduler, stream)
     sampler = trainer_sampler(cfg, weights, device, dtype)  # with tools=true, the tool loop (its sandbox starts now)
-    closing.callback(sampler.close)  # also when a check stops the run: see sampler.close() below
+    closing.callback(sampler.close)  # also when a check stops the run: see sampler.close() in run()
     behaviour = parity.SamplerPolicy(sampler, policy) if cfg.exact_logprobs else None  # nanogrpo/parity.py
     # after every generate: the sampler's weights and settings against the trainer's, exactly (nanogrpo/parity.py)
     sampler_check = parity.SamplerCheck(sampler, dtype, policy.hf, M.iter_full_params(policy))
@@ -157,14 +179,45 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitSta
         got = heldout_accuracy(sampler, tokenizer, eval_rows, cfg, prefilled_think) if eval_rows else {}
         return {**got, **(run_benchmarks(bench_tasks, sampler, weights, cfg, step) if bench_tasks else {})}
 
-    evaluating = bool(cfg.eval_every and (eval_rows or bench_tasks))
+    return Setup(rank, start, stream, tokenizer, prefilled_think, policy, ref, optimizer, scheduler, sampler, behaviour,
+                 sampler_check, gap_gate, logger, evaluations if cfg.eval_every and (eval_rows or bench_tasks) else None)
+
+
+def rank_rollouts(flat: list, total: list, parts: dict, correct: list, sampler, cfg: C.Config) -> dict:
+    """This rank's rewards and what the metrics need of its completions, for the gather over ranks."""
+    return {"reward": total, "parts": parts, "correct": correct,
+            "len": [len(c.token_ids) for *_, c in flat], "trunc": [c.finish_reason == "length" for *_, c in flat],
+            "tools": [tools.rollout_stats(c) for *_, c in flat] if cfg.tools else [],
+            "tool_stats": sampler.last_stats if cfg.tools else {}}  # the tool loop's (nanogrpo/tools.py)
+
+
+def step_metrics(everyone: list[dict], update: dict, times: dict, t_step: float, cfg: C.Config) -> dict:
+    """The step's metrics over every rank's `rank_rollouts`, then the update's (`update`) and the timings."""
+    lens = [x for e in everyone for x in e["len"]]
+    return {
+        **grpo.group_stats([x for e in everyone for x in e["reward"]], cfg.group_size),
+        "accuracy": mean_valid([x for e in everyone for x in e["correct"]]),
+        **{f"reward/{k}": mean_valid([x for e in everyone for x in e["parts"][k]]) for k in everyone[0]["parts"]},
+        "completion_len_mean": sum(lens) / len(lens),
+        "completion_len_max": max(lens),
+        "truncated_frac": mean_valid([float(x) for e in everyone for x in e["trunc"]]),
+        **update,
+        **times,
+        "time_step": time.time() - t_step,
+        "tokens_per_s": sum(lens) / (time.time() - t_step),
+        **(tools.metrics([x for e in everyone for x in e["tools"]], [e["tool_stats"] for e in everyone]) if cfg.tools else {}),
+    }
+
+
+def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitStack) -> dict:
+    (rank, start, stream, tokenizer, prefilled_think, policy, ref, optimizer, scheduler, sampler, behaviour, sampler_check,
+     gap_gate, logger, evaluations) = setup(cfg, closing)
     results = {}
-    if evaluating and start == 0:
+    if evaluations and start == 0:
         start_evals = evaluations(0)
         results.update({f"{k}_start": v for k, v in start_evals.items()})
         logger.log(-1, start_evals)
 
-    pad_id = tokenizer.pad_token_id
     params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
     none_history: list[float] = []  # none_frac per step (check_rewards_alive)
     stopped = ""  # the stop signal's name, once one arrived (on any rank)
@@ -179,59 +232,40 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitSta
         groups = sampler.generate(prompts, cfg.group_size, params)  # [prompt][sample]
         sampler_check(step, prompts, cfg.group_size, params)  # stops the run if they were not the trainer's
         sampler.sleep()  # on GPU: give the sampler's memory to the update; generate() wakes it (no-op on CPU)
-        t_gen = time.time() - t0
+        times = {"time_generate": time.time() - t0}
 
         # 2. rewards (None = could not be computed)
         t0 = time.time()
         flat = [(p, r, c) for p, r, g in zip(prompts, rows, groups) for c in g]
         total, parts, correct = score_rollouts([c for _, _, c in flat], [r for _, r, _ in flat], cfg, prefilled_think,
                                                cfg.group_size)
-        t_reward = time.time() - t0
+        times["time_reward"] = time.time() - t0
 
         # 3. advantages over the whole step: every rank sees all rewards (groups never span ranks)
-        local = {"reward": total, "parts": parts, "correct": correct,
-                 "len": [len(c.token_ids) for *_, c in flat], "trunc": [c.finish_reason == "length" for *_, c in flat],
-                 "tools": [tools.rollout_stats(c) for *_, c in flat] if cfg.tools else [],
-                 "tool_stats": getattr(sampler, "last_stats", {})}
-        everyone = dist.all_gather_object(local)
-        all_rewards = [x for e in everyone for x in e["reward"]]
-        adv = grpo.advantages(all_rewards, cfg.group_size, cfg.scale, cfg.adv_eps)
+        everyone = dist.all_gather_object(rank_rollouts(flat, total, parts, correct, sampler, cfg))
+        adv = grpo.advantages([x for e in everyone for x in e["reward"]], cfg.group_size, cfg.scale, cfg.adv_eps)
         adv = adv[rank * len(flat) : (rank + 1) * len(flat)]
         rollouts = [
-            grpo.Rollout(p, c.token_ids, c.logprobs, r, c.finish_reason == "length", a.item(), getattr(c, "mask", None))
+            grpo.Rollout(p, c.token_ids, c.logprobs, r, c.finish_reason == "length", a.item(), c.mask)
             for (p, _, c), r, a in zip(flat, total, adv)
         ]
 
         # 4. the update
         t0 = time.time()
         lr = scheduler.get_last_lr()[0]
-        stats = grpo.step(policy, ref, optimizer, scheduler, rollouts, cfg, pad_id, behaviour)
-        t_train = time.time() - t0
+        update = {**grpo.step(policy, ref, optimizer, scheduler, rollouts, cfg, tokenizer.pad_token_id, behaviour), "lr": lr}
+        times["time_train"] = time.time() - t0
 
         # 5. the sampler gets the new weights (streamed, never the whole model at once)
         t0 = time.time()
         # while the sampler sleeps (GPU): its KV cache and the gathered weights are never in memory together
         sampler_check.sync(sampler, M.iter_full_params(policy))  # sampler.sync_weights, noting what it must now hold
-        t_sync = time.time() - t0
+        times["time_sync"] = time.time() - t0
 
-        # 6. metrics, eval, checkpoint
-        lens = [x for e in everyone for x in e["len"]]
-        metrics = {
-            **grpo.group_stats(all_rewards, cfg.group_size),
-            "accuracy": mean_valid([x for e in everyone for x in e["correct"]]),
-            **{f"reward/{k}": mean_valid([x for e in everyone for x in e["parts"][k]]) for k in parts},
-            "completion_len_mean": sum(lens) / len(lens),
-            "completion_len_max": max(lens),
-            "truncated_frac": mean_valid([float(x) for e in everyone for x in e["trunc"]]),
-            **stats,
-            "lr": lr,
-            "time_generate": t_gen, "time_reward": t_reward, "time_train": t_train, "time_sync": t_sync,
-            "time_step": time.time() - t_step,
-            "tokens_per_s": sum(lens) / (time.time() - t_step),
-            **(tools.metrics([x for e in everyone for x in e["tools"]], [e["tool_stats"] for e in everyone]) if cfg.tools else {}),
-        }
+        # 6. metrics (and the evals, on their steps), the log, the run's guards
+        metrics = step_metrics(everyone, update, times, t_step, cfg)
         last = step + 1 == cfg.steps
-        if evaluating and ((step + 1) % cfg.eval_every == 0 or last):
+        if evaluations and ((step + 1) % cfg.eval_every == 0 or last):
             step_evals = evaluations(step + 1)
             metrics.update(step_evals)
             results.update({f"{k}_end": v for k, v in step_evals.items()})
@@ -239,6 +273,8 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitSta
         none_history.append(metrics["none_frac"])
         check_rewards_alive(none_history, cfg)
         gap_gate(step, metrics["logprob_gap"])  # warns, and stops a run whose sampler and trainer drifted apart
+
+        # 7. checkpoint, and a stop signal
         stopped = "" if last else stop.requested()  # an all-reduce: every rank stops after the same step
         if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final) or stopped:
             path = checkpoint.save(cfg.out_dir, step + 1, policy, optimizer, scheduler, tokenizer,

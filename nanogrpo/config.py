@@ -303,12 +303,12 @@ def validate(cfg: Config, here: bool = True) -> Config:
 
 
 def _check_rewards(cfg: Config) -> None:
-    from nanogrpo.rewards import REWARDS, VERIFIERS
+    from nanogrpo.rewards import VERIFIERS, reward_names
     from nanogrpo.tasks import TASKS
 
-    bad = [n for n in cfg.rewards if n not in REWARDS]
+    bad = [n for n in cfg.rewards if n not in reward_names()]
     if bad:
-        raise ConfigError(f"config key 'rewards': unknown reward(s) {bad}; known: {', '.join(REWARDS)}")
+        raise ConfigError(f"config key 'rewards': unknown reward(s) {bad}; known: {', '.join(reward_names())}")
     if len(set(cfg.rewards)) != len(cfg.rewards):
         raise ConfigError(f"config key 'rewards' names a reward twice: {cfg.rewards} (weigh it with reward_weights)")
     judges = [n for n in cfg.rewards if n in ("accuracy", *VERIFIERS)]

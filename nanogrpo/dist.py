@@ -1,4 +1,4 @@
-"""Process-group set-up for one code path from 1 process to N GPUs.
+"""Process-group set-up for one code path from 1 process to N GPUs, and the FSDP2 plumbing of an update.
 
 Under torchrun the usual env vars are set and we join that group (NCCL on GPU, gloo on CPU). Alone,
 we still create a one-rank gloo group so FSDP2 and every collective run the same code; at world size
@@ -151,3 +151,29 @@ def broadcast_object(obj, src: int = 0):
     box = [obj]
     dist.broadcast_object_list(box, src=src)
     return box[0]
+
+
+def even_out(items: list, filler) -> list:
+    """`items`, then `filler()`s until this rank holds as many as the rank with the most: each micro-batch of an
+    update runs FSDP collectives, so every rank must run as many (a filler must add nothing to the update)."""
+    most = int(all_reduce(torch.tensor([len(items)], dtype=torch.float64), "max").item())
+    return items + [filler() for _ in range(most - len(items))]
+
+
+def syncing_grads(policy, batches: list, grad_accumulation: str):
+    """(i, micro-batch) of an update pass, FSDP's gradient sync set for each: `sharded` reduce-scatters after every
+    one, so no GPU ever holds the whole model's fp32 gradients; `unsharded` after the last one only."""
+    for i, b in enumerate(batches):
+        policy.set_requires_gradient_sync(i == len(batches) - 1 or grad_accumulation == "sharded")
+        yield i, b
+
+
+def finish_grads(policy, grad_clip: float) -> float:
+    """The gradient norm over every rank, before clipping to grad_clip (when > 0). A parameter left without a gradient
+    (nothing trained on any rank) gets zeros: AdamW's moments and step count move as when every completion ran."""
+    for q in policy.parameters():
+        if q.grad is None and q.requires_grad:
+            q.grad = torch.zeros_like(q)
+    norm = (torch.nn.utils.clip_grad_norm_(policy.parameters(), grad_clip) if grad_clip > 0
+            else torch.nn.utils.get_total_norm([q.grad for q in policy.parameters() if q.grad is not None]))
+    return norm.full_tensor().item() if hasattr(norm, "full_tensor") else float(norm)  # sharded: a DTensor

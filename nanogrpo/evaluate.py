@@ -65,7 +65,7 @@ def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg, prefilled_think:
     params = SamplingParams(cfg.max_new_tokens, cfg.eval_temperature, cfg.top_p, tuple(cfg.stop), seed=cfg.seed + 12345)
     outs = sampler.generate(prompts, 1, params) if prompts else []
     _, _, correct = score_rollouts([o[0] for o in outs], mine, cfg, prefilled_think)
-    used = [float(getattr(o[0], "calls", 0) > 0) for o in outs]
+    used = [float(o[0].calls > 0) for o in outs]
     counts = torch.tensor([sum(c or 0.0 for c in correct), sum(used), len(correct)], dtype=torch.float64)
     ndist.all_reduce(counts)
     n = counts[2].clamp(min=1)
@@ -135,14 +135,14 @@ def task_calls(rows: int, n: int, rank: int, world: int) -> list[tuple[int, list
 def score(task: Task, completions: list, rows: list[dict]) -> list[float | None]:
     """Verdicts of Completions: on the text after the last tool output (tools), None where the sandbox
     of a tool call failed (unscored, never wrong)."""
-    texts = [tools.answer_text(c) for c in completions]
+    texts = [c.answer_text for c in completions]
     if task.kind == "number":
         verdicts = [rewards.number_reward(t, r["answer"]) for t, r in zip(texts, rows)]
     elif task.kind == "math":
         verdicts = rewards.math_rewards(texts, [r["answer"] for r in rows])
     else:
         verdicts = rewards.code_rewards(texts, rows)
-    return [None if getattr(c, "failed", False) else v for c, v in zip(completions, verdicts)]
+    return [None if c.failed else v for c, v in zip(completions, verdicts)]
 
 
 def run_task(task, sampler, tokenizer, n, sampling, context, seed, rank, world, gather, *, encoded=None,

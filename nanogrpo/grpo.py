@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import torch
 
 from nanogrpo import dist, packing
+from nanogrpo.config import CHOICES
 
 
 @dataclass
@@ -97,7 +98,7 @@ def advantages(
         r = torch.tensor([math.nan if x is None else float(x) for x in rewards], dtype=torch.float64)
     if r.numel() % group_size:
         raise ValueError(f"{r.numel()} rewards do not split into groups of {group_size}")
-    if scale not in ("group", "batch", "none", "rloo"):
+    if scale not in CHOICES["scale"]:  # the choices are stated once, beside the knob
         raise ValueError(f"unknown advantage scale {scale!r}")
     r = r.view(-1, group_size)  # (groups, G)
     valid = ~torch.isnan(r)
@@ -261,24 +262,10 @@ def make_batches(rollouts: list[Rollout], micro_batch_size: int, pad_id: int, cf
     return packing.make_batches(rollouts, counted, weights, micro_batch_size, pad_id, micro_batch_tokens)
 
 
-def even_out(batches: list[packing.Batch], pad_id: int, cfg, micro_batch_tokens: int) -> list[packing.Batch]:
-    """Append loss-free micro-batches until every rank has as many as the rank with the most.
-
-    Each micro-batch's forward/backward runs FSDP collectives (all-gathers, and the reduce-scatter on
-    the last one), so the ranks must agree on the count; with a token budget it differs per rank.
-    The filler is a two-token sequence whose reward is None: it adds nothing to the loss, the
-    gradient or the normaliser.
-    """
-    most = int(dist.all_reduce(torch.tensor([len(batches)], dtype=torch.float64), "max").item())
-    filler = Rollout([pad_id], [pad_id], [0.0], None, False)
-    return batches + [make_batches([filler], 1, pad_id, cfg, micro_batch_tokens)[0] for _ in range(most - len(batches))]
-
-
 def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg, pad_id: int,
          behaviour=None) -> dict[str, float]:
     """One GRPO update on this rank's rollouts: mu passes, each a full pass over the micro-batches
-    followed by one optimizer step. Ranks may hold different numbers of rollouts and tokens:
-    `even_out` gives every rank the same number of micro-batches (FSDP collectives run in each).
+    followed by one optimizer step. Ranks may hold different numbers of rollouts and tokens.
 
     `behaviour` (exact_logprobs, nanogrpo/parity.py): a Policy over the sampler's own weights. The
     sampler's log-probs are then recomputed by it, in these same micro-batches with this same forward,
@@ -293,7 +280,8 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     skip = cfg.beta == 0 and cfg.skip_zero_advantage
     trained = [r for r in rollouts if not skip or (r.advantage is not None and r.advantage != 0)]
     batches = make_batches(trained, cfg.micro_batch_size, pad_id, cfg, budget) if trained else []
-    batches = even_out(batches, pad_id, cfg, budget)
+    filler = Rollout([pad_id], [pad_id], [0.0], None, False)  # reward None: nothing in the loss, gradient or z
+    batches = dist.even_out(batches, lambda: make_batches([filler], 1, pad_id, cfg, budget)[0])
     to = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
 
     def logprobs(model, b, entropy=False):
@@ -315,35 +303,22 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
 
     sums = {k: torch.zeros((), dtype=torch.float64) for k in ("tokens", "clip_low", "clip_high", "kl", "entropy", "gap", "loss")}
     grad_norms = []
-    # FSDP averages gradients over ranks; our loss is already a global mean (z counts every rank's
-    # tokens), so scale by the world size to turn that average back into the sum.
-    scale = float(dist.world_size())
+    world = float(dist.world_size())
     for p in range(cfg.mu):
-        for i, b in enumerate(batches):
-            last = i == len(batches) - 1
-            # sharded: reduce-scatter after every micro-batch, so no GPU ever holds the whole model's fp32
-            # gradients; unsharded: once per pass (they stay unsharded until the last micro-batch)
-            policy.set_requires_gradient_sync(last or cfg.grad_accumulation == "sharded")
+        for i, b in dist.syncing_grads(policy, batches, cfg.grad_accumulation):
             logp, ent = logprobs(policy, b, entropy=p == 0)
             old_logp = old[i] if old[i] is not None else logp.detach()
             mask = to(b.loss_mask)
             sampler_logp = to(b.sampler_logp) if behaved[i] is None else behaved[i]
             loss, st = policy_loss(logp, old_logp, ref[i], to(b.advantages), mask, cfg, sampler_logp, to(b.seq_weight), z)
-            (loss * scale).backward()
+            (loss * world).backward()  # FSDP averages gradients over ranks, but z already counts every rank's tokens
             if p == 0:  # metrics describe the rollouts under the weights that sampled them
                 for k, v in st.items():
                     sums[k] += v.double().cpu()
                 sums["loss"] += loss.detach().double().cpu()
                 sums["entropy"] += (ent * mask).sum().double().cpu()
                 sums["gap"] += ((logp.detach() - sampler_logp).abs() * mask).sum().double().cpu()
-        for q in policy.parameters():  # nothing trained on any rank: a zero gradient, so AdamW's moments
-            if q.grad is None and q.requires_grad:  # and step count move as when every completion was run
-                q.grad = torch.zeros_like(q)
-        if cfg.grad_clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
-        else:
-            norm = torch.nn.utils.get_total_norm([q.grad for q in policy.parameters() if q.grad is not None])
-        grad_norms.append(norm.full_tensor().item() if hasattr(norm, "full_tensor") else float(norm))
+        grad_norms.append(dist.finish_grads(policy, cfg.grad_clip))  # clipped to grad_clip when > 0
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)

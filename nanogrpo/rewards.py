@@ -601,7 +601,9 @@ def code_rewards(completions: list[str], problems: list[dict], **opts) -> list[f
 VERIFIERS = ("exact", "number", "math", "code")  # the rewards that judge the answer: `correct` is theirs == 1
 # every name `rewards = [...]` takes: "accuracy" is the task's own verifier (tasks.TASKS; a dataset's rows:
 # code rows -> code, math rows -> math), "think_format" the R1 layout above, the rest nanogrpo/shaping.py
-REWARDS = ("accuracy", *VERIFIERS, "think_format", *shaping.SHAPING)
+def reward_names() -> tuple[str, ...]:
+    """Every name `rewards = [...]` takes (shaping.SHAPING may have gained the user's own)."""
+    return ("accuracy", *VERIFIERS, "think_format", *shaping.SHAPING)
 
 
 def verifier_of(names: list[str], default: str | None) -> str | None:
@@ -665,9 +667,9 @@ def score_batch(
     tokens (soft_overlong_punishment); group_size: consecutive completions of one prompt (length);
     shaping_cfg: the Config (or any object) holding the shaping knobs (cosine_*, repetition_*, ...).
     """
-    unknown = [n for n in rewards if n not in REWARDS]
+    unknown = [n for n in rewards if n not in reward_names()]
     if unknown or not rewards:
-        raise ValueError(f"score_batch: unknown reward(s) {unknown or rewards!r}; expected names from {REWARDS}")
+        raise ValueError(f"score_batch: unknown reward(s) {unknown or rewards!r}; expected names from {reward_names()}")
     weights = [1.0] * len(rewards) if weights is None else list(weights)
     if len(weights) != len(rewards):
         raise ValueError(f"score_batch: {len(weights)} weights for {len(rewards)} rewards")
@@ -679,51 +681,17 @@ def score_batch(
     acc = _verify(answers, rows, verifier_of(rewards, verifier), timeout_s, code_opts)
     parts: dict[str, list[float | None]] = {"accuracy": acc,
                                             "think_format": [format_reward(c, prefilled_think) for c in completions]}
+    batch = shaping.Batch(completions, rows, acc, token_counts or [], group_size, prefilled_think, shaping_cfg)
     for name in rewards:
         if name not in parts:
-            parts[name] = acc if name in VERIFIERS else _shaping(name, completions, rows, acc, token_counts,
-                                                                 group_size, prefilled_think, shaping_cfg)
+            parts[name] = acc if name in VERIFIERS else list(shaping.SHAPING[name](batch))
+            if len(parts[name]) != len(completions):  # a user's reward that lost or gained items
+                raise ValueError(f"score_batch: reward {name!r} gave {len(parts[name])} values for {len(completions)}")
     total = []
     for i in range(len(completions)):
         terms = [parts[n][i] for n in rewards]
         total.append(None if any(t is None for t in terms) else sum(w * t for w, t in zip(weights, terms)))
     return total, parts
-
-
-def _shaping(name, texts, rows, acc, token_counts, group_size, prefilled_think, cfg) -> list[float | None]:
-    if name == "format":
-        return [shaping.format_reward(t, prefilled_think) for t in texts]
-    if name == "tag_count":
-        return [shaping.tag_count_reward(t, prefilled_think) for t in texts]
-    if name == "reasoning_steps":
-        return [shaping.reasoning_steps_reward(t) for t in texts]
-    if name == "code_format":
-        return [shaping.code_format_reward(t, (r or {}).get("language") or "python", prefilled_think)
-                for t, r in zip(texts, rows)]
-    if name == "cosine":
-        return [shaping.cosine_reward(len(t), a, cfg) for t, a in zip(texts, acc)]
-    if name == "repetition_penalty":
-        return [shaping.repetition_penalty_reward(t, cfg.repetition_n_grams, cfg.repetition_max_penalty) for t in texts]
-    if name == "length":
-        if len(texts) % group_size:
-            raise ValueError(f"score_batch: {len(texts)} completions are not whole groups of {group_size}")
-        out = []
-        for g in range(0, len(texts), group_size):
-            out += shaping.length_rewards([len(t) for t in texts[g : g + group_size]], acc[g : g + group_size])
-        return out
-    if name == "soft_overlong_punishment":
-        if token_counts is None or len(token_counts) != len(texts):
-            raise ValueError("score_batch: soft_overlong_punishment needs token_counts, one per completion")
-        limit, cache = overlong_limits(cfg)
-        return [shaping.soft_overlong_reward(n, limit, cache) for n in token_counts]
-    raise ValueError(f"score_batch: no shaping reward {name!r}")
-
-
-def overlong_limits(cfg) -> tuple[int, int]:
-    """(L, cache) of soft_overlong_punishment: max_completion_len (0: max_new_tokens) and soft_punish_cache
-    (-1: a quarter of L, DAPO's 4,096 of 16,384)."""
-    limit = cfg.max_completion_len or cfg.max_new_tokens
-    return limit, (limit // 4 if cfg.soft_punish_cache < 0 else min(cfg.soft_punish_cache, limit))
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--math-worker"]:

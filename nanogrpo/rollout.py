@@ -94,11 +94,11 @@ def score_rollouts(completions: list, rows: list[dict], cfg, prefilled_think: bo
     gets None. group_size: consecutive completions of one prompt (the `length` reward compares within one)."""
     total, parts = rewards.score_batch([c.text for c in completions], rows, cfg.rewards or ["accuracy"],
                                        cfg.reward_weights or None, task_verifier(cfg), prefilled_think,
-                                       code_opts=code_opts(cfg), answer_texts=[tools.answer_text(c) for c in completions],
+                                       code_opts=code_opts(cfg), answer_texts=[c.answer_text for c in completions],
                                        token_counts=[len(c.token_ids) for c in completions], group_size=group_size,
                                        shaping_cfg=cfg)
     for i, c in enumerate(completions):
-        if getattr(c, "failed", False):
+        if c.failed:
             total[i] = parts["accuracy"][i] = None
     correct = [None if r is None else float(r == 1.0) for r in parts["accuracy"]]
     return total, parts, correct

@@ -79,10 +79,24 @@ class SamplingParams:
 
 @dataclass
 class Completion:
+    """One sampled completion, from every sampler. The tool loop (nanogrpo/tools.py) fills the fields after
+    finish_reason; without tools they keep their defaults, so every reader reads them plainly."""
     token_ids: list[int]  # generated tokens; includes the EOS / the token that completed a stop string
     logprobs: list[float]  # log_softmax(logits / temperature) of each token, before top-p truncation
     text: str  # decoded token_ids without the EOS token (stop string kept)
     finish_reason: str  # "stop" (EOS or stop string) | "length"
+    mask: list[int] | None = None  # per token: 1 sampled by the model, 0 tool output; None: all sampled
+    final_text: str | None = None  # what the model wrote after its last tool output; None: no tool loop
+    calls: int = 0  # tool calls run
+    errors: int = 0  # cells that raised or ended their interpreter
+    timeouts: int = 0
+    tool_seconds: float = 0.0  # sandbox execution time of this rollout's cells
+    failed: bool = False  # the sandbox itself failed: the reward must be None
+
+    @property
+    def answer_text(self) -> str:
+        """The text a verifier reads: after the last tool output with tools, the whole text without."""
+        return self.text if self.final_text is None else self.final_text
 
 
 @dataclass

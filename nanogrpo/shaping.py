@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 THINK, END_THINK, ANSWER, END_ANSWER = "<think>", "</think>", "<answer>", "</answer>"
 MAX_CHARS = 1 << 20  # longer text is judged on its first MiB: every function here stays bounded
@@ -114,6 +115,44 @@ def soft_overlong_reward(n_tokens: int, max_len: int, cache: int) -> float:
     return -1.0
 
 
-# name -> what it reads; rewards.score_batch dispatches on it (verifiers live in rewards.py)
-SHAPING = ("format", "tag_count", "reasoning_steps", "cosine", "repetition_penalty", "length",
-           "soft_overlong_punishment", "code_format")
+def overlong_limits(cfg) -> tuple[int, int]:
+    """(L, cache) of soft_overlong_punishment: max_completion_len (0: max_new_tokens) and soft_punish_cache
+    (-1: a quarter of L, DAPO's 4,096 of 16,384)."""
+    limit = cfg.max_completion_len or cfg.max_new_tokens
+    return limit, (limit // 4 if cfg.soft_punish_cache < 0 else min(cfg.soft_punish_cache, limit))
+
+
+@dataclass
+class Batch:
+    """What a shaping reward may read, for a batch of completions (consecutive groups of group_size)."""
+    texts: list[str]  # whole completions
+    rows: list[dict]
+    verdicts: list[float | None]  # the verifier's, per completion
+    token_counts: list[int]
+    group_size: int = 1
+    prefilled_think: bool = False  # the chat template ended the prompt with <think>
+    cfg: object = None  # the Config: the knobs above
+
+
+def _per_group(b: Batch) -> list[float | None]:
+    if len(b.texts) % b.group_size:
+        raise ValueError(f"length: {len(b.texts)} completions are not whole groups of {b.group_size}")
+    g = b.group_size
+    return [x for s in range(0, len(b.texts), g) for x in length_rewards([len(t) for t in b.texts[s : s + g]],
+                                                                         b.verdicts[s : s + g])]
+
+
+# name -> fn(Batch) -> one value per completion (None: could not be computed). `rewards = [...]` takes these
+# names; a reward of your own is one more entry, added before the config is loaded (docs/architecture.md).
+SHAPING = {
+    "format": lambda b: [format_reward(t, b.prefilled_think) for t in b.texts],
+    "tag_count": lambda b: [tag_count_reward(t, b.prefilled_think) for t in b.texts],
+    "reasoning_steps": lambda b: [reasoning_steps_reward(t) for t in b.texts],
+    "cosine": lambda b: [cosine_reward(len(t), v, b.cfg) for t, v in zip(b.texts, b.verdicts)],
+    "repetition_penalty": lambda b: [repetition_penalty_reward(t, b.cfg.repetition_n_grams, b.cfg.repetition_max_penalty)
+                                     for t in b.texts],
+    "length": _per_group,
+    "soft_overlong_punishment": lambda b: [soft_overlong_reward(n, *overlong_limits(b.cfg)) for n in b.token_counts],
+    "code_format": lambda b: [code_format_reward(t, (r or {}).get("language") or "python", b.prefilled_think)
+                              for t, r in zip(b.texts, b.rows)],
+}

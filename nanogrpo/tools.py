@@ -79,25 +79,9 @@ class ToolConfig:
         return 8 * self.output_tokens + 8
 
 
-@dataclass
-class ToolCompletion(Completion):
-    mask: list[int] = field(default_factory=list)  # per token: 1 sampled by the model, 0 tool output
-    final_text: str = ""  # what the model wrote after its last tool output: the answer that is scored
-    calls: int = 0
-    errors: int = 0  # cells that raised or ended their interpreter
-    timeouts: int = 0
-    tool_seconds: float = 0.0  # sandbox execution time of this rollout's cells
-    failed: bool = False  # the sandbox itself failed: the reward must be None
-
-
 def output_block(tool_cfg: ToolConfig, output: str) -> str:
     """The text inserted after a call: the output without its trailing newlines, between the output tags."""
     return tool_cfg.output_open + output.rstrip("\n") + tool_cfg.output_close
-
-
-def answer_text(c: Completion) -> str:
-    """The text an accuracy reward reads: after the last tool output with tools, the whole text without."""
-    return c.final_text if isinstance(c, ToolCompletion) else c.text
 
 
 TRUNCATED = "\n[... output truncated]"
@@ -202,7 +186,7 @@ class ToolSampler:
 
     def generate(
         self, prompts: list[list[int]], n: int, params: SamplingParams, progress: Progress | None = None
-    ) -> list[list[ToolCompletion]]:
+    ) -> list[list[Completion]]:
         """`progress` gets the tokens of every inner generate call as they come, and a sample when its whole
         rollout ends (a segment that stops at a code block is not a finished sample)."""
         params.check()
@@ -302,14 +286,14 @@ class ToolSampler:
             return self._decode(ids[: self.cfg.output_tokens]) + TRUNCATED
         return output
 
-    def _completion(self, r: _Rollout) -> ToolCompletion:
+    def _completion(self, r: _Rollout) -> Completion:
         strip = lambda t: t[:-1] if t and t[-1] in self.eos_ids else t  # noqa: E731  text leaves out a final EOS
-        return ToolCompletion(r.tokens, r.logprobs, self._decode(strip(r.tokens)), r.reason or "stop", mask=r.mask,
+        return Completion(r.tokens, r.logprobs, self._decode(strip(r.tokens)), r.reason or "stop", mask=r.mask,
                               final_text=self._decode(strip(r.tokens[r.final_start :])), calls=r.calls,
                               errors=r.errors, timeouts=r.timeouts, tool_seconds=r.seconds, failed=r.failed)
 
 
-def rollout_stats(c: ToolCompletion) -> tuple:
+def rollout_stats(c: Completion) -> tuple:
     """What the step's tool metrics need from one rollout (small, to gather over ranks)."""
     return c.calls, c.errors, c.timeouts, c.failed, c.tool_seconds
 

@@ -124,7 +124,7 @@ def tool_accuracy(model_dir, rows: list[dict], temperature: float, seed: int = 0
     sampler = tools.ToolSampler(TorchSampler(str(model_dir)), cfg, tools.make_cells(cfg))
     prompts = [sampler.tokenizer.encode(r["problem"]) for r in rows]
     outs = [g[0] for g in sampler.generate(prompts, 1, SamplingParams(max_new_tokens, temperature, seed=seed))]
-    acc = sum(tools.answer_text(c).strip() == r["answer"] for c, r in zip(outs, rows)) / len(rows)
+    acc = sum(c.answer_text.strip() == r["answer"] for c, r in zip(outs, rows)) / len(rows)
     return acc, sum(c.calls > 0 for c in outs) / len(rows)
 
 

@@ -128,7 +128,7 @@ def test_soft_overlong_is_dapo_eq13(n, want):
 
 
 def test_soft_overlong_limits_default_to_max_new_tokens_and_a_quarter():
-    from nanogrpo.rewards import overlong_limits
+    from nanogrpo.shaping import overlong_limits
 
     assert overlong_limits(C.Config(max_new_tokens=400)) == (400, 100)
     assert overlong_limits(C.Config(max_new_tokens=400, max_completion_len=300, soft_punish_cache=0)) == (300, 0)

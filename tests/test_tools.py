@@ -295,7 +295,7 @@ def test_sandbox_failure_gives_a_none_reward_never_zero(tokenizer):
     sampler = tools.ToolSampler(ScriptSampler(tokenizer, [block("print(4)"), "4<EOS>"]), cfg, FailingCells())
     [[c]] = sampler.generate([tokenizer.encode("2+2=")], 1, SamplingParams(100, 1.0))
     assert c.failed and c.calls == 1
-    ok = tools.ToolCompletion([1], [0.0], "4", "stop", mask=[1], final_text="4")
+    ok = Completion([1], [0.0], "4", "stop", mask=[1], final_text="4")
     total, parts, correct = rollout.score_rollouts([c, ok], [{"answer": "4"}] * 2, C.Config(tools=True))
     assert total == [None, 1.0] and correct == [None, 1.0]
 

@@ -11,7 +11,7 @@ it can write the product as code and copy what the sandbox prints:
     ```
     4345293451<EOS>
 
-The scored answer is the text after the last tool output (nanogrpo/tools.py: answer_text), compared
+The scored answer is the text after the last tool output (Completion.answer_text), compared
 exactly (its verifier: exact). `warm_start_rows` are the supervised rows of the tool model's warm
 start (scripts/build_tiny_model.py --tools: an sft.py run): most answer directly (and are wrong for the model, which
 cannot learn the products), `tool_frac` of them show the tool format once, so GRPO starts from a
