@@ -131,7 +131,7 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack) -> Setup:
     tokenizer = M.load_tokenizer(cfg.model)
     cfg.template = task_template(cfg, tokenizer, train_rows[0])  # "" -> the task's own
     prefilled_think = data.format_prompt(train_rows[0], tokenizer, cfg.template).rstrip().endswith("<think>")
-    if "tests" in train_rows[0]:  # code rows: check now, loudly, that the sandbox really isolates (or was allowed not to)
+    if data.is_code_row(train_rows[0]):  # code rows: check now, loudly, that the sandbox really isolates (or was allowed not to)
         from nanogrpo.sandbox import get_pool
 
         get_pool(**{k: v for k, v in code_opts(cfg).items() if k != "binary"}).start()

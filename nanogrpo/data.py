@@ -199,8 +199,8 @@ def load_rows(source: str, kind: str = "math", split: str = "train", n: int | No
 
     Every row is normalised before anything else runs, so a bad row stops the run at once."""
     records = map_columns(read_records(source, split, subset), columns or {})
-    if kind == "auto":  # the rows say: code rows carry tests (the code schema, docs/data.md), math rows answers
-        kind = "code" if records and isinstance(records[0][1], dict) and "tests" in records[0][1] else "math"
+    if kind == "auto":  # the rows say which they are
+        kind = "code" if records and is_code_row(records[0][1]) else "math"
     rows = normalise_rows(records, kind, source, verbose, gold_check)
     return rows[:n] if n is not None else rows
 
@@ -213,9 +213,14 @@ DEFAULT_MATH_INSTRUCTION = "Please reason step by step, and put your final answe
 DEFAULT_CODE_INSTRUCTION = "Write your complete solution in {language}, in one ```{language} code block at the end of your answer."
 
 
+def is_code_row(row) -> bool:
+    """A code row carries its tests (the code schema, docs/data.md); a math row an answer."""
+    return isinstance(row, dict) and "tests" in row
+
+
 def default_instruction(row: dict) -> str:
     """The instruction appended to a chat prompt: the math one, or the code one for a code row."""
-    if "tests" in row:
+    if is_code_row(row):
         return DEFAULT_CODE_INSTRUCTION.format(language=row.get("language") or "python")
     return DEFAULT_MATH_INSTRUCTION
 

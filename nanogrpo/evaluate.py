@@ -135,13 +135,7 @@ def task_calls(rows: int, n: int, rank: int, world: int) -> list[tuple[int, list
 def score(task: Task, completions: list, rows: list[dict]) -> list[float | None]:
     """Verdicts of Completions: on the text after the last tool output (tools), None where the sandbox
     of a tool call failed (unscored, never wrong)."""
-    texts = [c.answer_text for c in completions]
-    if task.kind == "number":
-        verdicts = [rewards.number_reward(t, r["answer"]) for t, r in zip(texts, rows)]
-    elif task.kind == "math":
-        verdicts = rewards.math_rewards(texts, [r["answer"] for r in rows])
-    else:
-        verdicts = rewards.code_rewards(texts, rows)
+    verdicts = rewards.verdicts([c.answer_text for c in completions], rows, task.kind)
     return [None if c.failed else v for c, v in zip(completions, verdicts)]
 
 

@@ -34,6 +34,7 @@ from decimal import Decimal
 from multiprocessing.connection import wait as wait_ready
 
 from nanogrpo import shaping
+from nanogrpo.data import is_code_row
 
 # ---------------------------------------------------------------- exact
 
@@ -81,9 +82,14 @@ def _last_box_span(text: str) -> tuple[int, int] | None:
     return None
 
 
+def _number_gold(answer) -> re.Match | None:
+    """The gold as the number reward reads it (thousands separators in any spelling joined)."""
+    return _ONLY_NUMBER.fullmatch(_THOUSANDS.sub("", str(answer)).strip())
+
+
 def number_gold_error(answer) -> str | None:
     """Why the number reward cannot read this gold (a sentence), or None when it can."""
-    if _ONLY_NUMBER.fullmatch(_THOUSANDS.sub("", str(answer)).strip()) is None:
+    if _number_gold(answer) is None:
         return "the number reward needs a number (digits, optionally thousands commas and decimals)"
     return None
 
@@ -102,7 +108,7 @@ def number_reward(completion: str, answer: str) -> float | None:
     (sampled accuracy 6% -> 92%): sympy did the arithmetic the task is about (docs/results.md "Tools on a chat model").
     Read after `</think>` when a think block closes (`final_text`)."""
     try:
-        gold = _ONLY_NUMBER.fullmatch(_THOUSANDS.sub("", str(answer)).strip())
+        gold = _number_gold(answer)
         if gold is None:
             return None
         text = _THOUSANDS.sub("", final_text(str(completion)))  # `1\,000`, `1{,}000`: one number
@@ -386,7 +392,6 @@ def _check_math(completion: str, answer: str, inner_timeout: int) -> float | Non
     if span is not None and gold[0] == "math" and _not_an_answer(completion[span[0] : span[1]], str(answer)):
         return 0.0
     if gold[0] == "prose":  # words: against the last box's words; without a box, math-verify on `\text{words}`
-        span = _last_box_span(completion)
         if span is not None:
             return float(_prose_key(completion[span[0] : span[1]]) == gold[1])
         gold = ("math", parse("$\\text{" + gold[1] + "}$", _extraction_config(), parsing_timeout=inner_timeout))
@@ -599,10 +604,11 @@ def code_rewards(completions: list[str], problems: list[dict], **opts) -> list[f
 # ---------------------------------------------------------------- batches
 
 VERIFIERS = ("exact", "number", "math", "code")  # the rewards that judge the answer: `correct` is theirs == 1
-# every name `rewards = [...]` takes: "accuracy" is the task's own verifier (tasks.TASKS; a dataset's rows:
-# code rows -> code, math rows -> math), "think_format" the R1 layout above, the rest nanogrpo/shaping.py
+
+
 def reward_names() -> tuple[str, ...]:
-    """Every name `rewards = [...]` takes (shaping.SHAPING may have gained the user's own)."""
+    """Every name `rewards = [...]` takes: "accuracy" (the task's own verifier: tasks.TASKS, or each row's),
+    the verifiers, "think_format" (the R1 layout above), and shaping.SHAPING (with any the user added)."""
     return ("accuracy", *VERIFIERS, "think_format", *shaping.SHAPING)
 
 
@@ -613,12 +619,13 @@ def verifier_of(names: list[str], default: str | None) -> str | None:
 
 
 def _row_verifier(row, verifier: str | None) -> str:
-    return verifier or ("code" if isinstance(row, dict) and "tests" in row else "math")
+    return verifier or ("code" if is_code_row(row) else "math")
 
 
-def _verify(completions: list[str], rows: list[dict], verifier: str | None, timeout_s: float,
-            code_opts: dict | None) -> list[float | None]:
-    """Each completion judged by its row's verifier (None where it could not be)."""
+def verdicts(completions: list[str], rows: list[dict], verifier: str | None, timeout_s: float = DEFAULT_TIMEOUT_S,
+             code_opts: dict | None = None) -> list[float | None]:
+    """Each completion judged by `verifier` (None: its row's own; the trainer and eval.py both come here);
+    None where it could not be judged."""
     kinds = [_row_verifier(r, verifier) for r in rows]
     acc: list[float | None] = [None] * len(completions)
     for kind in set(kinds):
@@ -678,7 +685,7 @@ def score_batch(
     answers = completions if answer_texts is None else answer_texts
     if len(answers) != len(rows):
         raise ValueError(f"score_batch: {len(answers)} answer texts but {len(rows)} rows")
-    acc = _verify(answers, rows, verifier_of(rewards, verifier), timeout_s, code_opts)
+    acc = verdicts(answers, rows, verifier_of(rewards, verifier), timeout_s, code_opts)
     parts: dict[str, list[float | None]] = {"accuracy": acc,
                                             "think_format": [format_reward(c, prefilled_think) for c in completions]}
     batch = shaping.Batch(completions, rows, acc, token_counts or [], group_size, prefilled_think, shaping_cfg)

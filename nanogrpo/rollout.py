@@ -53,10 +53,10 @@ def trainer_sampler(cfg, weights: str, device, dtype: torch.dtype) -> Sampler:
 
 
 def encode_prompts(rows: list[dict], tokenizer, cfg) -> list[list[int]]:
+    template = task_template(cfg, tokenizer, rows[0] if rows else {})
     system = cfg.system_prompt
-    if cfg.tools and task_template(cfg, tokenizer, rows[0] if rows else {}) != "raw":  # a chat model is told how to run code (and which functions it has)
+    if cfg.tools and template != "raw":  # a chat model is told how to run code (and which functions it has)
         system = tools.system_prompt(tools.ToolConfig.from_config(cfg), cfg.system_prompt)
-    template = task_template(cfg, tokenizer, rows[0]) if rows else cfg.template
     return [data.encode_prompt(r, tokenizer, template, system_prompt=system or None) for r in rows]
 
 
@@ -84,7 +84,7 @@ def task_template(cfg, tokenizer, row: dict) -> str:
     code rows; raw on a model without a chat template (its only choice)."""
     if cfg.template:
         return cfg.template
-    own = TASKS[cfg.task].template if cfg.task in TASKS else ("chat" if "tests" in row else "math_eval")
+    own = TASKS[cfg.task].template if cfg.task in TASKS else ("chat" if data.is_code_row(row) else "math_eval")
     return own if own == "raw" or getattr(tokenizer, "chat_template", None) else "raw"
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from nanogrpo import data
+from nanogrpo.rewards import VERIFIERS
 from nanogrpo.tasks.arithmetic import arithmetic_rows
 from nanogrpo.tasks.multiply import multiply_rows
 from nanogrpo.tasks.word_problems import large_word_problem_rows, word_problem_rows
@@ -21,7 +22,7 @@ class Task(NamedTuple):
     template: str  # raw | chat | math_eval (chat templates fall back to raw on a model without one)
 
     def check(self, name: str) -> "Task":
-        if self.verifier not in ("exact", "number", "math", "code"):  # no silent default: a task says how it is judged
+        if self.verifier not in VERIFIERS:  # no silent default: a task says how it is judged
             raise ValueError(f"task {name!r} has no reward of its own (verifier={self.verifier!r})")
         return self
 
@@ -33,7 +34,6 @@ TASKS = {name: task.check(name) for name, task in {
     "word_problems": Task(word_problem_rows, "number", "math_eval"),
     "word_problems_large": Task(large_word_problem_rows, "number", "math_eval"),
 }.items()}
-BUILTIN_TASKS = {name: task.rows for name, task in TASKS.items()}  # name -> rows(split, n, seed)
 
 
 def load_rows(source: str, kind: str = "math", split: str = "train", n: int | None = None, seed: int = 0,
