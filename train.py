@@ -17,20 +17,14 @@ from typing import NamedTuple
 import torch
 from transformers import AutoConfig
 
-from nanogrpo import checkpoint, data, dist, grpo, hub, lora, memory, parity, tasks, tools
+from nanogrpo import checkpoint, data, dist, grpo, hub, lora, memory, parity, pipeline, tasks, tools
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.log import Logger
 from nanogrpo.optim import make_optimizer
 from nanogrpo.evaluate import evaluate, heldout_accuracy, heldout_rows
-from nanogrpo.rollout import (code_opts, encode_prompts, mean_valid, row_kind, score_rollouts, task_template,
+from nanogrpo.rollout import (StepRollouts, code_opts, collect, encode_prompts, mean_valid, row_kind, task_template,
                               task_verifier, trainer_sampler)
-from nanogrpo.sampler import SamplingParams
-
-
-def sampling_seed(cfg: C.Config, step: int, rank: int) -> int:
-    """Sampling randomness is a function of (seed, step, rank), so a resumed run samples exactly the same."""
-    return (cfg.seed * 1_000_003 + step * 7919 + rank * 104_729) % (2**31)
 
 
 def load_task(cfg: C.Config) -> tuple[list[dict], list[dict]]:
@@ -97,6 +91,7 @@ class Setup(NamedTuple):
     rank: int
     start: int  # the first step: 0, or the resumed checkpoint's
     stream: data.PromptStream  # this rank's prompts, resumable
+    sampling: pipeline.Rollouts  # each step's rollouts, sampled now or ahead (async_steps)
     tokenizer: object
     prefilled_think: bool  # the prompt ends with "<think>" (R1-Distill chat templates): the format reward must know
     policy: M.Policy
@@ -115,6 +110,7 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack) -> Setup:
     """Process group, data, model, optimizer, sampler, checks, logger and resume: everything before the first step."""
     device = dist.init(cfg.device, cfg.cpu_allocator)
     rank, world = dist.rank(), dist.world_size()
+    pipeline.split_threads(cfg.async_steps, device)  # async on a CPU: half the threads each for sampling and update
     if cfg.prompts_per_step % world:
         raise C.ConfigError(f"prompts_per_step={cfg.prompts_per_step} is not divisible by the world size {world}")
     dtype = C.torch_dtype(cfg, device.type == "cuda")
@@ -165,6 +161,24 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack) -> Setup:
     sampler_check = parity.SamplerCheck(sampler, dtype, policy.hf, M.iter_full_params(policy))
     gap_gate = parity.GapGate(cfg.max_logprob_gap, cfg.gap_patience, dtype, cfg.sampler, parity.sampler_dtype(sampler),
                               cfg.exact_logprobs, sampler_check.on)
+    sampled_by = parity.SamplerPolicy(sampler, policy) if cfg.async_steps else None  # async: the gap's other side
+    if cfg.async_steps and not cfg.tis_cap:
+        dist.print0(f"warning: async_steps={cfg.async_steps} with tis_cap=0: rollouts up to {cfg.async_steps} updates old "
+                    "are trained as if on-policy (no importance correction); tis_cap=2 corrects them (docs/grpo.md)",
+                    file=sys.stderr)
+
+    def produce(step: int, version: int, weights) -> StepRollouts:  # async_steps: on the rollout thread
+        if weights is not None:  # the copy of the weights this step samples with (nanogrpo/pipeline.py)
+            sampler_check.sync(sampler, weights)
+        batch = collect(step, version, stream, sampler, tokenizer, cfg, sampler_check, rank, prefilled_think,
+                        sleep=not cfg.async_steps)
+        if sampled_by is not None:
+            batch.gap = parity.sampled_gap(sampled_by, batch, cfg, tokenizer.pad_token_id, weights)
+        return batch
+
+    # a checkpoint holds the rollouts an async run had queued: they are trained first
+    sampling = pipeline.resumed(produce, cfg, start, checkpoint.rank_state(resume_from), stream, resume_from)
+    closing.callback(sampling.close)  # first: the rollout thread stops before the sampler closes
 
     out = Path(cfg.out_dir)
     if dist.is_main():
@@ -179,16 +193,18 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack) -> Setup:
         got = heldout_accuracy(sampler, tokenizer, eval_rows, cfg, prefilled_think) if eval_rows else {}
         return {**got, **(run_benchmarks(bench_tasks, sampler, weights, cfg, step) if bench_tasks else {})}
 
-    return Setup(rank, start, stream, tokenizer, prefilled_think, policy, ref, optimizer, scheduler, sampler, behaviour,
+    return Setup(rank, start, stream, sampling, tokenizer, prefilled_think, policy, ref, optimizer, scheduler, sampler, behaviour,
                  sampler_check, gap_gate, logger, evaluations if cfg.eval_every and (eval_rows or bench_tasks) else None)
 
 
-def rank_rollouts(flat: list, total: list, parts: dict, correct: list, sampler, cfg: C.Config) -> dict:
+def rank_rollouts(batch: StepRollouts, cfg: C.Config) -> dict:
     """This rank's rewards and what the metrics need of its completions, for the gather over ranks."""
-    return {"reward": total, "parts": parts, "correct": correct,
+    flat = batch.flat()
+    return {"reward": batch.total, "parts": batch.parts, "correct": batch.correct,
             "len": [len(c.token_ids) for *_, c in flat], "trunc": [c.finish_reason == "length" for *_, c in flat],
             "tools": [tools.rollout_stats(c) for *_, c in flat] if cfg.tools else [],
-            "tool_stats": sampler.last_stats if cfg.tools else {}}  # the tool loop's (nanogrpo/tools.py)
+            "tool_stats": batch.tool_stats,  # the tool loop's (nanogrpo/tools.py)
+            "gap": batch.gap, "rounds": batch.rounds, "drawn": batch.drawn, "generated": batch.generated_tokens}
 
 
 def step_metrics(everyone: list[dict], update: dict, times: dict, t_step: float, cfg: C.Config) -> dict:
@@ -201,53 +217,54 @@ def step_metrics(everyone: list[dict], update: dict, times: dict, t_step: float,
         "completion_len_mean": sum(lens) / len(lens),
         "completion_len_max": max(lens),
         "truncated_frac": mean_valid([float(x) for e in everyone for x in e["trunc"]]),
+        "generated_tokens": sum(e["generated"] for e in everyone),  # dynamic sampling: dropped groups' too
         **update,
         **times,
         "time_step": time.time() - t_step,
         "tokens_per_s": sum(lens) / (time.time() - t_step),
         **(tools.metrics([x for e in everyone for x in e["tools"]], [e["tool_stats"] for e in everyone]) if cfg.tools else {}),
+        **({"groups_drawn": sum(e["drawn"] for e in everyone), "sampling_rounds": max(e["rounds"] for e in everyone)}
+           if cfg.dynamic_sampling else {}),
+        **(async_metrics(everyone, update) if cfg.async_steps else {}),
     }
 
 
+def async_metrics(everyone: list[dict], update: dict) -> dict:
+    """async_steps: the gap against the weights that sampled (what the gate reads), and against the current ones."""
+    tokens = sum(e["gap"][1] for e in everyone)
+    return {"logprob_gap": sum(e["gap"][0] for e in everyone) / tokens if tokens else float("nan"),
+            "logprob_gap_now": update["logprob_gap"]}  # the updates since sampling included: not a fault
+
+
 def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitStack) -> dict:
-    (rank, start, stream, tokenizer, prefilled_think, policy, ref, optimizer, scheduler, sampler, behaviour, sampler_check,
-     gap_gate, logger, evaluations) = setup(cfg, closing)
+    (rank, start, stream, sampling, tokenizer, prefilled_think, policy, ref, optimizer, scheduler, sampler, behaviour,
+     sampler_check, gap_gate, logger, evaluations) = setup(cfg, closing)
     results = {}
     if evaluations and start == 0:
         start_evals = evaluations(0)
         results.update({f"{k}_start": v for k, v in start_evals.items()})
         logger.log(-1, start_evals)
 
-    params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
     none_history: list[float] = []  # none_frac per step (check_rewards_alive)
     stopped = ""  # the stop signal's name, once one arrived (on any rank)
     for step in range(start, cfg.steps):
         t_step = time.time()
-        rows = stream.next_batch()  # this rank's prompts_per_step / world rows
-        prompts = encode_prompts(rows, tokenizer, cfg)
-
-        # 1. sample a group per prompt
-        t0 = time.time()
-        params.seed = sampling_seed(cfg, step, rank)
-        groups = sampler.generate(prompts, cfg.group_size, params)  # [prompt][sample]
-        sampler_check(step, prompts, cfg.group_size, params)  # stops the run if they were not the trainer's
-        sampler.sleep()  # on GPU: give the sampler's memory to the update; generate() wakes it (no-op on CPU)
-        times = {"time_generate": time.time() - t0}
-
-        # 2. rewards (None = could not be computed)
-        t0 = time.time()
-        flat = [(p, r, c) for p, r, g in zip(prompts, rows, groups) for c in g]
-        total, parts, correct = score_rollouts([c for _, _, c in flat], [r for _, r, _ in flat], cfg, prefilled_think,
-                                               cfg.group_size)
-        times["time_reward"] = time.time() - t0
+        # 1-2. this rank's prompts, a group of completions each, their rewards (None = could not be computed):
+        # nanogrpo/rollout.py's collect, now or (async_steps = k) sampled up to k updates ago on the rollout thread
+        batch = sampling.take(step)
+        sampler_check.judge(step, batch.problems)  # stops the run if they were not the trainer's weights and settings
+        times = {**batch.times, "time_wait": time.time() - t_step, "staleness": step - batch.version}
+        if step - batch.version > cfg.async_steps:  # the queue's invariant (nanogrpo/pipeline.py)
+            raise RuntimeError(f"step {step + 1} got rollouts of weights version {batch.version}")
+        flat = batch.flat()
 
         # 3. advantages over the whole step: every rank sees all rewards (groups never span ranks)
-        everyone = dist.all_gather_object(rank_rollouts(flat, total, parts, correct, sampler, cfg))
+        everyone = dist.all_gather_object(rank_rollouts(batch, cfg))
         adv = grpo.advantages([x for e in everyone for x in e["reward"]], cfg.group_size, cfg.scale, cfg.adv_eps)
         adv = adv[rank * len(flat) : (rank + 1) * len(flat)]
         rollouts = [
             grpo.Rollout(p, c.token_ids, c.logprobs, r, c.finish_reason == "length", a.item(), c.mask)
-            for (p, _, c), r, a in zip(flat, total, adv)
+            for (p, _, c), r, a in zip(flat, batch.total, adv)
         ]
 
         # 4. the update
@@ -256,16 +273,18 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitSta
         update = {**grpo.step(policy, ref, optimizer, scheduler, rollouts, cfg, tokenizer.pad_token_id, behaviour), "lr": lr}
         times["time_train"] = time.time() - t0
 
-        # 5. the sampler gets the new weights (streamed, never the whole model at once)
+        # 5. the sampler gets the new weights (streamed, never the whole model at once): now, or (async_steps)
+        # a copy queued with the step that will sample with them
         t0 = time.time()
         # while the sampler sleeps (GPU): its KV cache and the gathered weights are never in memory together
-        sampler_check.sync(sampler, M.iter_full_params(policy))  # sampler.sync_weights, noting what it must now hold
+        sampling.push(step + 1, M.iter_full_params(policy), lambda w: sampler_check.sync(sampler, w))
         times["time_sync"] = time.time() - t0
 
         # 6. metrics (and the evals, on their steps), the log, the run's guards
         metrics = step_metrics(everyone, update, times, t_step, cfg)
         last = step + 1 == cfg.steps
         if evaluations and ((step + 1) % cfg.eval_every == 0 or last):
+            sampling.drain()  # async: the sampler is free, and holds the newest weights (the last job synced them)
             step_evals = evaluations(step + 1)
             metrics.update(step_evals)
             results.update({f"{k}_end": v for k, v in step_evals.items()})
@@ -277,13 +296,15 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitSta
         # 7. checkpoint, and a stop signal
         stopped = "" if last else stop.requested()  # an all-reduce: every rank stops after the same step
         if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final) or stopped:
+            mine = sampling.state(stream)  # first: waits for the queued rollouts, which move the stream
             path = checkpoint.save(cfg.out_dir, step + 1, policy, optimizer, scheduler, tokenizer,
-                                   {"data": stream.state_dict()}, cfg.keep_checkpoints)
+                                   {"data": stream.state_dict()}, cfg.keep_checkpoints, mine)
             logger.event(f"saved {path}")
         if stopped:
             logger.event(f"stopped by {stopped} after step {step + 1}/{cfg.steps}: exit code "
                          f"{checkpoint.EXIT_STOPPED}; resume=true continues from {path}")
             break
+    sampling.close()
     logger.close()
     # the vLLM engine shuts down now, while the process group it tears down still exists (left to the
     # interpreter's exit, after dist.close(), its shutdown raised "Invalid process group specified")

@@ -130,8 +130,10 @@ def _agree(failure: str | None, out_dir: str, step: int, tmp: Path, sizes: dict 
     return {rel: size for _, mine in everyone for rel, size in mine.items()}
 
 
-def save(out_dir: str, step: int, policy, optimizer, scheduler, tokenizer, trainer_state: dict, keep: int = 2) -> Path:
-    """Write checkpoint `step` (all ranks call this). `trainer_state` holds small picklable state.
+def save(out_dir: str, step: int, policy, optimizer, scheduler, tokenizer, trainer_state: dict, keep: int = 2,
+         rank_state: dict | None = None) -> Path:
+    """Write checkpoint `step` (all ranks call this). `trainer_state` holds small picklable state (rank 0's);
+    `rank_state` this rank's own (async_steps: its queued rollouts), beside its RNG state (read by `rank_state`).
     A failed write (a full disk) raises CheckpointError on every rank and leaves no partial checkpoint."""
     root = Path(out_dir) / "checkpoints"
     final, tmp = root / f"step_{step:06d}", root / f".tmp_step_{step:06d}"
@@ -159,7 +161,7 @@ def save(out_dir: str, step: int, policy, optimizer, scheduler, tokenizer, train
                                                        checkpoint_id=str(tmp / "optim")))
     _agree(failure, out_dir, step, tmp)
     rng = tmp / f"rng_rank{rank}.pt"
-    failure = _attempt(rng, lambda: torch.save(_rng_state(), rng))
+    failure = _attempt(rng, lambda: torch.save({**_rng_state(), **(rank_state or {})}, rng))
     if main and not failure:
         state = tmp / "trainer_state.pt"
         failure = _attempt(state, lambda: torch.save({"step": step, "scheduler": scheduler.state_dict(),
@@ -267,6 +269,15 @@ class StopSignals:
         """The stop signal any rank received ("" if none): an all-reduce, the same answer on every rank."""
         got = int(dist.all_reduce(torch.tensor([float(self.received)], dtype=torch.float64), "max").item())
         return signal.Signals(got).name if got else ""
+
+
+def rank_state(ckpt: Path | None) -> dict:
+    """This rank's own state saved by `save(rank_state=...)`; {} without a checkpoint or one (resuming on more ranks)."""
+    rng = None if ckpt is None else ckpt / f"rng_rank{dist.rank()}.pt"
+    if rng is None or not rng.is_file():
+        return {}
+    state = torch.load(rng, weights_only=False)
+    return {k: v for k, v in state.items() if k not in ("python", "numpy", "torch", "cuda")}  # _rng_state's keys
 
 
 def resume(ckpt: Path | None, policy, optimizer, scheduler, stream) -> int:

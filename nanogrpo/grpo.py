@@ -28,7 +28,9 @@ Every choice is a config knob (default in brackets); docs/grpo.md derives each o
 - `log_ratio_clamp` [20]: log ρ and log π_ref/π_θ clamped before exp; a token past it gets no gradient in any
   mode (GSPO: its whole completion; k3_ratio: from either ratio).
 - `mask_truncated` [off]: completions that hit max_new_tokens get no loss (DAPO's overlong filtering).
-- `tis_cap` [0 = off]: c_it, for a sampler whose probabilities differ from the trainer's (vLLM, bf16).
+- `tis_cap` [0 = off]: c_it, for a sampler whose probabilities differ from the trainer's (vLLM, bf16), and
+  for rollouts sampled k updates ago (`async_steps`, nanogrpo/pipeline.py): logp_old is then the current
+  weights' (the clip's centre) and logp_sampler the older ones' (decoupled PPO; docs/grpo.md says why).
 - `exact_logprobs` [off] (nanogrpo/parity.py): logp_sampler recomputed from the sampler's own weights
   through this forward (`step`'s `behaviour`): bit-equal while the weights are, so c_it = 1 and the gap 0.
 - `skip_zero_advantage` [on]: completions with A = 0 are not run (they add exactly 0 when beta = 0).
@@ -218,8 +220,9 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, sampler_logp=No
         if cfg.dual_clip > 0:  # dual-clip PPO: with A < 0 a token's loss is capped at -dual_clip·A (no gradient there)
             pg = torch.where(adv < 0, torch.minimum(pg, -cfg.dual_clip * adv), pg)
         clip_low, clip_high = (ratio < 1 - cfg.clip_low) & (adv < 0), (ratio > 1 + cfg.clip_high) & (adv > 0)
+    is_weight = torch.exp(old_logp - sampler_logp).detach() if sampler_logp is not None else torch.ones_like(logp)
     if cfg.tis_cap > 0 and sampler_logp is not None:
-        pg = pg * torch.exp(old_logp - sampler_logp).clamp(max=cfg.tis_cap).detach()
+        pg = pg * is_weight.clamp(max=cfg.tis_cap)
     per_token = torch.where(inside, pg, pg.detach())
     kl = None
     if cfg.beta > 0:
@@ -246,6 +249,8 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, sampler_logp=No
             "clip_low": clip_low.to(mask.dtype).mul(mask).sum(),
             "clip_high": clip_high.to(mask.dtype).mul(mask).sum(),
             "kl": (kl * mask).sum() if kl is not None else torch.zeros((), dtype=mask.dtype),
+            "is_weight": (is_weight * mask).sum(),  # c_it before the cap: 1 on-policy, off 1 with staleness
+            "is_capped": ((is_weight > cfg.tis_cap) * mask).sum() if cfg.tis_cap > 0 else torch.zeros((), dtype=mask.dtype),
         }
     return loss, stats
 
@@ -260,6 +265,19 @@ def make_batches(rollouts: list[Rollout], micro_batch_size: int, pad_id: int, cf
     counted = [counts(r, cfg.mask_truncated) for r in rollouts]
     weights = [seq_weight(len(r.sampled()), cfg.loss_norm, cfg.max_new_tokens) for r in rollouts]
     return packing.make_batches(rollouts, counted, weights, micro_batch_size, pad_id, micro_batch_tokens)
+
+
+def batch_logprobs(model, b: packing.Batch, temperature: float, device, entropy: bool = False):
+    """(logp, entropy) of micro-batch `b` under `model`, in the loss layout ((B, T-1) padded, (N, L) packed),
+    0 off the completions."""
+    to = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+    lp, ent = model(to(b.input_ids), to(b.attention_mask), temperature=temperature, with_entropy=entropy,
+                    position_ids=to(b.position_ids), positions=to(b.positions))
+    if b.positions is None:
+        return lp, ent
+    dest = to(b.dest)
+    place = lambda x: torch.zeros(b.loss_mask.numel(), device=device).scatter(0, dest, x[0]).view(b.loss_mask.shape)  # noqa: E731
+    return place(lp), place(ent)
 
 
 def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg, pad_id: int,
@@ -283,16 +301,7 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     filler = Rollout([pad_id], [pad_id], [0.0], None, False)  # reward None: nothing in the loss, gradient or z
     batches = dist.even_out(batches, lambda: make_batches([filler], 1, pad_id, cfg, budget)[0])
     to = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
-
-    def logprobs(model, b, entropy=False):
-        """(logp, entropy) in the loss layout of `b` ((B, T-1) padded, (N, L) packed), 0 off the completions."""
-        lp, ent = model(to(b.input_ids), to(b.attention_mask), temperature=cfg.temperature, with_entropy=entropy,
-                        position_ids=to(b.position_ids), positions=to(b.positions))
-        if b.positions is None:
-            return lp, ent
-        dest = to(b.dest)
-        place = lambda x: torch.zeros(b.loss_mask.numel(), device=device).scatter(0, dest, x[0]).view(b.loss_mask.shape)  # noqa: E731
-        return place(lp), place(ent)
+    logprobs = lambda model, b, entropy=False: batch_logprobs(model, b, cfg.temperature, device, entropy)  # noqa: E731
 
     with torch.no_grad():  # fixed targets: reference (beta > 0) and old (mu > 1) log-probs, taken once
         ref = [logprobs(ref_policy, b)[0] for b in batches] if cfg.beta > 0 else [None] * len(batches)
@@ -301,7 +310,8 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
         behaved = [logprobs(behaviour, b)[0] for b in batches] if behaviour is not None else [None] * len(batches)
         t_recompute = time.perf_counter() - t0
 
-    sums = {k: torch.zeros((), dtype=torch.float64) for k in ("tokens", "clip_low", "clip_high", "kl", "entropy", "gap", "loss")}
+    sums = {k: torch.zeros((), dtype=torch.float64)
+            for k in ("tokens", "clip_low", "clip_high", "kl", "is_weight", "is_capped", "entropy", "gap", "loss")}
     grad_norms = []
     world = float(dist.world_size())
     for p in range(cfg.mu):
@@ -340,6 +350,8 @@ def step_metrics(sums: dict[str, torch.Tensor], grad_norms: list[float]) -> dict
         "clip_low_frac": t["clip_low"] / tokens,
         "clip_high_frac": t["clip_high"] / tokens,
         "logprob_gap": t["gap"] / tokens,  # mean |trainer - sampler| log-prob per completion token
+        "is_weight_mean": t["is_weight"] / tokens,  # exp(old - sampler) per token, before tis_cap
+        "is_capped_frac": t["is_capped"] / tokens,  # tokens whose weight tis_cap cut
         "grad_norm": sum(grad_norms) / len(grad_norms),
         "train_tokens": t["tokens"],
     }

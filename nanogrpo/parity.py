@@ -97,6 +97,34 @@ class SamplerPolicy(nn.Module):
             config._attn_implementation = own
 
 
+@torch.no_grad()
+def sampled_gap(behaviour: SamplerPolicy, batch, cfg, pad_id: int, weights=None) -> tuple[float, float]:
+    """(sum, tokens) of |trainer forward - sampler| log-prob over the counted completion tokens of a batch (async_steps,
+    nanogrpo/pipeline.py), the forward run over `weights`: the (name, tensor) copy of the trainer's weights this
+    batch was sampled with (None: the ones both sides loaded). The gap the gate reads then measures what it
+    measures without async: what the sampler holds and computes against what the trainer pushed, and not the
+    updates made since the batch was sampled. `behaviour` lends the forward its modules (the sampler's). One
+    micro-batch of the batch is enough for a gate whose limits are orders of magnitude apart, and keeps the
+    forward, which runs beside the update, a fraction of it."""
+    from nanogrpo import grpo
+
+    model = behaviour
+    if weights is not None:
+        dtype = next(behaviour.parameters()).dtype
+        params = {f"policy.hf.{name}": t.to(dtype) for name, t in weights}
+        model = lambda *a, **kw: torch.func.functional_call(behaviour, params, a, kw)  # noqa: E731
+    rollouts = [grpo.Rollout(p, c.token_ids, c.logprobs, r, c.finish_reason == "length", 0.0, c.mask)
+                for (p, _, c), r in zip(batch.flat(), batch.total)]
+    total = tokens = 0.0
+    device = next(behaviour.parameters()).device
+    for b in grpo.make_batches(rollouts, cfg.micro_batch_size, pad_id, cfg, cfg.micro_batch_tokens)[:1]:
+        lp, _ = grpo.batch_logprobs(model, b, cfg.temperature, device)
+        mask = b.loss_mask.to(device)
+        total += ((lp - b.sampler_logp.to(device)).abs() * mask).sum().item()
+        tokens += mask.sum().item()
+    return total, tokens
+
+
 # max_logprob_gap = -1: the limit by precision (docs/precision.md). fp32: healthy runs measure at most 6e-6 per
 # step, a stale sampler 1.9e-2 after one missed sync on the default run, so 1e-3 is far from both. bf16 / fp16:
 # our CPU runs measure at most 9.4e-4 per step, but bf16 GPU samplers (vLLM, SGLang) against bf16 trainers are
@@ -203,10 +231,20 @@ class SamplerCheck:
     def __call__(self, step: int, prompts: list[list[int]], n: int, params) -> None:
         """After step `step`'s (0-based) generate call: raise StaleSamplerError on every rank if any rank's
         sampler used or held anything else than the trainer asked for and pushed."""
+        self.judge(step, self.problems_after(prompts, n, params))
+
+    def problems_after(self, prompts: list[list[int]], n: int, params) -> list[str]:
+        """Right after a generate call, on this rank only (no collective: the rollout thread of async_steps may
+        call it): what the sampler used or held that the trainer did not ask for or push."""
+        if not self.on:
+            return []
+        used, self.inner.used = self.inner.used, None  # a report stands for one call only
+        return self.problems(used, prompts, n, params)
+
+    def judge(self, step: int, problems: list[str]) -> None:
+        """Raise StaleSamplerError on every rank if any rank found a problem (a collective)."""
         if not self.on:
             return
-        used, self.inner.used = self.inner.used, None  # a report stands for one call only
-        problems = self.problems(used, prompts, n, params)
         if dist.all_reduce(torch.tensor([float(bool(problems))], device=self.device), "max").item():
             raise StaleSamplerError(
                 f"step {step + 1}: the sampler did not generate with the trainer's weights and settings (checked "

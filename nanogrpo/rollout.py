@@ -9,11 +9,13 @@ uses the same pieces, so a number from training means the same as one from evalu
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass, field
 
 import torch
 
 from nanogrpo import data, rewards, tools
-from nanogrpo.sampler import Sampler, TorchSampler
+from nanogrpo.sampler import Completion, Sampler, SamplingParams, TorchSampler
 from nanogrpo.tasks import TASKS
 
 
@@ -107,3 +109,97 @@ def score_rollouts(completions: list, rows: list[dict], cfg, prefilled_think: bo
 def mean_valid(xs) -> float:
     v = [x for x in xs if x is not None]
     return sum(v) / len(v) if v else math.nan
+
+
+def sampling_seed(cfg, step: int, rank: int, round_: int = 0) -> int:
+    """Sampling randomness is a function of (seed, step, rank, round), so a resumed run samples exactly the same."""
+    return (cfg.seed * 1_000_003 + step * 7919 + rank * 104_729 + round_ * 15_485_863) % (2**31)
+
+
+@dataclass
+class StepRollouts:
+    """One step's rollouts on this rank, sampled and scored: what the update and the step's metrics read."""
+
+    step: int
+    version: int  # how many updates the weights that sampled them had seen (the step itself when not async)
+    rows: list[dict] = field(default_factory=list)
+    prompts: list[list[int]] = field(default_factory=list)
+    completions: list[list[Completion]] = field(default_factory=list)  # [prompt][sample]
+    total: list = field(default_factory=list)  # per completion, prompt-major: the reward (None: not computed)
+    parts: dict = field(default_factory=dict)  # reward name -> per completion
+    correct: list = field(default_factory=list)
+    tool_stats: dict = field(default_factory=dict)  # the tool loop's, summed over rounds
+    problems: list[str] = field(default_factory=list)  # the sampler check's findings (nanogrpo/parity.py)
+    gap: float | None = None  # async: |trainer forward at `version` - sampler| per token (nanogrpo/pipeline.py)
+    rounds: int = 0  # generate calls (dynamic sampling: more than one when groups had no signal)
+    drawn: int = 0  # groups generated, dropped ones included
+    generated_tokens: int = 0  # completion tokens generated, dropped groups included
+    times: dict = field(default_factory=dict)
+
+    def flat(self) -> list[tuple[list[int], dict, Completion]]:
+        """(prompt, row, completion) per completion, prompt-major: the order of `total`."""
+        return [(p, r, c) for p, r, g in zip(self.prompts, self.rows, self.completions) for c in g]
+
+
+def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, rank: int,
+            prefilled_think: bool = False, sleep: bool = True) -> StepRollouts:
+    """This rank's rollouts for `step`: its prompts from `stream`, a group of completions each, scored. `check`
+    (parity.SamplerCheck) notes after each generate call whether the sampler used the trainer's weights and
+    settings; the trainer rules on it over all ranks (train.py).
+
+    dynamic_sampling (DAPO): a group whose valid rewards are all equal has no signal (advantage 0 for every
+    member), so it is dropped and the next prompts are generated, until this rank holds its share of groups with
+    signal or `dynamic_max_rounds` generate calls were made; then the share is topped up with dropped groups
+    (A = 0: no gradient, counted by the normaliser as without dynamic sampling), so every step has the same shape."""
+    from nanogrpo.grpo import zero_variance  # grpo's definition of a group without signal
+
+    out = StepRollouts(step, version)
+    params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
+    dropped: list[tuple] = []
+    share = None
+    for round_ in range(cfg.dynamic_max_rounds if cfg.dynamic_sampling else 1):
+        t0 = time.time()
+        rows = stream.next_batch()  # this rank's prompts_per_step / world rows
+        share = len(rows) if share is None else share
+        prompts = encode_prompts(rows, tokenizer, cfg)
+        params.seed = sampling_seed(cfg, step, rank, round_)
+        groups = sampler.generate(prompts, cfg.group_size, params)  # [prompt][sample]
+        out.problems += check.problems_after(prompts, cfg.group_size, params)
+        for k, v in (getattr(sampler, "last_stats", None) or {}).items():  # the tool loop's (nanogrpo/tools.py)
+            out.tool_stats[k] = out.tool_stats.get(k, 0) + v
+        t1 = time.time()
+        flat = [(r, c) for r, g in zip(rows, groups) for c in g]
+        total, parts, correct = score_rollouts([c for _, c in flat], [r for r, _ in flat], cfg, prefilled_think,
+                                               cfg.group_size)
+        out.times["time_generate"] = out.times.get("time_generate", 0.0) + t1 - t0
+        out.times["time_reward"] = out.times.get("time_reward", 0.0) + time.time() - t1
+        out.rounds, out.drawn = out.rounds + 1, out.drawn + len(groups)
+        out.generated_tokens += sum(len(c.token_ids) for g in groups for c in g)
+        g = cfg.group_size
+        flat_r = torch.tensor([math.nan if x is None else x for x in total], dtype=torch.float64)
+        silent = zero_variance(flat_r.view(-1, g)).tolist() if cfg.dynamic_sampling else [False] * len(groups)
+        for i in range(len(groups)):
+            group = (rows[i], prompts[i], groups[i], total[i * g:(i + 1) * g],
+                     {k: v[i * g:(i + 1) * g] for k, v in parts.items()}, correct[i * g:(i + 1) * g])
+            if silent[i]:
+                dropped.append(group)
+            elif len(out.rows) < share:
+                _add(out, group)
+        if len(out.rows) >= share:
+            break
+    for group in dropped[: share - len(out.rows)]:
+        _add(out, group)
+    if sleep:
+        sampler.sleep()  # on GPU: give the sampler's memory to the update; generate() wakes it (no-op on CPU)
+    return out
+
+
+def _add(out: StepRollouts, group: tuple) -> None:
+    row, prompt, completions, total, parts, correct = group
+    out.rows.append(row)
+    out.prompts.append(prompt)
+    out.completions.append(completions)
+    out.total += total
+    out.correct += correct
+    for k, v in parts.items():
+        out.parts.setdefault(k, []).extend(v)

@@ -12,7 +12,7 @@ import torch
 import eval as eval_cli
 import sft
 import train
-from nanogrpo import data
+from nanogrpo import data, rollout
 from nanogrpo import model as M
 from nanogrpo.config import FIELDS, Config, ConfigError, load
 
@@ -118,7 +118,7 @@ def test_a_run_without_any_reward_stops_naming_the_reward(tiny_model_dir, tmp_pa
     def no_rewards(completions, rows, cfg, prefilled_think=False, group_size=1):
         return [None] * len(completions), {}, [None] * len(completions)
 
-    monkeypatch.setattr(train, "score_rollouts", no_rewards)
+    monkeypatch.setattr(rollout, "score_rollouts", no_rewards)
     with pytest.raises(ConfigError, match=r"None for 3 steps in a row \(verifier exact\).*Likely cause"):
         train.main(small(tiny_model_dir, tmp_path / "out", "steps=20"))
     assert len((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()) == 3

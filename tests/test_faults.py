@@ -18,7 +18,7 @@ import pytest
 
 import sft
 import train
-from nanogrpo import checkpoint
+from nanogrpo import checkpoint, rollout
 from nanogrpo.config import ConfigError, load
 
 ROOT = Path(__file__).parent.parent
@@ -118,7 +118,7 @@ def test_sft_stops_on_sigusr1_when_asked_and_resumes_exactly(tmp_path):
 
 
 def test_a_signal_in_process_stops_after_that_step_and_the_handler_is_restored(tmp_path, monkeypatch):
-    real, calls = train.score_rollouts, []
+    real, calls = rollout.score_rollouts, []
 
     def score_and_signal(*a, **k):  # SIGTERM arrives while step 2 is being scored
         calls.append(1)
@@ -126,7 +126,7 @@ def test_a_signal_in_process_stops_after_that_step_and_the_handler_is_restored(t
             os.kill(os.getpid(), signal.SIGTERM)
         return real(*a, **k)
 
-    monkeypatch.setattr(train, "score_rollouts", score_and_signal)
+    monkeypatch.setattr(rollout, "score_rollouts", score_and_signal)
     outside = []  # the test's own handler: a signal train.main did not catch lands here (not in pytest's lap)
 
     def note_outside(signum, frame):

@@ -1,0 +1,121 @@
+"""Rollouts ahead of the update (`async_steps = k`): the next steps' rollouts are generated while this step trains.
+
+The sampler and the trainer hold separate weights (nanogrpo/sampler.py), so the sampler can generate while the
+trainer updates. With k = 0 nothing overlaps: `take` samples the step's rollouts when asked, `push` syncs the new
+weights right after the update; train.py's loop then runs exactly as a synchronous one (the tests compare bits).
+
+With k >= 1 one background thread (`rollouts`) owns the sampler and runs jobs in step order. The rollouts of
+step j are sampled with the weights of version max(start, j - k) (version = updates applied), so a batch trains at
+most k versions after it was sampled, and every batch is trained, in order: none is dropped for being late (which
+would favour short answers, whose rollouts finish first). At the start jobs start..start+k are queued on the
+weights the sampler loaded; after the update of step t `push` copies the new weights (version t + 1) and queues
+step t + 1 + k on them: the thread syncs that copy into the sampler just before generating it. Copying is needed
+because the trainer goes on updating its own weights while the job waits, and on FSDP the gather of the full
+weights is a collective that only the main thread may run. The copy costs one model in the trainer's dtype per
+queued job (k at most), in the trainer's memory.
+
+The thread runs nothing collective (the sampler check's ruling and every gather stay on the main thread), reads
+the prompt stream only from inside its jobs (in step order, so the stream's position is that of the jobs queued),
+and on a 2-core CPU gets half the intra-op threads (`split_threads`): two phases on two cores with two threads
+each run 6x slower than either alone. Before an evaluation or a checkpoint the main thread waits for the queue
+(`drain`): an evaluation then finds the sampler holding the newest weights (the last job synced them), and a
+checkpoint saves the queued steps' rollouts (`pending`), so a resumed run trains exactly those (docs/grpo.md,
+"Async GRPO"). The staleness is corrected in the update (grpo.py's c_it with `tis_cap`, the decoupled objective):
+the ratio is clipped against the trainer's current weights and weighted by min(π_current / π_sampler, tis_cap).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import torch
+
+from nanogrpo import dist
+from nanogrpo.config import ConfigError
+
+
+class Rollouts:
+    """The steps' rollouts in order: `take(step)` each step, `push(version, weights)` after each update.
+
+    produce(step, version, weights) -> the step's rollouts (rollout.StepRollouts); `weights` = (name, tensor)
+    pairs to sync into the sampler first, or None to sample with what the sampler holds."""
+
+    def __init__(self, produce: Callable, ahead: int, start: int, end: int, pending: list | None = None):
+        self.produce, self.ahead, self.start, self.end = produce, ahead, start, end
+        self.jobs: dict[int, Future] = {}
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="rollouts") if ahead else None
+        for batch in pending or []:  # a checkpoint's queued steps (resume): trained as they were sampled
+            self.jobs[batch.step] = done(batch)
+
+    def take(self, step: int):
+        """Step `step`'s rollouts: sampled now (k = 0), or the queued job's, waited for (its error raised here)."""
+        if not self.ahead:
+            return self.produce(step, step, None)
+        if not self.jobs:  # the first take of a run (or a resume without queued steps): the sampler's weights
+            for j in range(step, min(step + self.ahead + 1, self.end)):
+                self._queue(j, self.start, None)
+        return self.jobs.pop(step).result()
+
+    def push(self, version: int, weights, sync: Callable) -> None:
+        """After the update that made weights `version` (the step that just trained was version - 1): k = 0 syncs
+        them into the sampler now (`sync(weights)`); k >= 1 copies them and queues step version + k on the copy."""
+        if not self.ahead:
+            return sync(weights)
+        if version + self.ahead >= self.end:  # no step left to sample with them: the sampler takes them for the evals
+            self.drain()
+            return sync(weights)
+        copy = [(name, t.detach().clone()) for name, t in weights]  # the trainer updates its own in place
+        self._queue(version + self.ahead, version, copy)
+
+    def drain(self) -> None:
+        """Wait until the thread is idle (an evaluation uses the sampler; a checkpoint saves the queue)."""
+        for job in list(self.jobs.values()):
+            job.result()
+
+    def pending(self) -> list:
+        """The queued steps' rollouts, oldest first, all sampled (for a checkpoint)."""
+        self.drain()
+        return [self.jobs[j].result() for j in sorted(self.jobs)]
+
+    def state(self, stream) -> dict:
+        """This rank's part of a checkpoint (checkpoint.save's rank_state): the queued steps' rollouts, and its place
+        in the prompt stream (with dynamic sampling each rank draws as many rounds as it needs)."""
+        return {"rollouts": self.pending(), "async_steps": self.ahead, "world": dist.world_size(),
+                "data": stream.state_dict()}
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _queue(self, step: int, version: int, weights) -> None:
+        self.jobs[step] = self.pool.submit(self.produce, step, version, weights)
+
+
+def resumed(produce: Callable, cfg, start: int, saved: dict, stream, ckpt) -> Rollouts:
+    """The queue of a run that starts at `start`, from `saved` (checkpoint.rank_state: {} for a fresh run): its
+    queued rollouts are trained first, and the rank's prompt stream continues where that rank was."""
+    queued, world = saved.get("rollouts") or [], dist.world_size()
+    bad = bool(saved) and ((queued and saved["async_steps"] != cfg.async_steps)
+                           or ((queued or cfg.dynamic_sampling) and saved["world"] != world))
+    if dist.all_reduce(torch.tensor([float(bad)]), "max").item():  # every rank stops, also one without a file
+        raise ConfigError(f"{ckpt} holds rollouts sampled ahead with async_steps={saved.get('async_steps')} on "
+                          f"{saved.get('world')} ranks (or each rank's place in the prompts, with dynamic sampling): "
+                          "resume it with the same async_steps and world size")
+    if saved:
+        stream.load_state_dict(saved["data"])
+    return Rollouts(produce, cfg.async_steps, start, cfg.steps, queued)
+
+
+def done(value) -> Future:
+    f: Future = Future()
+    f.set_result(value)
+    return f
+
+
+def split_threads(ahead: int, device: torch.device) -> None:
+    """async_steps on a CPU: the rollout thread and the update share the cores, half the intra-op threads each
+    (each PyTorch call uses the process's count, from whichever thread it runs)."""
+    if ahead and device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, torch.get_num_threads() // 2))
