@@ -172,7 +172,7 @@ def test_staleness_does_not_trip_the_gap_gate_and_a_broken_sync_does(warm_model_
     train.main(args(warm_model_dir, tmp_path / "ok", "async_steps=1", "tis_cap=2", "lr=1e-2", "steps=4"))
     metrics_of = [m for m in metrics(tmp_path / "ok") if m.get("staleness")]
     assert max(m["logprob_gap_now"] for m in metrics_of) > 1e-2  # the updates since sampling: large
-    assert max(m["logprob_gap"] for m in metrics_of) < 1e-5  # against the weights that sampled: arithmetic only
+    assert max(m["logprob_gap"] for m in metrics_of) < 1e-4  # against the weights that sampled: arithmetic only (~1e-6)
     # a sampler that stops taking weights, with the exact check blinded: the gate must still see it
     monkeypatch.setattr(TorchSampler, "sync_weights", lambda self, weights: None)
     monkeypatch.setattr(parity.SamplerCheck, "problems", lambda self, *a: [])
