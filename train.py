@@ -110,6 +110,7 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack) -> Setup:
     """Process group, data, model, optimizer, sampler, checks, logger and resume: everything before the first step."""
     device = dist.init(cfg.device, cfg.cpu_allocator)
     rank, world = dist.rank(), dist.world_size()
+    closing.callback(torch.set_num_threads, torch.get_num_threads())  # as it was, for a caller in this process
     pipeline.split_threads(cfg.async_steps, device)  # async on a CPU: half the threads each for sampling and update
     if cfg.prompts_per_step % world:
         raise C.ConfigError(f"prompts_per_step={cfg.prompts_per_step} is not divisible by the world size {world}")
@@ -256,16 +257,12 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitSta
         times = {**batch.times, "time_wait": time.time() - t_step, "staleness": step - batch.version}
         if step - batch.version > cfg.async_steps:  # the queue's invariant (nanogrpo/pipeline.py)
             raise RuntimeError(f"step {step + 1} got rollouts of weights version {batch.version}")
-        flat = batch.flat()
 
         # 3. advantages over the whole step: every rank sees all rewards (groups never span ranks)
         everyone = dist.all_gather_object(rank_rollouts(batch, cfg))
         adv = grpo.advantages([x for e in everyone for x in e["reward"]], cfg.group_size, cfg.scale, cfg.adv_eps)
-        adv = adv[rank * len(flat) : (rank + 1) * len(flat)]
-        rollouts = [
-            grpo.Rollout(p, c.token_ids, c.logprobs, r, c.finish_reason == "length", a.item(), c.mask)
-            for (p, _, c), r, a in zip(flat, batch.total, adv)
-        ]
+        n = len(batch.total)  # every rank holds the same number of completions
+        rollouts = batch.for_update(adv[rank * n : (rank + 1) * n].tolist())
 
         # 4. the update
         t0 = time.time()

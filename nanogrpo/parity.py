@@ -60,7 +60,7 @@ import sys
 import torch
 import torch.nn as nn
 
-from nanogrpo import dist
+from nanogrpo import dist, grpo
 from nanogrpo import model as M
 from nanogrpo.config import ConfigError
 from nanogrpo.sampler import _GOLDEN, _MIX1, _mix64, _signed
@@ -106,15 +106,12 @@ def sampled_gap(behaviour: SamplerPolicy, batch, cfg, pad_id: int, weights=None)
     updates made since the batch was sampled. `behaviour` lends the forward its modules (the sampler's). One
     micro-batch of the batch is enough for a gate whose limits are orders of magnitude apart, and keeps the
     forward, which runs beside the update, a fraction of it."""
-    from nanogrpo import grpo
-
     model = behaviour
     if weights is not None:
         dtype = next(behaviour.parameters()).dtype
         params = {f"policy.hf.{name}": t.to(dtype) for name, t in weights}
         model = lambda *a, **kw: torch.func.functional_call(behaviour, params, a, kw)  # noqa: E731
-    rollouts = [grpo.Rollout(p, c.token_ids, c.logprobs, r, c.finish_reason == "length", 0.0, c.mask)
-                for (p, _, c), r in zip(batch.flat(), batch.total)]
+    rollouts = batch.for_update([0.0] * len(batch.total))
     total = tokens = 0.0
     device = next(behaviour.parameters()).device
     for b in grpo.make_batches(rollouts, cfg.micro_batch_size, pad_id, cfg, cfg.micro_batch_tokens)[:1]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nanogrpo import data, rewards, tools
+from nanogrpo import data, grpo, rewards, tools
 from nanogrpo.sampler import Completion, Sampler, SamplingParams, TorchSampler
 from nanogrpo.tasks import TASKS
 
@@ -130,7 +130,7 @@ class StepRollouts:
     correct: list = field(default_factory=list)
     tool_stats: dict = field(default_factory=dict)  # the tool loop's, summed over rounds
     problems: list[str] = field(default_factory=list)  # the sampler check's findings (nanogrpo/parity.py)
-    gap: float | None = None  # async: |trainer forward at `version` - sampler| per token (nanogrpo/pipeline.py)
+    gap: tuple[float, float] | None = None  # async: (sum, tokens) of |trainer at `version` - sampler| (parity.sampled_gap)
     rounds: int = 0  # generate calls (dynamic sampling: more than one when groups had no signal)
     drawn: int = 0  # groups generated, dropped ones included
     generated_tokens: int = 0  # completion tokens generated, dropped groups included
@@ -139,6 +139,11 @@ class StepRollouts:
     def flat(self) -> list[tuple[list[int], dict, Completion]]:
         """(prompt, row, completion) per completion, prompt-major: the order of `total`."""
         return [(p, r, c) for p, r, g in zip(self.prompts, self.rows, self.completions) for c in g]
+
+    def for_update(self, advantages) -> list[grpo.Rollout]:
+        """What grpo.step trains on: one Rollout per completion, in `flat` order, with its advantage."""
+        return [grpo.Rollout(p, c.token_ids, c.logprobs, r, c.finish_reason == "length", float(a), c.mask)
+                for (p, _, c), r, a in zip(self.flat(), self.total, advantages)]
 
 
 def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, rank: int,
@@ -151,8 +156,6 @@ def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, ran
     member), so it is dropped and the next prompts are generated, until this rank holds its share of groups with
     signal or `dynamic_max_rounds` generate calls were made; then the share is topped up with dropped groups
     (A = 0: no gradient, counted by the normaliser as without dynamic sampling), so every step has the same shape."""
-    from nanogrpo.grpo import zero_variance  # grpo's definition of a group without signal
-
     out = StepRollouts(step, version)
     params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
     dropped: list[tuple] = []
@@ -165,7 +168,7 @@ def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, ran
         params.seed = sampling_seed(cfg, step, rank, round_)
         groups = sampler.generate(prompts, cfg.group_size, params)  # [prompt][sample]
         out.problems += check.problems_after(prompts, cfg.group_size, params)
-        for k, v in (getattr(sampler, "last_stats", None) or {}).items():  # the tool loop's (nanogrpo/tools.py)
+        for k, v in (sampler.last_stats if cfg.tools else {}).items():  # the tool loop's (nanogrpo/tools.py)
             out.tool_stats[k] = out.tool_stats.get(k, 0) + v
         t1 = time.time()
         flat = [(r, c) for r, g in zip(rows, groups) for c in g]
@@ -177,7 +180,7 @@ def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, ran
         out.generated_tokens += sum(len(c.token_ids) for g in groups for c in g)
         g = cfg.group_size
         flat_r = torch.tensor([math.nan if x is None else x for x in total], dtype=torch.float64)
-        silent = zero_variance(flat_r.view(-1, g)).tolist() if cfg.dynamic_sampling else [False] * len(groups)
+        silent = grpo.zero_variance(flat_r.view(-1, g)).tolist() if cfg.dynamic_sampling else [False] * len(groups)
         for i in range(len(groups)):
             group = (rows[i], prompts[i], groups[i], total[i * g:(i + 1) * g],
                      {k: v[i * g:(i + 1) * g] for k, v in parts.items()}, correct[i * g:(i + 1) * g])
