@@ -236,7 +236,22 @@ class SamplerCheck:
         if not self.on:
             return []
         used, self.inner.used = self.inner.used, None  # a report stands for one call only
-        return self.problems(used, prompts, n, params)
+        return [] if self.matches(used, prompts, n, params) else self.problems(used, prompts, n, params)
+
+    def matches(self, used, prompts, n, params) -> bool:
+        """The check itself: the sampler generated from the trainer's prompts (with tools: its rounds continue
+        them) with the trainer's settings, holding exactly the weights pushed. `problems` says what differs."""
+        if used is None or (used.temperature, used.top_p) != (params.temperature, params.top_p):
+            return False
+        if not (all(any(u[: len(p)] == p for p in prompts) for u in used.prompts) if self.tools
+                else used.n == n and used.prompts == prompts):
+            return False
+        held = {name: fingerprint(t) if t is not None else None for name, t in self.inner.held_weights()}
+        return held == self.wanted()
+
+    def wanted(self) -> dict:
+        """name -> fingerprint of what the sampler must hold: the pushed weights, a tied one under each name."""
+        return {**self.expected, **{a: self.expected[s] for a, s in self.tied.items() if s in self.expected}}
 
     def judge(self, step: int, problems: list[str]) -> None:
         """Raise StaleSamplerError on every rank if any rank found a problem (a collective)."""
@@ -274,7 +289,7 @@ class SamplerCheck:
             dist.print0(f"note: the sampler keeps no readable copy of {len(unread)} of its {len(held)} weights "
                         f"({_names(unread)}): the sampler check compares the others, the gap gate sees all",
                         file=sys.stderr)
-        want = {**self.expected, **{a: self.expected[s] for a, s in self.tied.items() if s in self.expected}}
+        want = self.wanted()
         both = [k for k in want if held.get(k) is not None]
         dtypes = [k for k in both if held[k][0] != want[k][0]]
         stale = [k for k in both if held[k] != want[k] and k not in dtypes]

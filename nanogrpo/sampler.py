@@ -1,6 +1,8 @@
 """Batched sampling from an HF causal LM with a KV cache written in place, in plain PyTorch.
 
 `TorchSampler` is the rollout engine on CPU (and the reference the vLLM sampler is checked against).
+`reference_generate` says what it computes in a few plain lines: read it first; the rest is how the same tokens
+come fast.
 It holds its own plain (unsharded) copy of the model, so every rank generates on its own with no
 collectives; the trainer pushes new weights with `sync_weights`. Its speed against what the machine
 allows (the roofline) is measured by scripts/bench_sampler.py: docs/throughput.md.
@@ -135,6 +137,54 @@ def _eos_ids(model, tokenizer) -> set[int]:
     if not ids:
         raise ValueError("the model has no eos_token_id (generation_config, config or tokenizer)")
     return ids
+
+
+# ---- the plain reading ----
+
+
+@torch.inference_mode()
+def reference_generate(model, tokenizer, prompts: list[list[int]], n: int,
+                       params: SamplingParams) -> list[list[Completion]]:
+    """What `TorchSampler.generate` computes, read plainly: one sample and one token at a time, each token from a
+    forward over the whole sequence (no cache, no batch), drawn by inverting the CDF at that sample's uniform
+    number (`uniforms`: keyed by the seed, prompt i * n + sample j, and the token's index). Everything below it in
+    this file is how the same tokens come fast; tests/test_sampler.py holds TorchSampler to this, token for token.
+    Needs `params.seed` when temperature > 0."""
+    eos = _eos_ids(model, tokenizer)
+    decode = functools.partial(tokenizer.decode, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    out = []
+    for i, prompt in enumerate(prompts):
+        out.append([])
+        for j in range(n):
+            tokens, logprobs, reason = [], [], "length"
+            while reason == "length" and len(tokens) < params.max_new_tokens:
+                logits = model(torch.tensor([prompt + tokens], device=model.device)).logits[0, -1].double()
+                draw = torch.tensor([i * n + j]), torch.tensor([len(tokens)])  # (stream, counter)
+                u = float(uniforms(params.seed, *draw)) if params.temperature else 0.0
+                token, logp = _pick(logits, params.temperature, params.top_p, u)
+                tokens.append(token)
+                logprobs.append(logp)
+                if token in eos or any(s in decode(tokens) for s in params.stop):
+                    reason = "stop"
+            out[-1].append(Completion(tokens, logprobs, decode(tokens[:-1] if tokens[-1] in eos else tokens), reason))
+    return out
+
+
+def _pick(logits: torch.Tensor, temperature: float, top_p: float, u: float) -> tuple[int, float]:
+    """The token whose CDF interval holds u, and its log_softmax(logits / temperature); the argmax at temperature 0.
+    Top-p: the CDF runs over the tokens from the most likely down, cut before the first whose mass ranked above it
+    reaches top_p (the most likely is always kept); without top-p, in token id order."""
+    if temperature == 0:
+        token = int(logits.argmax())
+        return token, float(torch.log_softmax(logits, -1)[token])
+    logp = torch.log_softmax(logits / temperature, -1)
+    order = torch.arange(len(logp)) if top_p == 1 else logp.argsort(descending=True)
+    p = logp[order].exp()
+    cdf = p.cumsum(0)
+    kept = len(p) if top_p == 1 else int(((cdf - p) < top_p).sum())
+    k = int(torch.searchsorted(cdf[:kept], u * cdf[kept - 1], right=True))
+    token = int(order[min(k, kept - 1)])
+    return token, float(logp[token])
 
 
 # ---- sampling ----

@@ -102,3 +102,25 @@ def test_bench_async_speed_and_learning_tables(tmp_path):
     assert learn.returncode == 0, learn.stderr[-2000:]
     assert [line.split(" | ")[0] for line in learn.stdout.splitlines() if line.startswith(("| sync", "| dynamic"))] == \
         ["| sync", "| dynamic"]
+
+
+def test_reading_path_holds_the_loop_and_reads_fast_paths_plainly():
+    """scripts/reading_path.py: the step is the loop's body (what closes the run after it is not), and a fast path
+    with a plain reading the tests hold it to is read as that reading."""
+    import inspect
+
+    from nanogrpo import logprobs, sampler
+
+    done = run_script("scripts/reading_path.py", timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {c[1].strip(): [x.strip() for x in c] for c in (line.split("|") for line in done.stdout.splitlines())
+            if len(c) == 8}
+    step, read = (lambda f: int(rows[f][5])), (lambda f: int(rows[f][6]))
+    assert step("train.py") > 0 and step("nanogrpo/grpo.py") > 0 and "policy_loss" in rows["nanogrpo/grpo.py"][4]
+    assert "StopSignals.__exit__" in rows["nanogrpo/checkpoint.py"][2] and step("nanogrpo/checkpoint.py") == 0
+    assert "TorchSampler.close" not in rows["nanogrpo/sampler.py"][4]
+    lines = lambda f: len(inspect.getsourcelines(f)[0])  # noqa: E731
+    assert read("nanogrpo/logprobs.py") == lines(logprobs.reference_logprobs) < step("nanogrpo/logprobs.py")
+    plain = lines(inspect.unwrap(sampler.reference_generate)) + lines(sampler._pick)
+    assert plain < read("nanogrpo/sampler.py") < step("nanogrpo/sampler.py") - 150  # the decode loop read plainly
+    assert read("train.py") == step("train.py") and read("nanogrpo/grpo.py") == step("nanogrpo/grpo.py")

@@ -1,5 +1,6 @@
-"""TorchSampler against references: a full-sequence HF forward for log-probs, HF `generate` and a
-naive cache-free decoder for greedy output, and the softmax itself for the sampling distribution."""
+"""TorchSampler against references: the library's plain reading of it (reference_generate: no cache, no batch,
+one token at a time) token for token, a full-sequence HF forward for log-probs, HF `generate` for greedy output,
+and the softmax itself for the sampling distribution."""
 
 import json
 import shutil
@@ -10,7 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from nanogrpo.rollout import make_sampler
-from nanogrpo.sampler import Completion, SamplingParams, TorchSampler
+from nanogrpo.sampler import Completion, SamplingParams, TorchSampler, reference_generate
 
 PROMPTS = ["12+34=", "What is 1234 plus 5678? The answer is", "7", "99+1="]
 
@@ -34,19 +35,10 @@ def reference_logprobs(model, prompt, tokens, temperature):
     return logp.gather(-1, torch.tensor(tokens, device=model.device)[:, None]).squeeze(-1).cpu()
 
 
-@torch.no_grad()
-def naive_greedy(model, tokenizer, prompt, max_new, eos_ids, stops=()):
-    """Greedy decoding with no cache: a full forward per token; stop strings checked on the full text."""
-    tokens = []
-    for _ in range(max_new):
-        logits = model(torch.tensor([prompt + tokens])).logits[0, -1]
-        tokens.append(int(logits.argmax()))
-        if tokens[-1] in eos_ids:
-            return tokens, "stop"
-        text = tokenizer.decode(tokens, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        if any(s in text for s in stops):
-            return tokens, "stop"
-    return tokens, "length"
+def plain(model, tokenizer, prompt, max_new, stops=()):
+    """(tokens, finish reason) of greedy decoding by the library's plain reading (reference_generate)."""
+    c = reference_generate(model, tokenizer, [prompt], 1, SamplingParams(max_new, temperature=0.0, stop=stops))[0][0]
+    return c.token_ids, c.finish_reason
 
 
 # ---- (1) log-probs equal the trainer-style full forward, padding changes nothing ----
@@ -91,6 +83,28 @@ def test_greedy_equals_hf_generate(sampler):
             torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("temperature,top_p,stop", [(1.0, 1.0, False), (0.7, 0.9, False), (1.3, 0.5, True),
+                                                    (0.0, 1.0, True)])
+def test_equals_its_plain_reading_token_for_token(sampler, tiny_model_dir, temperature, top_p, stop):
+    """Continuous batching over 5 slots (4 prompts x 3 samples: rows leave and enter), the cache, oneDNN's GEMMs and
+    the two-level CDF draw give the tokens of reference_generate, a transformers model with its own attention
+    forwarding the whole sequence for each token and inverting the plain CDF with the same uniform numbers."""
+    hf = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    prompts = encode(sampler, PROMPTS)
+    params = SamplingParams(max_new_tokens=14, temperature=temperature, top_p=top_p, seed=11)
+    if stop:  # a piece of the first completion's text: it stops there, and wherever else it comes up
+        params.stop = (_printable_piece(sampler, sampler.generate(prompts, 1, params)[0][0].token_ids),)
+    fast, ref = sampler.generate(prompts, 3, params), reference_generate(hf, sampler.tokenizer, prompts, 3, params)
+    got = [[(c.token_ids, c.finish_reason, c.text) for c in group] for group in fast]
+    assert got == [[(c.token_ids, c.finish_reason, c.text) for c in group] for group in ref]
+    if temperature:  # the samples of a prompt differ: the draws are the samples' own
+        assert all(len({tuple(c.token_ids) for c in group}) > 1 for group in fast)
+    for f, r in zip(sum(fast, []), sum(ref, [])):
+        torch.testing.assert_close(torch.tensor(f.logprobs), torch.tensor(r.logprobs), atol=1e-5, rtol=0)
+    if stop:
+        assert any(c.finish_reason == "stop" for c in sum(fast, []))
+
+
 # ---- (3) EOS, stop strings, max_new_tokens ----
 
 
@@ -99,7 +113,7 @@ def test_length_finish_matches_naive(sampler):
     result = sampler.generate(prompts, 1, SamplingParams(max_new_tokens=6, temperature=0.0))
     for prompt, completions in zip(prompts, result):
         c = completions[0]
-        tokens, reason = naive_greedy(sampler.model, sampler.tokenizer, prompt, 6, sampler.eos_ids)
+        tokens, reason = plain(sampler.model, sampler.tokenizer, prompt, 6)
         assert (c.token_ids, c.finish_reason) == (tokens, reason)
     # The random tiny model does not emit EOS within 6 tokens here: every row hits the length limit.
     assert [r[0].finish_reason for r in result] == ["length"] * len(prompts)
@@ -124,7 +138,7 @@ def test_stop_string_matches_naive(sampler):
     reasons = []
     for prompt, completions in zip(prompts, result):
         c = completions[0]
-        tokens, reason = naive_greedy(sampler.model, sampler.tokenizer, prompt, 16, sampler.eos_ids, params.stop)
+        tokens, reason = plain(sampler.model, sampler.tokenizer, prompt, 16, params.stop)
         assert (c.token_ids, c.finish_reason) == (tokens, reason)
         assert c.text == sampler.tokenizer.decode(tokens)
         reasons.append(reason)
@@ -402,7 +416,7 @@ def test_continuous_batching_refills_slots_and_keeps_results(sampler, tiny_model
         s = TorchSampler(tiny_model_dir, max_batch_size=slots)
         result = s.generate(prompts, 2, params, progress=lambda done, tokens: per_step.append((done, tokens)))
         for prompt, cs in zip(prompts, result):
-            tokens, reason = naive_greedy(s.model, s.tokenizer, prompt, 16, s.eos_ids, params.stop)
+            tokens, reason = plain(s.model, s.tokenizer, prompt, 16, params.stop)
             for c in cs:
                 assert (c.token_ids, c.finish_reason) == (tokens, reason)
                 torch.testing.assert_close(torch.tensor(c.logprobs), reference_logprobs(s.model, prompt, tokens, 1.0),

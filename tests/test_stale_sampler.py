@@ -115,6 +115,30 @@ def test_the_tool_loop_checks_the_inner_sampler(tiny_model_dir):
         check(1, [[5, 9, 12]], 4, params)
 
 
+def test_matches_is_the_plain_check_and_problems_agree_with_it(tiny_model_dir):
+    """Every step runs `matches` (a few equalities); `problems` only explains a mismatch. They agree on a clean call
+    and on each kind of fault, one at a time."""
+    from nanogrpo import dist
+    from nanogrpo import model as M
+
+    dist.init("cpu")
+    policy = M.make_policy(tiny_model_dir, torch.device("cpu"), torch.float32, 4, False)
+    sampler = TorchSampler(tiny_model_dir)
+    check = parity.SamplerCheck(sampler, torch.float32, policy.hf, M.iter_full_params(policy))
+    prompts, params = [[5, 9, 12], [3, 4]], SamplingParams(4, 1.0, seed=0)
+    sampler.generate(prompts, 2, params)
+    used = sampler.used
+    assert check.matches(used, prompts, 2, params) and check.problems(used, prompts, 2, params) == []
+    faults = {"SAMPLING": (used, prompts, 3, params), "SAMPLING ": (used, prompts, 2, SamplingParams(4, 0.9, seed=0)),
+              "PROMPTS": (used, [[5, 9, 12], [3, 5]], 2, params), "SAMPLER": (None, prompts, 2, params)}
+    for name, args in faults.items():
+        assert not check.matches(*args) and check.problems(*args)[0].startswith(name.strip()), name
+    with torch.no_grad():
+        sampler.model.model.norm.weight.add_(1e-7)  # one weight a step behind by one rounding
+    assert not check.matches(used, prompts, 2, params)
+    assert check.problems(used, prompts, 2, params)[0].startswith("STALE WEIGHTS: model.norm.weight of")
+
+
 VLLM_NOOP_SYNC = """
 import runpy, sys
 from nanogrpo.vllm_sampler import VLLMSampler
