@@ -8,6 +8,7 @@ push the new weights into the sampler -> metrics -> checkpoint. The algorithm li
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from typing import NamedTuple
 import torch
 from transformers import AutoConfig
 
-from nanogrpo import checkpoint, data, dist, grpo, hub, lora, memory, parity, pipeline, tasks, tools
+from nanogrpo import checkpoint, data, dist, grpo, hub, lora, memory, parity, pipeline, placement, tasks, tools
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.log import Logger
@@ -44,6 +45,11 @@ NONE_CAUSES = {
     "exact": "the rows have no 'answer' to compare with",
     "number": "the rows' answers are not numbers (the number reward needs a number; \"math\" checks expressions)",
 }
+
+
+def evaluates(version: int, cfg: C.Config) -> bool:
+    """Whether a run with evaluations evaluates the weights after `version` updates (0: before the first step)."""
+    return bool(cfg.eval_every) and (version % cfg.eval_every == 0 or version == cfg.steps)
 
 
 def check_rewards_alive(history: list[float], cfg: C.Config) -> None:
@@ -98,29 +104,25 @@ class Setup(NamedTuple):
     ref: object  # the frozen reference when beta > 0, else None
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
-    sampler: object
+    sampler: object  # None on a trainer rank of the split placement (sampler_ranks)
     behaviour: object  # exact_logprobs: the sampler's weights as a policy (nanogrpo/parity.py), else None
-    sampler_check: parity.SamplerCheck
     gap_gate: parity.GapGate
     logger: Logger
     evaluations: Callable[[int], dict] | None  # held-out accuracy and benchmarks after a step; None: no evals
 
 
-def setup(cfg: C.Config, closing: contextlib.ExitStack) -> Setup:
-    """Process group, data, model, optimizer, sampler, checks, logger and resume: everything before the first step."""
-    device = dist.init(cfg.device, cfg.cpu_allocator)
-    rank, world = dist.rank(), dist.world_size()
-    closing.callback(torch.set_num_threads, torch.get_num_threads())  # as it was, for a caller in this process
-    pipeline.split_threads(cfg.async_steps, device)  # async on a CPU: half the threads each for sampling and update
-    if cfg.prompts_per_step % world:
-        raise C.ConfigError(f"prompts_per_step={cfg.prompts_per_step} is not divisible by the world size {world}")
-    dtype = C.torch_dtype(cfg, device.type == "cuda")
-    torch.manual_seed(cfg.seed)
+class Inputs(NamedTuple):
+    """What both the trainer and a sampler rank read: the rows, the benchmarks, the tokenizer and the prompt format."""
 
-    # writable; a run already there is continued only with resume=true, from its newest complete checkpoint
-    resume_from = checkpoint.open_run(cfg.out_dir, cfg.resume)
+    train_rows: list[dict]
+    eval_rows: list[dict]
+    bench_tasks: list
+    tokenizer: object
+    prefilled_think: bool  # the prompt ends with "<think>" (R1-Distill chat templates): the format reward must know
 
-    # --- data, model, optimizer, sampler: every input is checked before the first step ---
+
+def load_inputs(cfg: C.Config) -> Inputs:
+    """Every input is checked before the first step: rows, benchmarks, model directory, template, sandbox."""
     train_rows, eval_rows = load_task(cfg)
     bench_tasks = load_benchmarks(cfg) if cfg.eval_every else []
     # a Hub id becomes its snapshot directory in the HF cache (downloaded once; HF_HUB_OFFLINE=1: the cache only)
@@ -132,6 +134,68 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack) -> Setup:
         from nanogrpo.sandbox import get_pool
 
         get_pool(**{k: v for k, v in code_opts(cfg).items() if k != "binary"}).start()
+    return Inputs(train_rows, eval_rows, bench_tasks, tokenizer, prefilled_think)
+
+
+def sampling_side(cfg: C.Config, inputs: Inputs, sampler, check: parity.SamplerCheck, model_dir: str,
+                  device: torch.device) -> tuple[Callable, Callable | None]:
+    """(sample, evaluations): one step's rollouts of a rank's prompt stream, sampled and scored, as the rollout thread
+    or a sampler rank runs it; and the held-out accuracy and benchmarks of the weights the sampler holds (None: the
+    run has no evaluation)."""
+    # async: the gap against the weights that sampled, through the trainer's forward (nanogrpo/parity.py)
+    sampled_by = parity.SamplerPolicy(sampler, cfg.logprob_chunk, cfg.lm_head_fp32,
+                                      M.pick_attention(cfg.attention, device)) if cfg.async_steps else None
+    tokenizer, prefilled_think, eval_rows, bench_tasks = (inputs.tokenizer, inputs.prefilled_think, inputs.eval_rows,
+                                                          inputs.bench_tasks)
+
+    def sample(step: int, version: int, weights, stream: data.PromptStream, rank: int) -> StepRollouts:
+        batch = collect(step, version, stream, sampler, tokenizer, cfg, check, rank, prefilled_think,
+                        sleep=not cfg.async_steps)
+        if sampled_by is not None:
+            batch.gap = parity.sampled_gap(sampled_by, batch, cfg, tokenizer.pad_token_id, weights)
+        return batch
+
+    def evaluations(step: int) -> dict:  # held-out accuracy on the task's split, then eval.py's benchmarks
+        got = heldout_accuracy(sampler, tokenizer, eval_rows, cfg, prefilled_think) if eval_rows else {}
+        return {**got, **(run_benchmarks(bench_tasks, sampler, model_dir, cfg, step) if bench_tasks else {})}
+
+    return sample, evaluations if cfg.eval_every and (eval_rows or bench_tasks) else None
+
+
+def serve_samples(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) -> dict:
+    """A sampler rank of the split placement (sampler_ranks > 0): it samples every step for its trainer ranks, with the
+    weights they send, and runs the evaluations (nanogrpo/placement.py). Returns the evaluations, as `run`."""
+    split = dist.SPLIT
+    dtype = C.torch_dtype(cfg, device.type == "cuda")
+    torch.manual_seed(cfg.seed)
+    inputs = load_inputs(cfg)
+    sampler = trainer_sampler(cfg, cfg.model, device, dtype)  # the trainers send their weights before the first step
+    closing.callback(sampler.close)
+    hf = getattr(sampler, "sampler", sampler).model
+    check = parity.SamplerCheck(sampler, dtype, hf, hf.named_parameters())
+    sample, evaluations = sampling_side(cfg, inputs, sampler, check, cfg.model, device)
+    streams = {r: data.PromptStream(inputs.train_rows, cfg.prompts_per_step, r, split.trainers, cfg.seed)
+               for r in range(split.rank - split.trainers, split.trainers, split.samplers)}
+    return placement.serve(cfg, sample, streams, sampler, check, evaluations, lambda v: evaluates(v, cfg))
+
+
+def setup(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) -> Setup:
+    """Data, model, optimizer, sampler, checks, logger and resume: everything before the first step."""
+    rank, world = dist.rank(), dist.world_size()  # with sampler_ranks: among the trainer ranks
+    closing.callback(torch.set_num_threads, torch.get_num_threads())  # as it was, for a caller in this process
+    pipeline.split_threads(cfg.async_steps and not dist.SPLIT, device)  # async on a CPU: half the threads each
+    if cfg.prompts_per_step % world:
+        raise C.ConfigError(f"prompts_per_step={cfg.prompts_per_step} is not divisible by the world size {world}")
+    dtype = C.torch_dtype(cfg, device.type == "cuda")
+    torch.manual_seed(cfg.seed)
+
+    # writable; a run already there is continued only with resume=true, from its newest complete checkpoint
+    resume_from = checkpoint.open_run(cfg.out_dir, cfg.resume)
+
+    # --- data, model, optimizer, sampler: every input is checked before the first step ---
+    inputs = load_inputs(cfg)
+    train_rows, eval_rows, tokenizer, prefilled_think = (inputs.train_rows, inputs.eval_rows, inputs.tokenizer,
+                                                         inputs.prefilled_think)
     # what the run will hold per process, before any of it is allocated (nanogrpo/memory.py)
     longest = max(len(p) for p in encode_prompts(train_rows[:256], tokenizer, cfg))
     plan = memory.plan(cfg, memory.shape_of(AutoConfig.from_pretrained(cfg.model)), world, device.type, longest,
@@ -155,31 +219,38 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack) -> Setup:
     optimizer, scheduler = make_optimizer(policy.parameters(), cfg, cfg.steps * cfg.mu)
     stream = data.PromptStream(train_rows, cfg.prompts_per_step, rank, world, cfg.seed)
     start = checkpoint.resume(resume_from, policy, optimizer, scheduler, stream)
-    sampler = trainer_sampler(cfg, weights, device, dtype)  # with tools=true, the tool loop (its sandbox starts now)
-    closing.callback(sampler.close)  # also when a check stops the run: see sampler.close() in run()
-    behaviour = parity.SamplerPolicy(sampler, policy) if cfg.exact_logprobs else None  # nanogrpo/parity.py
-    # after every generate: the sampler's weights and settings against the trainer's, exactly (nanogrpo/parity.py)
-    sampler_check = parity.SamplerCheck(sampler, dtype, policy.hf, M.iter_full_params(policy))
-    gap_gate = parity.GapGate(cfg.max_logprob_gap, cfg.gap_patience, dtype, cfg.sampler, parity.sampler_dtype(sampler),
-                              cfg.exact_logprobs, sampler_check.on)
-    sampled_by = parity.SamplerPolicy(sampler, policy) if cfg.async_steps else None  # async: the gap's other side
     if cfg.async_steps and not cfg.tis_cap:
         dist.print0(f"warning: async_steps={cfg.async_steps} with tis_cap=0: rollouts up to {cfg.async_steps} updates old "
                     "are trained as if on-policy (no importance correction); tis_cap=2 corrects them (docs/grpo.md)",
                     file=sys.stderr)
-
-    def produce(step: int, version: int, weights) -> StepRollouts:  # async_steps: on the rollout thread
-        if weights is not None:  # the copy of the weights this step samples with (nanogrpo/pipeline.py)
-            sampler_check.sync(sampler, weights)
-        batch = collect(step, version, stream, sampler, tokenizer, cfg, sampler_check, rank, prefilled_think,
-                        sleep=not cfg.async_steps)
-        if sampled_by is not None:
-            batch.gap = parity.sampled_gap(sampled_by, batch, cfg, tokenizer.pad_token_id, weights)
-        return batch
-
     # a checkpoint holds the rollouts an async run had queued: they are trained first
-    sampling = pipeline.resumed(produce, cfg, start, checkpoint.rank_state(resume_from), stream, resume_from)
+    queued = pipeline.resumed(cfg, checkpoint.rank_state(resume_from), stream, resume_from)
+    if dist.SPLIT:  # this rank only trains: its rollouts and evaluations come from a sampler rank (serve_samples)
+        sampler = behaviour = None
+        evaluating = bool(cfg.eval_every and (eval_rows or inputs.bench_tasks))
+        sampling = placement.Remote(cfg, start, dtype, (lambda v: evaluates(v, cfg)) if evaluating else None, stream,
+                                    M.iter_full_params(policy), queued)
+        evaluations = sampling.evaluations if evaluating else None
+    else:
+        sampler = trainer_sampler(cfg, weights, device, dtype)  # with tools=true, the tool loop (its sandbox starts now)
+        closing.callback(sampler.close)  # also when a check stops the run: see sampler.close() in run()
+        behaviour = parity.SamplerPolicy.of(sampler, policy) if cfg.exact_logprobs else None  # nanogrpo/parity.py
+        # after every generate: the sampler's weights and settings against the trainer's, exactly (nanogrpo/parity.py)
+        sampler_check = parity.SamplerCheck(sampler, dtype, policy.hf, M.iter_full_params(policy))
+        sample, evaluations = sampling_side(cfg, inputs, sampler, sampler_check, weights, device)
+
+        def produce(step: int, version: int, weights) -> StepRollouts:  # async_steps: on the rollout thread
+            if weights is not None:  # the copy of the weights this step samples with (nanogrpo/pipeline.py)
+                sampler_check.sync(sampler, weights)
+            return sample(step, version, weights, stream, rank)
+
+        sampling = pipeline.Rollouts(produce, lambda w: sampler_check.sync(sampler, w), cfg.async_steps, start,
+                                     cfg.steps, queued)
     closing.callback(sampling.close)  # first: the rollout thread stops before the sampler closes
+    # checked: the sampler check runs after every generate (here, or on the sampler ranks)
+    gap_gate = parity.GapGate(cfg.max_logprob_gap, cfg.gap_patience, dtype, cfg.sampler,
+                              sampler and parity.sampler_dtype(sampler), cfg.exact_logprobs,
+                              bool(dist.SPLIT) or sampler_check.on)
 
     out = Path(cfg.out_dir)
     if dist.is_main():
@@ -189,13 +260,8 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack) -> Setup:
     dist.print0(f"world size {world} | device {device} | {len(train_rows)} train / {len(eval_rows)} held-out rows"
                 + (f" | resumed from {resume_from}" if resume_from else ""))
     logger = Logger(cfg.out_dir, cfg.steps, start, cfg.wandb_project, cfg.wandb_run_name, vars(cfg))
-
-    def evaluations(step: int) -> dict:  # held-out accuracy on the task's split, then eval.py's benchmarks
-        got = heldout_accuracy(sampler, tokenizer, eval_rows, cfg, prefilled_think) if eval_rows else {}
-        return {**got, **(run_benchmarks(bench_tasks, sampler, weights, cfg, step) if bench_tasks else {})}
-
-    return Setup(rank, start, stream, sampling, tokenizer, prefilled_think, policy, ref, optimizer, scheduler, sampler, behaviour,
-                 sampler_check, gap_gate, logger, evaluations if cfg.eval_every and (eval_rows or bench_tasks) else None)
+    return Setup(rank, start, stream, sampling, tokenizer, prefilled_think, policy, ref, optimizer, scheduler, sampler,
+                 behaviour, gap_gate, logger, evaluations)
 
 
 def rank_rollouts(batch: StepRollouts, cfg: C.Config) -> dict:
@@ -238,8 +304,14 @@ def async_metrics(everyone: list[dict], update: dict) -> dict:
 
 
 def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitStack) -> dict:
+    if cfg.sampler_ranks and int(os.environ.get("WORLD_SIZE", 1)) <= cfg.sampler_ranks:
+        raise C.ConfigError(f"sampler_ranks={cfg.sampler_ranks} needs a torchrun with more ranks than that (WORLD_SIZE="
+                            f"{os.environ.get('WORLD_SIZE', 1)}): the last sampler_ranks ranks sample, the others train")
+    device = dist.init(cfg.device, cfg.cpu_allocator, cfg.sampler_ranks)  # with sampler_ranks: each side its own group
+    if dist.SPLIT and dist.SPLIT.sampler:  # split placement: this rank only samples
+        return serve_samples(cfg, closing, device)
     (rank, start, stream, sampling, tokenizer, prefilled_think, policy, ref, optimizer, scheduler, sampler, behaviour,
-     sampler_check, gap_gate, logger, evaluations) = setup(cfg, closing)
+     gap_gate, logger, evaluations) = setup(cfg, closing, device)
     results = {}
     if evaluations and start == 0:
         start_evals = evaluations(0)
@@ -253,7 +325,7 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitSta
         # 1-2. this rank's prompts, a group of completions each, their rewards (None = could not be computed):
         # nanogrpo/rollout.py's collect, now or (async_steps = k) sampled up to k updates ago on the rollout thread
         batch = sampling.take(step)
-        sampler_check.judge(step, batch.problems)  # stops the run if they were not the trainer's weights and settings
+        parity.judge(step, batch.problems)  # stops the run if they were not the trainer's weights and settings
         times = {**batch.times, "time_wait": time.time() - t_step, "staleness": step - batch.version}
         if step - batch.version > cfg.async_steps:  # the queue's invariant (nanogrpo/pipeline.py)
             raise RuntimeError(f"step {step + 1} got rollouts of weights version {batch.version}")
@@ -274,13 +346,13 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitSta
         # a copy queued with the step that will sample with them
         t0 = time.time()
         # while the sampler sleeps (GPU): its KV cache and the gathered weights are never in memory together
-        sampling.push(step + 1, M.iter_full_params(policy), lambda w: sampler_check.sync(sampler, w))
+        sampling.push(step + 1, M.iter_full_params(policy))
         times["time_sync"] = time.time() - t0
 
         # 6. metrics (and the evals, on their steps), the log, the run's guards
         metrics = step_metrics(everyone, update, times, t_step, cfg)
         last = step + 1 == cfg.steps
-        if evaluations and ((step + 1) % cfg.eval_every == 0 or last):
+        if evaluations and evaluates(step + 1, cfg):
             sampling.drain()  # async: the sampler is free, and holds the newest weights (the last job synced them)
             step_evals = evaluations(step + 1)
             metrics.update(step_evals)
@@ -295,7 +367,7 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitSta
         if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final) or stopped:
             mine = sampling.state(stream)  # first: waits for the queued rollouts, which move the stream
             path = checkpoint.save(cfg.out_dir, step + 1, policy, optimizer, scheduler, tokenizer,
-                                   {"data": stream.state_dict()}, cfg.keep_checkpoints, mine)
+                                   {"data": mine["data"]}, cfg.keep_checkpoints, mine)
             logger.event(f"saved {path}")
         if stopped:
             logger.event(f"stopped by {stopped} after step {step + 1}/{cfg.steps}: exit code "
@@ -305,7 +377,8 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitSta
     logger.close()
     # the vLLM engine shuts down now, while the process group it tears down still exists (left to the
     # interpreter's exit, after dist.close(), its shutdown raised "Invalid process group specified")
-    sampler.close()
+    if sampler is not None:
+        sampler.close()
     if results:
         dist.print0(" | ".join(f"{k} {v:.3f}" for k, v in results.items()))
     return {**results, "stopped_by": stopped} if stopped else results

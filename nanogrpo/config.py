@@ -90,6 +90,7 @@ class Config:
     skip_zero_advantage: bool = True  # beta = 0: only completions with advantage != 0 run forward/backward (the same gradient; entropy/clip/gap metrics then cover those only)
     tis_cap: float = 0.0  # truncated importance-sampling weight cap for sampler/trainer mismatch and async staleness; 0 = off
     async_steps: int = 0  # generate the next k steps' rollouts while this step updates (a batch trains at most k weight versions after it was sampled; corrected by tis_cap); 0 = one phase at a time (nanogrpo/pipeline.py)
+    sampler_ranks: int = 0  # split placement: the last k torchrun ranks only sample (each its own device), the others only train; weights go to them after each update (nanogrpo/placement.py); 0 = every rank does both
     dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal and generate more prompts until the step has prompts_per_step groups with signal
     dynamic_max_rounds: int = 4  # dynamic_sampling: at most this many generate calls per step; then the step is topped up with dropped groups (advantage 0)
     kl_estimator: str = "k3"  # k3 (gradient: reverse KL's) | k3_ratio (k3 x pi/pi_old: KL(pi||ref)'s gradient) | k2 (1/2 log^2 r)
@@ -230,7 +231,7 @@ RANGES = {
     "vllm_gpu_memory_utilization": "(0, 1)", "vllm_kv_cache_gb": "(0, inf)", "log_ratio_clamp": "(0, 700]",
     "gap_patience": "[1, inf)", "cispo_low": "[0, 1]", "dual_clip": "[0, inf)", "kl_clamp": "[0, inf)",
     "repetition_n_grams": "[1, inf)", "repetition_max_penalty": "[-1000, 0]", "max_completion_len": "[0, inf)",
-    "async_steps": "[0, 64]", "dynamic_max_rounds": "[1, 1000]",
+    "async_steps": "[0, 64]", "dynamic_max_rounds": "[1, 1000]", "sampler_ranks": "[0, 1024]",
     "soft_punish_cache": "[-1, inf)", "cosine_min_value_wrong": "[-1000, 1000]", "cosine_max_value_wrong": "[-1000, 1000]",
     "cosine_min_value_correct": "[-1000, 1000]", "cosine_max_value_correct": "[-1000, 1000]",
 }
@@ -336,6 +337,10 @@ def _check_exact(cfg: Config) -> None:
         raise ConfigError("async_steps > 0 needs sampler=torch: the gap gate compares with the weights that sampled, "
                           "run through the trainer's forward (nanogrpo/pipeline.py); vLLM holds no torch module for "
                           f"that; got sampler={cfg.sampler}")
+    if cfg.sampler_ranks and (cfg.sampler != "torch" or cfg.exact_logprobs):
+        raise ConfigError("sampler_ranks > 0 (split placement) needs sampler=torch and exact_logprobs = false: the "
+                          "sampler ranks check their weights and measure the gap with the trainer's forward, and the "
+                          f"trainer ranks hold no sampler (got sampler={cfg.sampler}, exact_logprobs={cfg.exact_logprobs})")
     if cfg.async_steps and cfg.exact_logprobs:
         raise ConfigError("exact_logprobs = true recomputes the sampler's log-probs with the weights it holds at the "
                           "update; with async_steps > 0 those are newer than the ones that sampled: use one or the other")

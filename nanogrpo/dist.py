@@ -9,14 +9,36 @@ from __future__ import annotations
 
 import os
 import time
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
 
-def init(device: str = "auto", cpu_allocator: str = "system") -> torch.device:
+class Split(NamedTuple):
+    """Split placement (`sampler_ranks`): torchrun's ranks [0, trainers) train, [trainers, world) only sample."""
+
+    rank: int  # torchrun's rank; rank() is the rank within this process's own side
+    trainers: int
+    samplers: int
+    to_samplers: dist.ProcessGroup  # weights, trainer side -> sampler side (all torchrun ranks, gloo)
+    to_trainers: dist.ProcessGroup  # rollouts and evaluations, sampler side -> trainer side
+
+    @property
+    def sampler(self) -> bool:
+        return self.rank >= self.trainers
+
+
+SPLIT: Split | None = None  # set by init(sampler_ranks > 0)
+
+
+def init(device: str = "auto", cpu_allocator: str = "system", sampler_ranks: int = 0) -> torch.device:
     """Join (or create) the process group and return this rank's device. cpu_allocator (CPU runs only):
-    "hugepages" (`huge_pages`), "reuse" (`keep_freed_memory`) or "system" (glibc's default)."""
+    "hugepages" (`huge_pages`), "reuse" (`keep_freed_memory`) or "system" (glibc's default).
+
+    sampler_ranks > 0 (under torchrun): the default group is this process's side only, the trainers' or the
+    samplers', so every collective of the trainer (FSDP, metrics, checkpoints) runs among the trainer ranks as at any
+    world size, and the two sides talk over two more gloo groups of every rank (SPLIT, nanogrpo/placement.py)."""
     use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
     if not use_cuda and cpu_allocator == "hugepages" and not huge_pages():
         print("warning: cpu_allocator=hugepages had no effect (transparent huge pages off, or a large tensor was "
@@ -31,11 +53,25 @@ def init(device: str = "auto", cpu_allocator: str = "system") -> torch.device:
     if not dist.is_initialized():
         # on GPU, small CPU tensors (token counts, metrics) still all-reduce: gloo for those, NCCL for CUDA
         backend = "cpu:gloo,cuda:nccl" if use_cuda else "gloo"
-        if "RANK" in os.environ:
+        if sampler_ranks:
+            _init_split(backend, sampler_ranks, torch.device("cuda", local_rank) if use_cuda else None)
+        elif "RANK" in os.environ:
             dist.init_process_group(backend, device_id=torch.device("cuda", local_rank) if use_cuda else None)
         else:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     return torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+
+
+def _init_split(backend: str, samplers: int, device_id) -> None:
+    """The two sides' own default groups and the two groups between them, on torchrun's store (prefixed apart)."""
+    global SPLIT
+    store, rank, world = next(dist.rendezvous("env://"))
+    trainers = world - samplers
+    side, mine, size = ("samplers", rank - trainers, samplers) if rank >= trainers else ("trainers", rank, trainers)
+    dist.init_process_group(backend, store=dist.PrefixStore(side, store), rank=mine, world_size=size,
+                            device_id=device_id)
+    bridge = lambda name: dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, world)  # noqa: E731
+    SPLIT = Split(rank, trainers, samplers, bridge("to_samplers"), bridge("to_trainers"))
 
 
 def huge_pages() -> bool:
@@ -95,8 +131,10 @@ def close() -> None:
     still holds the group. Sleeping releases the GIL, so a waiting worker takes it and finishes; the pause is
     paid once per process, also when the group is already gone (vLLM's engine shutdown destroys it; the
     workers may still run)."""
+    global SPLIT
     if dist.is_initialized():
         dist.destroy_process_group()
+    SPLIT = None
     time.sleep(0.1)
 
 

@@ -75,7 +75,8 @@ class SamplerPolicy(nn.Module):
     sampler's own (unsharded) HF model, with the trainer's attention implementation, chunk size and
     lm_head precision. grpo.step calls it like the reference policy, under no_grad."""
 
-    def __init__(self, sampler, trainer: M.Policy):
+    def __init__(self, sampler, chunk_size: int, lm_head_fp32: bool, attention: str):
+        """The trainer's forward settings: log-prob chunk, lm_head precision, attention implementation."""
         super().__init__()
         inner = getattr(sampler, "sampler", sampler)  # the tool loop wraps the PyTorch sampler
         model = getattr(inner, "model", None)
@@ -83,8 +84,12 @@ class SamplerPolicy(nn.Module):
             raise ConfigError(f"exact_logprobs needs the PyTorch sampler (sampler=torch); {type(inner).__name__} "
                               "holds no torch module that the trainer's forward can run")
         self._sampler = inner  # not a Module: wake() before each forward (a sleeping GPU sampler is on the CPU)
-        self.policy = M.Policy(model, trainer.chunk_size, trainer.lm_head_fp32)
-        self.attention = trainer.hf.config._attn_implementation
+        self.policy = M.Policy(model, chunk_size, lm_head_fp32)
+        self.attention = attention
+
+    @classmethod
+    def of(cls, sampler, trainer: M.Policy) -> "SamplerPolicy":
+        return cls(sampler, trainer.chunk_size, trainer.lm_head_fp32, trainer.hf.config._attn_implementation)
 
     def forward(self, *args, **kwargs):
         self._sampler.wake()
@@ -187,6 +192,15 @@ def _names(names: list[str], note=lambda n: "") -> str:
     return ", ".join(n + note(n) for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
+def judge(step: int, problems: list[str]) -> None:
+    """Raise StaleSamplerError on every rank if any rank's sampler check found a problem (a collective)."""
+    if dist.all_reduce(torch.tensor([float(bool(problems))]), "max").item():
+        raise StaleSamplerError(
+            f"step {step + 1}: the sampler did not generate with the trainer's weights and settings (checked "
+            "exactly after every generate call: nanogrpo/parity.py); these rollouts are not the trainer's policy, "
+            "so the run stops. " + ("; ".join(problems) or f"(on another rank than {dist.rank()})"))
+
+
 class SamplerCheck:
     """Every step, right after generate: the sampler's held weights and the settings it used against what the
     trainer pushed and asked for, exactly (the module docstring says why). Off for a sampler that cannot
@@ -196,7 +210,7 @@ class SamplerCheck:
         self.inner = getattr(sampler, "sampler", sampler)  # the tool loop wraps the sampler
         self.tools = self.inner is not sampler  # its later rounds extend the prompts: the trainer's must start them
         self.on = hasattr(self.inner, "held_weights") and hasattr(self.inner, "used")
-        self.dtype, self.device = dtype, next(hf.parameters()).device
+        self.dtype = dtype
         first: dict[int, str] = {}
         self.tied = {}  # the sampler must hold a tied weight under each of its names: name -> the name it is sent as
         for name, p in hf.named_parameters(remove_duplicate=False):
@@ -228,7 +242,7 @@ class SamplerCheck:
     def __call__(self, step: int, prompts: list[list[int]], n: int, params) -> None:
         """After step `step`'s (0-based) generate call: raise StaleSamplerError on every rank if any rank's
         sampler used or held anything else than the trainer asked for and pushed."""
-        self.judge(step, self.problems_after(prompts, n, params))
+        judge(step, self.problems_after(prompts, n, params))
 
     def problems_after(self, prompts: list[list[int]], n: int, params) -> list[str]:
         """Right after a generate call, on this rank only (no collective: the rollout thread of async_steps may
@@ -252,16 +266,6 @@ class SamplerCheck:
     def wanted(self) -> dict:
         """name -> fingerprint of what the sampler must hold: the pushed weights, a tied one under each name."""
         return {**self.expected, **{a: self.expected[s] for a, s in self.tied.items() if s in self.expected}}
-
-    def judge(self, step: int, problems: list[str]) -> None:
-        """Raise StaleSamplerError on every rank if any rank found a problem (a collective)."""
-        if not self.on:
-            return
-        if dist.all_reduce(torch.tensor([float(bool(problems))], device=self.device), "max").item():
-            raise StaleSamplerError(
-                f"step {step + 1}: the sampler did not generate with the trainer's weights and settings (checked "
-                "exactly after every generate call: nanogrpo/parity.py); these rollouts are not the trainer's policy, "
-                "so the run stops. " + ("; ".join(problems) or f"(on another rank than {dist.rank()})"))
 
     def problems(self, used, prompts, n, params) -> list[str]:
         """What differs, one "NAME: ..." per kind; [] when the sampler used and held exactly the trainer's."""

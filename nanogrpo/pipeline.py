@@ -40,10 +40,11 @@ class Rollouts:
     """The steps' rollouts in order: `take(step)` each step, `push(version, weights)` after each update.
 
     produce(step, version, weights) -> the step's rollouts (rollout.StepRollouts); `weights` = (name, tensor)
-    pairs to sync into the sampler first, or None to sample with what the sampler holds."""
+    pairs to sync into the sampler first, or None to sample with what the sampler holds. sync(weights) puts weights
+    into the sampler now."""
 
-    def __init__(self, produce: Callable, ahead: int, start: int, end: int, pending: list | None = None):
-        self.produce, self.ahead, self.start, self.end = produce, ahead, start, end
+    def __init__(self, produce: Callable, sync: Callable, ahead: int, start: int, end: int, pending: list | None = None):
+        self.produce, self.sync, self.ahead, self.start, self.end = produce, sync, ahead, start, end
         self.jobs: dict[int, Future] = {}
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="rollouts") if ahead else None
         for batch in pending or []:  # a checkpoint's queued steps (resume): trained as they were sampled
@@ -58,14 +59,14 @@ class Rollouts:
                 self._queue(j, self.start, None)
         return self.jobs.pop(step).result()
 
-    def push(self, version: int, weights, sync: Callable) -> None:
+    def push(self, version: int, weights) -> None:
         """After the update that made weights `version` (the step that just trained was version - 1): k = 0 syncs
-        them into the sampler now (`sync(weights)`); k >= 1 copies them and queues step version + k on the copy."""
+        them into the sampler now; k >= 1 copies them and queues step version + k on the copy."""
         if not self.ahead:
-            return sync(weights)
+            return self.sync(weights)
         if version + self.ahead >= self.end:  # no step left to sample with them: the sampler takes them for the evals
             self.drain()
-            return sync(weights)
+            return self.sync(weights)
         copy = [(name, t.detach().clone()) for name, t in weights]  # the trainer updates its own in place
         self._queue(version + self.ahead, version, copy)
 
@@ -93,9 +94,9 @@ class Rollouts:
         self.jobs[step] = self.pool.submit(self.produce, step, version, weights)
 
 
-def resumed(produce: Callable, cfg, start: int, saved: dict, stream, ckpt) -> Rollouts:
-    """The queue of a run that starts at `start`, from `saved` (checkpoint.rank_state: {} for a fresh run): its
-    queued rollouts are trained first, and the rank's prompt stream continues where that rank was."""
+def resumed(cfg, saved: dict, stream, ckpt) -> list:
+    """The rollouts a checkpoint had queued, from `saved` (checkpoint.rank_state: {} for a fresh run): they are trained
+    first; the rank's prompt stream continues where that rank was."""
     queued, world = saved.get("rollouts") or [], dist.world_size()
     bad = bool(saved) and ((queued and saved["async_steps"] != cfg.async_steps)
                            or ((queued or cfg.dynamic_sampling) and saved["world"] != world))
@@ -105,7 +106,7 @@ def resumed(produce: Callable, cfg, start: int, saved: dict, stream, ckpt) -> Ro
                           "resume it with the same async_steps and world size")
     if saved:
         stream.load_state_dict(saved["data"])
-    return Rollouts(produce, cfg.async_steps, start, cfg.steps, queued)
+    return queued
 
 
 def done(value) -> Future:

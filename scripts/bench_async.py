@@ -2,13 +2,16 @@
 
     python scripts/bench_async.py speed --recipe default --steps 300 --repeats 2     # async_steps 0, 1, 2
     python scripts/bench_async.py speed --recipe tools --steps 4                     # the SmolLM2 tools recipe
+    python scripts/bench_async.py speed --async-steps 0,1,s0,s1                      # sN: split placement
     python scripts/bench_async.py learn --seeds 5 --arms sync,async1,dynamic --jobs 2
 
 speed: each arm is `train.py RECIPE async_steps=K` in a subprocess, the arms interleaved (0, 1, 2, 0, 1, 2, ...)
 so the machine's noise falls on all of them; one row per arm: steps per hour over the steps after the first (its
 sampling is never overlapped), the ratio to async_steps = 0, and where a step's time goes: the update
 (time_train), the main thread waiting for rollouts (time_wait), and the rollout thread's own generate / reward
-time (with async they run during the update). --recipe default: the default run (train.py's own defaults);
+time (with async they run during the update). An arm `sK` is the split placement with async_steps = K: torchrun
+with two processes, one trainer rank and one sampler rank (sampler_ranks = 1), one thread each; its peak memory is
+the two processes' together. --recipe default: the default run (train.py's own defaults);
 --recipe tools: configs/word_problems_smollm2_tools.toml with sampler=torch (async needs it), its model built by
 scripts/smollm2_tools_warm_start.py into .cache/smollm2-135m-tools.
 
@@ -40,10 +43,10 @@ ARMS = {  # name -> train.py overrides
     "dynamic_async1": ["dynamic_sampling=true", "async_steps=1", "tis_cap=2"],
 }
 TIMES = ("time_train", "time_wait", "time_generate", "time_reward", "time_sync")
-# runs train.py as __main__ and writes the process's peak resident memory (KiB) to the file named first
-PEAK = ("import atexit, resource, runpy, sys; out = sys.argv.pop(1); atexit.register(lambda: open(out, 'w').write("
-        "str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))); sys.argv = sys.argv[1:]; "
-        "runpy.run_path(sys.argv[0], run_name='__main__')")
+# runs train.py as __main__ and writes the process's peak resident memory (KiB) to the file named first (+ its rank)
+PEAK = ("import atexit, os, resource, runpy, sys; out = sys.argv.pop(1) + os.environ.get('RANK', ''); "
+        "atexit.register(lambda: open(out, 'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))); "
+        "sys.argv = sys.argv[1:]; sys.path.insert(0, os.getcwd()); runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 def recipe(name: str) -> list[str]:
@@ -58,21 +61,27 @@ def recipe(name: str) -> list[str]:
 
 def speed(args, overrides: list[str]) -> None:
     out = Path(args.out)
-    rows: dict[int, list[dict]] = {k: [] for k in args.async_steps}
+    rows: dict[str, list[dict]] = {arm: [] for arm in args.async_steps}
+    (out / "peak.py").write_text(PEAK)
     for rep in range(args.repeats):
-        for k in args.async_steps:
-            run = out / f"speed-{args.recipe}-k{k}-r{rep}"
-            subprocess.run(["rm", "-rf", str(run)], check=True)
-            cmd = [sys.executable, "-c", PEAK, f"{run}.peak", *recipe(args.recipe), f"steps={args.steps}", "eval_every=0", "save_final=false",
-                   f"out_dir={run}", f"async_steps={k}", *(["tis_cap=2"] if k else []), *overrides]
-            print(f"async_steps={k} (repeat {rep + 1}/{args.repeats}): {run}/train.log", flush=True)
+        for arm in args.async_steps:
+            k, split = int(arm.removeprefix("s")), arm.startswith("s")
+            run = out / f"speed-{args.recipe}-{arm}-r{rep}"
+            subprocess.run(["rm", "-rf", str(run), *map(str, out.glob(f"{run.name}.peak*"))], check=True)
+            launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"] if split \
+                else [sys.executable]
+            cmd = [*launcher, str(out / "peak.py"), f"{run}.peak", *recipe(args.recipe), f"steps={args.steps}",
+                   "eval_every=0", "save_final=false", f"out_dir={run}", f"async_steps={k}",
+                   *(["tis_cap=2"] if k else []), *(["sampler_ranks=1"] if split else []), *overrides]
+            print(f"{arm} (repeat {rep + 1}/{args.repeats}): {run}/train.log", flush=True)
             with open(f"{run}.log", "w") as log:
                 t0 = time.time()
                 subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
             steps = [m for m in read_metrics(run) if "time_step" in m][1:]  # the first step overlaps nothing
-            rows[k].append({"wall": time.time() - t0, "per_step": sum(m["time_step"] for m in steps) / len(steps),
-                            "peak_gib": int(Path(f"{run}.peak").read_text()) / 2**20,
-                            **{t: statistics.mean(m.get(t, 0.0) for m in steps) for t in TIMES}})
+            peaks = [int(f.read_text()) for f in out.glob(f"{run.name}.peak*")]  # KiB, one per process
+            rows[arm].append({"wall": time.time() - t0, "per_step": sum(m["time_step"] for m in steps) / len(steps),
+                              "peak_gib": sum(peaks) / 2**20,
+                              **{t: statistics.mean(m.get(t, 0.0) for m in steps) for t in TIMES}})
     base = statistics.mean(r["per_step"] for r in rows[args.async_steps[0]])
     threads = os.environ.get("OMP_NUM_THREADS", f"unset ({os.cpu_count()} cores)")
     print(f"\n{args.recipe} recipe, {args.steps} steps x {args.repeats} repeats per arm, interleaved; "
@@ -80,9 +89,9 @@ def speed(args, overrides: list[str]) -> None:
     print("| async_steps | steps / hour | vs async_steps=" + f"{args.async_steps[0]} | " + " | ".join(TIMES)
           + " | peak memory |")
     print("| --- | ---: | ---: | " + " | ".join("---:" for _ in TIMES) + " | ---: |")
-    for k, rs in rows.items():
+    for arm, rs in rows.items():
         per = statistics.mean(r["per_step"] for r in rs)
-        print(f"| {k} | {3600 / per:,.0f} | {base / per:.2f}x | "
+        print(f"| {arm.removeprefix('s') + (' split' if arm.startswith('s') else '')} | {3600 / per:,.0f} | {base / per:.2f}x | "
               + " | ".join(f"{statistics.mean(r[t] for r in rs):.3f} s" for t in TIMES)
               + f" | {max(r['peak_gib'] for r in rs):.2f} GiB |")
 
@@ -155,14 +164,18 @@ def main() -> None:
     ap.add_argument("--recipe", choices=["default", "tools"], default="default", help="speed: which recipe")
     ap.add_argument("--steps", type=int, default=300, help="speed: steps per run")
     ap.add_argument("--repeats", type=int, default=2, help="speed: runs per arm, interleaved")
-    ap.add_argument("--async-steps", default="0,1,2", help="speed: the arms' async_steps, the first is the baseline")
+    ap.add_argument("--async-steps", default="0,1,2", help="speed: the arms' async_steps, the first is the baseline; "
+                    "sK: K with the split placement (one trainer rank, one sampler rank)")
     ap.add_argument("--seeds", type=int, default=5, help="learn: GRPO seeds 0..N-1 per arm")
     ap.add_argument("--arms", default="sync,async1,dynamic", help=f"learn: of {', '.join(ARMS)}")
     ap.add_argument("--jobs", type=int, default=1, help="learn: runs at a time (the cores split between them)")
     ap.add_argument("--out", default=str(ROOT / "runs" / "bench-async"))
     ap.add_argument("--no-run", action="store_true", help="learn: tabulate the runs already in --out")
     args, overrides = ap.parse_known_args()
-    args.async_steps = [int(x) for x in args.async_steps.split(",")]
+    args.async_steps = args.async_steps.split(",")
+    for arm in args.async_steps:
+        if not arm.removeprefix("s").isdigit():
+            ap.error(f"--async-steps: {arm!r} is neither K nor sK")
     args.arms = args.arms.split(",")
     for arm in args.arms:
         if arm not in ARMS:

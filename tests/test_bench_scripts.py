@@ -91,12 +91,14 @@ def test_bench_step_compares_variants_side_by_side():
 @pytest.mark.slow
 def test_bench_async_speed_and_learning_tables(tmp_path):
     """scripts/bench_async.py runs its arms and prints a row each: the speed table with the baseline at 1.00x and a
-    peak memory per arm, the learning table with its gains."""
-    speed = run_script("scripts/bench_async.py", "speed", "--steps", "3", "--repeats", "1", "--async-steps", "0,1",
+    peak memory per arm (the split placement's: its two processes together), the learning table with its gains."""
+    speed = run_script("scripts/bench_async.py", "speed", "--steps", "3", "--repeats", "1", "--async-steps", "0,1,s1",
                        "--out", str(tmp_path), "prompts_per_step=4", "group_size=4")
     assert speed.returncode == 0, speed.stderr[-2000:]
-    rows = [line for line in speed.stdout.splitlines() if line.startswith(("| 0 |", "| 1 |"))]
-    assert len(rows) == 2 and "| 1.00x |" in rows[0] and rows[1].endswith("GiB |")
+    rows = [line for line in speed.stdout.splitlines() if line.startswith(("| 0 |", "| 1 |", "| 1 split |"))]
+    assert len(rows) == 3 and "| 1.00x |" in rows[0] and all(r.endswith("GiB |") for r in rows)
+    peak = lambda row: float(row.split(" | ")[-1].removesuffix(" GiB |"))  # noqa: E731
+    assert peak(rows[2]) > 1.5 * peak(rows[0])  # two processes, each with its own copy of the model and torch
     learn = run_script("scripts/bench_async.py", "learn", "--seeds", "1", "--arms", "sync,dynamic", "--out",
                        str(tmp_path), "steps=4", "eval_every=2", "eval_size=32", "prompts_per_step=4", "group_size=4")
     assert learn.returncode == 0, learn.stderr[-2000:]

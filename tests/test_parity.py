@@ -91,7 +91,7 @@ def test_sampler_policy_runs_the_trainers_forward_on_the_samplers_weights(tiny_m
     dist.init("cpu")
     policy = M.make_policy(tiny_model_dir, torch.device("cpu"), torch.float32, 4, False)
     sampler = TorchSampler(tiny_model_dir)
-    behaviour = parity.SamplerPolicy(sampler, policy)
+    behaviour = parity.SamplerPolicy.of(sampler, policy)
     ids = torch.tensor([[5, 9, 12, 40, 7, 3], [5, 9, 12, 1, 1, 1]])
     attn = (ids != 1).long()
     with torch.no_grad():

@@ -1,0 +1,208 @@
+"""Split placement (`sampler_ranks = s`): the last s torchrun ranks only sample, the others only train.
+
+Colocated (s = 0, the default), every rank holds a sampler beside its shard of the trainer and the two phases take
+turns on its device (or overlap on its cores: async_steps, nanogrpo/pipeline.py). Split, each side has its own
+devices: trainer rank r gets its rollouts from sampler rank r % s, which generates them with rank r's prompt stream
+and sampling seeds, so the rollouts are those a colocated run on the same trainer ranks would have sampled (the
+tests compare bits). The schedule is pipeline.py's: step j is sampled with weight version max(start, j - k),
+k = async_steps; at k = 0 the sampler waits for each update (one phase at a time, on two devices), at k >= 1 it
+samples the next steps while the trainers update.
+
+dist.init gives each side its own default group (the trainers' FSDP, metrics and checkpoints run among trainer
+ranks as at any world size) and two gloo groups over every rank between them (dist.SPLIT):
+- to_samplers: after an update whose weights some sampled step or evaluation will use, trainer rank 0 sends each
+  sampler rank ("weights", version, names and shapes), the tensors (gathered one at a time, copied: the trainer
+  goes on updating its own), then their fingerprints (parity.fingerprint), so the sampler side's check covers the
+  wire as well as its own copy. ("stop",) when the trainers' loop ends, however it ends.
+- to_trainers: ("batch", step, rollouts, the prompt stream's state after them) to the trainer they are for;
+  ("evals", version, metrics) from sampler rank 0 to trainer rank 0; ("end",) after the stop.
+Every send is asynchronous and waited for only at the end (a trainer waits for its previous weights' send before
+the next), so neither side waits on the other in a cycle: a trainer waits only for rollouts, a sampler only for
+weights. The sampler side judges each batch with the sampler check (its findings travel with the batch; the
+trainers rule on them, as colocated) and measures the gap against the version that sampled (parity.sampled_gap).
+Evaluations run on the sampler ranks, with the version after the step they follow; trainer rank 0 logs them.
+
+What is GPU-only and untested (no GPU here): the sampler ranks on their own GPUs; the weights go over gloo from
+the CPU (a copy through host memory per update), not over NCCL.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import torch
+
+from nanogrpo import dist, parity
+
+
+def send_object(group, obj, dst: int) -> list:
+    """Send a picklable object to torchrun rank `dst` (its size, then its bytes); returns the sends in flight, which
+    hold the buffers until they are waited for."""
+    data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+    size = torch.tensor([len(data)], dtype=torch.int64)
+    return [(group.send([size], dst, 0), size), (group.send([data], dst, 0), data)]
+
+
+def recv_object(group, src: int):
+    size = torch.empty(1, dtype=torch.int64)
+    group.recv([size], src, 0).wait()
+    data = torch.empty(int(size), dtype=torch.uint8)
+    group.recv([data], src, 0).wait()
+    return pickle.loads(data.numpy().tobytes())
+
+
+def wait(sends: list) -> None:
+    for work, _ in sends:
+        work.wait()
+    sends.clear()
+
+
+def prune(sends: list) -> None:
+    """Drop the sends that are done (and their buffers): a long run would otherwise keep every batch it sent."""
+    sends[:] = [(work, buf) for work, buf in sends if not work.is_completed()]
+
+
+class Remote:
+    """The trainer side: pipeline.Rollouts' interface (`take`, `push`, `state`, `close`), the rollouts coming from
+    this rank's sampler rank; `evaluations(version)` brings the sampler side's evaluation of that version."""
+
+    def __init__(self, cfg, start: int, dtype: torch.dtype, due, stream, weights, pending: list):
+        """Tells this rank's sampler rank where it starts (the step, the checkpoint's queued steps, its prompt stream's
+        position), then sends the weights of `start` (every trainer rank runs the gather). due(version): whether the
+        run evaluates those weights (None: no evaluations)."""
+        self.split, self.cfg, self.dtype, self.due = dist.SPLIT, cfg, dtype, due
+        self.ahead, self.end = cfg.async_steps, cfg.steps
+        self.src = self.split.trainers + self.split.rank % self.split.samplers
+        self.inbox = {("batch", b.step): (b, None) for b in pending}  # a checkpoint's queued steps come first
+        self.data, self.version, self.sends, self.closed = stream.state_dict(), start, [], False
+        self.sends += send_object(self.split.to_samplers, ("start", start, len(pending), self.data), self.src)
+        self._send(start, weights)
+
+    def take(self, step: int):
+        batch, _ = self._get("batch", step)
+        return batch
+
+    def push(self, version: int, weights) -> None:
+        """After the update that made `version`: the weights to every sampler rank, if a step or evaluation uses them
+        (every trainer rank runs the gather; rank 0 sends)."""
+        self.version = version
+        if version + self.ahead < self.end or (self.due and self.due(version)):
+            self._send(version, weights)
+
+    def _send(self, version: int, weights) -> None:
+        if dist.rank() != 0:
+            for _ in weights:  # the gather is a collective: every trainer rank runs it, one tensor at a time
+                pass
+            return
+        copies = [(name, t.detach().to("cpu", copy=True)) for name, t in weights]
+        wait(self.sends)  # the previous version's: one copy of the weights in flight at most
+        spec = [(name, tuple(t.shape), t.dtype) for name, t in copies]
+        prints = {name: parity.fingerprint(t.to(self.dtype)) for name, t in copies}
+        for dst in range(self.split.trainers, self.split.trainers + self.split.samplers):
+            self.sends += send_object(self.split.to_samplers, ("weights", version, spec), dst)
+            self.sends += [(self.split.to_samplers.send([t], dst, 0), t) for _, t in copies]
+            self.sends += send_object(self.split.to_samplers, prints, dst)
+
+    def evaluations(self, version: int) -> dict:
+        got = self._get("evals", version)[0] if dist.rank() == 0 else None
+        return dist.broadcast_object(got)
+
+    def drain(self) -> None:  # the sampler side evaluates on its own; nothing waits here
+        pass
+
+    def state(self, stream) -> dict:
+        """This rank's part of a checkpoint: the steps sampled ahead (as pipeline.Rollouts.state: through version +
+        async_steps), and where its prompt stream, on the sampler rank, stands after them."""
+        queued = range(self.version, min(self.version + self.ahead + 1, self.end)) if self.ahead else ()
+        rollouts = [self._peek("batch", j)[0] for j in queued]
+        return {"rollouts": rollouts, "async_steps": self.ahead, "world": dist.world_size(), "data": self.data}
+
+    def close(self) -> None:
+        """The trainers' loop is over: the sampler ranks stop, and what they sent meanwhile is received."""
+        if self.closed:
+            return
+        self.closed = True
+        if dist.rank() == 0:
+            for dst in range(self.split.trainers, self.split.trainers + self.split.samplers):
+                self.sends += send_object(self.split.to_samplers, ("stop",), dst)
+        while True:
+            msg = recv_object(self.split.to_trainers, self.src)
+            if msg[0] == "end":
+                break
+        wait(self.sends)
+
+    def _peek(self, kind: str, step: int):
+        while (kind, step) not in self.inbox:  # in order: what comes first waits in the inbox
+            msg = recv_object(self.split.to_trainers, self.src)
+            if msg[0] == "batch":
+                self.data = msg[3]  # the stream after the newest rollouts received
+            self.inbox[msg[0], msg[1]] = msg[2:]
+        return self.inbox[kind, step]
+
+    def _get(self, kind: str, step: int):
+        got = self._peek(kind, step)
+        del self.inbox[kind, step]
+        return got
+
+
+def serve(cfg, sample, streams: dict, sampler, check, evaluations, due) -> dict:
+    """The sampler side's whole run, for each trainer rank in `streams` (rank -> its prompt stream, placed where the
+    trainer's stands by its ("start", ...) message): `sample(step, version, weights, stream, rank)` -> rollouts, with
+    the weights each step's version needs; `evaluations` (a function of the version, or None) on the versions `due`
+    says the run evaluates. Returns the evaluations, as train.run does."""
+    split, ahead, results, sends = dist.SPLIT, cfg.async_steps, {}, []
+    device = getattr(sampler, "sampler", sampler).device  # the tool loop wraps the PyTorch sampler
+    for rank, stream in streams.items():  # where each trainer starts: a fresh run, or a checkpoint's step and queue
+        _, start, queued, position = recv_object(split.to_samplers, rank)
+        stream.load_state_dict(position)
+    first = start + queued  # a checkpoint's queued steps are trained from the checkpoint: sampling goes on after them
+
+    def evaluate(version: int) -> None:
+        got = evaluations(version)
+        results.update({f"{k}_{'start' if version == 0 else 'end'}": v for k, v in got.items()})
+        if dist.rank() == 0:
+            sends.extend(send_object(split.to_trainers, ("evals", version, got), 0))
+
+    def receive():
+        """The next version the trainers send, synced into the sampler: (version, tensors), or None at the stop."""
+        head = recv_object(split.to_samplers, 0)
+        if head[0] == "stop":
+            return None
+        tensors = [(name, torch.empty(shape, dtype=dtype)) for name, shape, dtype in head[2]]
+        for _, t in tensors:
+            split.to_samplers.recv([t], 0, 0).wait()
+        prints = recv_object(split.to_samplers, 0)
+        tensors = [(name, t.to(device)) for name, t in tensors]  # the gap's forward runs on the sampler's device
+        check.sync(sampler, tensors)
+        check.expected = prints  # the sampler check compares with what the trainer sent: the wire is checked too
+        return head[1], tensors
+
+    got = receive()  # the trainers' weights of `start`, not what this rank loaded: checked from the first step on
+    stopped = got is None
+    held, weights = got if got else (start, None)  # the version the sampler holds, and its tensors
+    if evaluations and start == 0 and not stopped:
+        evaluate(0)
+    for step in range(first, cfg.steps):
+        version = max(start, step - ahead)
+        while held < version and not stopped:
+            got = receive()
+            stopped = got is None
+            if got:
+                (held, weights) = got
+                if evaluations and due(held):
+                    evaluate(held)
+        if stopped:
+            break
+        prune(sends)
+        for rank, stream in streams.items():
+            batch = sample(step, version, weights, stream, rank)
+            sends.extend(send_object(split.to_trainers, ("batch", step, batch, stream.state_dict()), rank))
+    while not stopped:  # versions for the evaluations after the last step sampled, until the trainers stop
+        got = receive()
+        stopped = got is None
+        if got and evaluations and due(got[0]):
+            evaluate(got[0])
+    for rank in streams:
+        sends.extend(send_object(split.to_trainers, ("end",), rank))
+    wait(sends)
+    return results
