@@ -112,3 +112,37 @@ def test_bad_split_settings_are_named_before_compute(bad, message):
 def test_split_placement_needs_more_ranks_than_samplers(warm_model_dir, tmp_path):
     alone = launch(1, (warm_model_dir, tmp_path / "alone"), "sampler_ranks=1")
     assert alone.returncode != 0 and "sampler_ranks=1 needs a torchrun with more ranks" in alone.stderr
+
+
+def test_a_stop_signal_to_the_trainer_saves_stops_the_sampler_rank_and_resumes_exactly(tmp_path):
+    """SIGTERM to the trainer rank: it stops after that step, saves the step sampled ahead, and tells the sampler rank to
+    stop (no hang); a resume continues as the uninterrupted split run."""
+    import re
+
+    from test_faults import GRPO, assert_same_metrics, rank_pid, signal_after_step
+
+    from test_faults import metrics as all_metrics
+
+    split = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", *GRPO,
+             "sampler_ranks=1", "async_steps=1", "tis_cap=2", "prompts_per_step=4"]
+    cut, full = tmp_path / "cut", tmp_path / "full"
+    rc, out = signal_after_step([*split, f"out_dir={cut}", "steps=1000"], 3, target=lambda agent: rank_pid(agent, 0))
+    s = len(all_metrics(cut))
+    assert f"stopped by SIGTERM after step {s}/1000" in out, out[-3000:]
+    # torchrun reports the trainer's 75, and -15 for the sampler rank when it stopped it after the trainer exited
+    codes = re.findall(r"exitcode\s*: (-?\d+)", out)
+    assert rc != 0 and "75" in codes and set(codes) <= {"75", "-15"}, out[-3000:]
+    assert not re.search(r"\[rank\d\]: Traceback", out), out[-3000:]  # neither rank raised (torchrun's own report aside)
+    ckpt = cut / "checkpoints" / f"step_{s:06d}"
+    from nanogrpo import checkpoint
+
+    saved = checkpoint.rank_state(ckpt)
+    # 0-based steps s and s + 1: sampled with versions s - 1 and s (as a colocated async_steps = 1 checkpoint holds)
+    assert [(b.step, b.version) for b in saved["rollouts"]] == [(s, s - 1), (s + 1, s)]
+    assert saved["data"]["consumed"] == 4 * (s + 2)  # the stream on the sampler rank, after them
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for out_dir, extra in ((cut, ["resume=true"]), (full, [])):
+        done = subprocess.run([*split, f"out_dir={out_dir}", f"steps={s + 2}", *extra], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert_same_metrics(all_metrics(cut), all_metrics(full))
