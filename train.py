@@ -199,7 +199,7 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) ->
     # what the run will hold per process, before any of it is allocated (nanogrpo/memory.py)
     longest = max(len(p) for p in encode_prompts(train_rows[:256], tokenizer, cfg))
     plan = memory.plan(cfg, memory.shape_of(AutoConfig.from_pretrained(cfg.model)), world, device.type, longest,
-                       gpu_mem=memory.device_budget(device))
+                       gpu_mem=memory.device_budget(device), sampler=not dist.SPLIT)  # split: a trainer rank holds none
     dist.print0(f"memory plan: {plan.summary()}")
     if not plan.fits:
         dist.print0("WARNING: the memory plan does not fit; `python scripts/plan_memory.py CONFIG` shows each part "

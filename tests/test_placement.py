@@ -59,6 +59,26 @@ def test_split_placement_equals_colocated(warm_model_dir, tmp_path, trainers, ex
         assert [m["staleness"] for m in metrics(tmp_path / "split") if "staleness" in m] == [0, 1, 1, 1]
 
 
+def test_the_tool_loop_on_a_sampler_rank_equals_it_colocated(tmp_path):
+    """tools = true: the tool loop and its sandbox run on the sampler rank; rollouts, tool metrics and weights are the
+    colocated run's (the sandbox's own timings aside)."""
+    tool_run = [str(ROOT / "configs" / "multiply_tools.toml"), f"model={ROOT / 'models' / 'tiny-multiply-tools'}",
+                "steps=3", "eval_every=0", "save_final=true"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for ranks, out, extra in ((1, "colocated", []), (2, "split", ["sampler_ranks=1"])):
+        launcher = [sys.executable] if ranks == 1 else \
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+        done = subprocess.run([*launcher, "train.py", *tool_run, f"out_dir={tmp_path / out}", *extra], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    volatile = (*VOLATILE, "tool_exec_seconds", "sandbox_seconds")
+    got, want = metrics(tmp_path / "split"), metrics(tmp_path / "colocated")
+    assert [{k: v for k, v in m.items() if not k.startswith(volatile)} for m in got] == \
+        [{k: v for k, v in m.items() if not k.startswith(volatile)} for m in want]
+    assert sum(m["tool_calls_mean"] for m in got) > 0, got[0]  # the tool ran
+    assert_same_weights(weights(tmp_path / "split"), weights(tmp_path / "colocated"))
+
+
 def test_split_resume_with_rollouts_in_flight_continues_exactly(warm_model_dir, tmp_path):
     """The checkpoint of step 2 holds step 3's rollouts and the stream's place, both made on the sampler rank; a
     resumed split run trains them first and goes on as the uninterrupted run."""
