@@ -28,7 +28,7 @@ the CPU (a copy through host memory per update), not over NCCL.
 
 from __future__ import annotations
 
-import pickle
+import io
 
 import torch
 
@@ -36,9 +36,12 @@ from nanogrpo import dist, parity
 
 
 def send_object(group, obj, dst: int) -> list:
-    """Send a picklable object to torchrun rank `dst` (its size, then its bytes); returns the sends in flight, which
-    hold the buffers until they are waited for."""
-    data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+    """Send an object to torchrun rank `dst` (its size, then its bytes); returns the sends in flight, which hold the
+    buffers until they are waited for. Serialised as a checkpoint's rank files are (torch.save): these are the run's
+    own objects, between its own ranks, never a dataset's bytes."""
+    out = io.BytesIO()
+    torch.save(obj, out)
+    data = torch.frombuffer(bytearray(out.getbuffer()), dtype=torch.uint8)
     size = torch.tensor([len(data)], dtype=torch.int64)
     return [(group.send([size], dst, 0), size), (group.send([data], dst, 0), data)]
 
@@ -48,7 +51,7 @@ def recv_object(group, src: int):
     group.recv([size], src, 0).wait()
     data = torch.empty(int(size), dtype=torch.uint8)
     group.recv([data], src, 0).wait()
-    return pickle.loads(data.numpy().tobytes())
+    return torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=False)
 
 
 def wait(sends: list) -> None:
