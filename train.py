@@ -97,9 +97,8 @@ class Setup(NamedTuple):
     rank: int
     start: int  # the first step: 0, or the resumed checkpoint's
     stream: data.PromptStream  # this rank's prompts, resumable
-    sampling: pipeline.Rollouts  # each step's rollouts, sampled now or ahead (async_steps)
+    sampling: pipeline.Rollouts | placement.Remote  # each step's rollouts: sampled now or ahead, or by a sampler rank
     tokenizer: object
-    prefilled_think: bool  # the prompt ends with "<think>" (R1-Distill chat templates): the format reward must know
     policy: M.Policy
     ref: object  # the frozen reference when beta > 0, else None
     optimizer: torch.optim.Optimizer
@@ -194,8 +193,7 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) ->
 
     # --- data, model, optimizer, sampler: every input is checked before the first step ---
     inputs = load_inputs(cfg)
-    train_rows, eval_rows, tokenizer, prefilled_think = (inputs.train_rows, inputs.eval_rows, inputs.tokenizer,
-                                                         inputs.prefilled_think)
+    train_rows, eval_rows, tokenizer = inputs.train_rows, inputs.eval_rows, inputs.tokenizer
     # what the run will hold per process, before any of it is allocated (nanogrpo/memory.py)
     longest = max(len(p) for p in encode_prompts(train_rows[:256], tokenizer, cfg))
     plan = memory.plan(cfg, memory.shape_of(AutoConfig.from_pretrained(cfg.model)), world, device.type, longest,
@@ -260,7 +258,7 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) ->
     dist.print0(f"world size {world} | device {device} | {len(train_rows)} train / {len(eval_rows)} held-out rows"
                 + (f" | resumed from {resume_from}" if resume_from else ""))
     logger = Logger(cfg.out_dir, cfg.steps, start, cfg.wandb_project, cfg.wandb_run_name, vars(cfg))
-    return Setup(rank, start, stream, sampling, tokenizer, prefilled_think, policy, ref, optimizer, scheduler, sampler,
+    return Setup(rank, start, stream, sampling, tokenizer, policy, ref, optimizer, scheduler, sampler,
                  behaviour, gap_gate, logger, evaluations)
 
 
@@ -310,7 +308,7 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitSta
     device = dist.init(cfg.device, cfg.cpu_allocator, cfg.sampler_ranks)  # with sampler_ranks: each side its own group
     if dist.SPLIT and dist.SPLIT.sampler:  # split placement: this rank only samples
         return serve_samples(cfg, closing, device)
-    (rank, start, stream, sampling, tokenizer, prefilled_think, policy, ref, optimizer, scheduler, sampler, behaviour,
+    (rank, start, stream, sampling, tokenizer, policy, ref, optimizer, scheduler, sampler, behaviour,
      gap_gate, logger, evaluations) = setup(cfg, closing, device)
     results = {}
     if evaluations and start == 0:

