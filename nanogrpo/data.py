@@ -2,7 +2,7 @@
 
 Math row: {"problem": str, "answer": str}. Code rows (the unified code schema) pass through untouched.
 A row that cannot be normalised stops the run before any compute, naming the file, line and field; so does a
-gold that `gold_check` refuses (train.py and eval.py pass `rewards.gold_error` where the math reward scores).
+gold that `gold_check` refuses (train.py and eval.py pass `answer.gold_error` where the math reward scores).
 
 The built-in tasks (arithmetic, word_problems, word_problems_large, multiply: nanogrpo/tasks/) need no files.
 """

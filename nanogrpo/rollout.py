@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nanogrpo import data, grpo, rewards, tools
+from nanogrpo import answer, data, grpo, rewards, tools
 from nanogrpo.sampler import Completion, Sampler, SamplingParams, TorchSampler
 from nanogrpo.tasks import TASKS
 
@@ -78,7 +78,7 @@ def row_kind(cfg) -> tuple[str, object]:
     reader where math-verify judges (a gold it cannot read stops the load naming the row, not None every step)."""
     verifier = task_verifier(cfg)
     kind = {"code": "code", None: "auto"}.get(verifier, "math")
-    return kind, (rewards.gold_error if verifier in ("math", None) else None)
+    return kind, (answer.gold_error if verifier in ("math", None) else None)
 
 
 def task_template(cfg, tokenizer, row: dict) -> str:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from nanogrpo.data import DataError, load_rows
-from nanogrpo.rewards import gold_error
+from nanogrpo.answer import gold_error
 from nanogrpo.rewards import math_reward, math_rewards
 
 E_GOLD = r"1 - \frac{1}{\mathrm{e}}"
@@ -190,7 +190,7 @@ def test_math_names_are_not_prose():
 
 
 def test_rewrites_are_linear_on_policy_text():
-    from nanogrpo.rewards import _answer_latex
+    from nanogrpo.answer import _answer_latex
 
     nasty = [r"1\,000" * 200_000, "\\boxed{" * 100_000, "\\boxed{" + "x = 1 \\pm 2, " * 100_000 + "}",
              "$" * 500_000, "(" * 300_000 + "\\pm" + ")" * 300_000]
@@ -201,7 +201,7 @@ def test_rewrites_are_linear_on_policy_text():
 
 
 def test_readers_say_which_kind_of_gold():
-    from nanogrpo.rewards import gold_error, read_gold
+    from nanogrpo.answer import gold_error, read_gold
 
     assert read_gold("no") == ("prose", "no")
     assert read_gold(r"\text{Forty  Two}") == ("prose", "forty two")

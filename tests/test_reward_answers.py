@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from nanogrpo.rewards import final_text, math_rewards, number_gold_error, number_reward
+from nanogrpo.answer import final_text, number_gold_error
+from nanogrpo.rewards import math_rewards, number_reward
 
 THINK_DRAFT = "<think>maybe \\boxed{204}</think> The answer is 205."
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nanogrpo import rewards
+from nanogrpo import answer, rewards
 from nanogrpo.rewards import exact_reward, format_reward, math_reward, math_rewards, score_batch
 
 MATH500 = Path(__file__).resolve().parents[1] / "data" / "benchmarks" / "math500.jsonl"  # committed
@@ -87,7 +87,7 @@ def test_pathological_expression_times_out_as_zero_and_pool_recovers():
 
 
 def test_dead_worker_is_none_not_zero(monkeypatch):
-    pool = rewards._pool()
+    pool = answer._pool()
     assert math_reward("\\boxed{1}", "1") == 1.0  # make sure worker 0 is up
     for i, p in enumerate(pool.procs):
         if p is not None:
@@ -105,7 +105,7 @@ def test_dead_worker_is_none_not_zero(monkeypatch):
 def test_worker_killed_mid_item_is_none():
     import threading
 
-    pool = rewards._pool()
+    pool = answer._pool()
     out = {}
     t = threading.Thread(target=lambda: out.update(r=math_rewards(["\\boxed{9^{9^{9^{9}}}}"], ["3"], timeout_s=60)))
     t.start()

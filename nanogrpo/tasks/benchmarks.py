@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from nanogrpo import data, hub, rewards
+from nanogrpo import answer, data, hub
 from nanogrpo.data import MATH_TEMPLATE
 from nanogrpo.tasks import convert
 
@@ -176,7 +176,7 @@ def load_math_rows(source: Path | HubSource, kind: str = "math") -> list[dict]:
                                 "in --tasks)")
     else:
         records = data.read_records(str(source))
-    check = rewards.number_gold_error if kind == "number" else rewards.gold_error  # the scoring reward reads every gold
+    check = answer.number_gold_error if kind == "number" else answer.gold_error  # the scoring reward reads every gold
     rows = data.normalise_rows(records, "math", str(source), verbose=False, gold_check=check)
     for i, (row, (_, rec)) in enumerate(zip(rows, records)):
         row["id"] = str(rec.get("unique_id", rec.get("id", rec.get("idx", i))))
