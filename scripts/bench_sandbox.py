@@ -3,6 +3,7 @@
     python scripts/bench_sandbox.py            # quick: 120 executions per cell, 200 programs at 4x
     python scripts/bench_sandbox.py --full     # 400 per cell, 1,000 correct programs at 4x oversubscription
     python scripts/bench_sandbox.py --rss      # trainer memory: peak RSS over one 64 x 8 code step (see rss_step)
+    python scripts/bench_sandbox.py --humaneval [--group 8]   # assert mode: HumanEval's 164 reference solutions
 
 For each concurrency (1, cores, 2x cores) the backends run the same program in alternating rounds,
 so load from other processes hits them alike; the table gives executions/s, p50/p99 latency and the
@@ -90,6 +91,34 @@ def rss_step(prompts: int, group: int, tests: int, mb: float) -> None:
           f"{peak_rss_mb():.0f} MB after")
 
 
+def humaneval(group: int, concurrency: int) -> int:
+    """Assert mode as the trainer meets it: HumanEval's 164 reference solutions, each `group` times in a row (a
+    prompt's completions arrive together), judged through one pool. Prints the wall time, the sandbox executions
+    per solution and how many passed. Runs against whichever checkout holds this script."""
+    from nanogrpo.sandbox import pool as pool_module
+    from nanogrpo.tasks.convert import load_humaneval
+
+    problems = [p for p in load_humaneval() for _ in range(group)]
+    execs = [0]
+    real_exec = pool_module.Session.exec
+
+    async def counted(self, spec):
+        execs[0] += 1
+        return await real_exec(self, spec)
+
+    pool_module.Session.exec = counted
+    pool = SandboxPool(concurrency=concurrency).start()
+    t = time.perf_counter()
+    verdicts = judge_many([p["solution"] for p in problems], problems, pool=pool)
+    wall = time.perf_counter() - t
+    pool.close()
+    passed = sum(v is not None and v.reward == 1.0 for v in verdicts)
+    print(f"HumanEval reference solutions x {group}, {concurrency} slots: {len(problems)} judged in {wall:.1f} s "
+          f"({1000 * wall / len(problems):.1f} ms each), {execs[0] / len(problems):.2f} executions each, "
+          f"{passed} passed")
+    return 0 if passed == len(problems) else 1
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--full", action="store_true", help="400 executions per cell and 1,000 programs at 4x")
@@ -99,7 +128,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rss", action="store_true", help="only the trainer-memory step (rss_step)")
     ap.add_argument("--rss-mb", type=float, default=1.0, help="MB each program prints per test")
     ap.add_argument("--rss-shape", default="64x8x10", help="prompts x completions per prompt x tests")
+    ap.add_argument("--humaneval", action="store_true", help="only assert mode: HumanEval's reference solutions")
+    ap.add_argument("--group", type=int, default=1, help="--humaneval: each solution this many times in a row")
     args = ap.parse_args(argv)
+    if args.humaneval:
+        return humaneval(args.group, os.cpu_count() or 1)
     if args.rss:
         rss_step(*(int(x) for x in args.rss_shape.split("x")), args.rss_mb)
         return 0

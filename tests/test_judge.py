@@ -280,6 +280,102 @@ def test_callable_from_inside_a_running_event_loop(pool):
     assert asyncio.run(caller()) == [1.0]
 
 
+# -- assert mode: the checks run in executions of their own, the program never next to them ------------------
+@needs_sandbox
+@pytest.mark.parametrize("name", list(A.READ_CHECKS))
+def test_a_program_that_reads_its_checks_scores_zero(pool, name):
+    """The test file in its directory, its caller's source line or bytecode, the collector, its globals, its
+    memory, its environment: all scored 1 when the checks ran in the program's process (all but the last two;
+    environment and argv never held them). A right program still passes the same problem."""
+    p = asserting(A.READ_CHECKS_TEST)
+    assert [v.reward for v in judge_many([A.READ_CHECKS[name], A.ADD_RIGHT], [p, p], pool=pool)] == [0.0, 1.0]
+
+
+@needs_sandbox
+def test_modules_planted_for_the_checks_process_are_not_imported(pool):
+    assert reward(pool, A.POISON_CHECKS, asserting()) == 0.0
+    assert reward(pool, A.ADD_RIGHT, asserting()) == 1.0  # the same slot, after the planted files
+
+
+INC = "def add(a):\n    return a + 1\n"
+INC_WRONG = "def add(a):\n    return a + 2 if a > 3 else a + 1\n"
+
+
+@needs_sandbox
+@pytest.mark.parametrize("test", [
+    # each call's argument is the last call's answer: one call per turn, 6 turns
+    "def check(candidate):\n    x = 0\n    for _ in range(6):\n        x = candidate(x)\n    assert x == 6\n",
+    # asserts a placeholder cannot pass (`not`, `is`, isinstance), then the calls after them
+    "def check(candidate):\n    assert type(candidate(1)) is int\n    assert not candidate(-1)\n"
+    "    assert isinstance(candidate(2), int)\n    assert candidate(4) == 5\n",
+    # a loop that waits for an answer to change: discovery gives up on it, the real answers end it
+    "def check(candidate):\n    r = candidate(0)\n    while r < 10:\n        r = r + 1\n    assert candidate(4) == 5\n",
+    # the checks swallow every exception around a call, the signal of an unanswered one included
+    "def check(candidate):\n    try:\n        y = candidate(4)\n    except:\n        y = 5\n    assert y == 5\n",
+    # a helper of the problem's own, from its starter code, around the calls
+    "def check(candidate):\n    assert twice(candidate(2)) == 6\n    assert candidate(twice(2)) == 5\n",
+])
+def test_assert_mode_follows_checks_whose_calls_depend_on_answers(pool, test):
+    p = {**asserting(test), "starter_code": "def twice(x):\n    return 2 * x\n"}
+    assert [v.reward for v in judge_many([INC, INC_WRONG], [p, p], pool=pool)] == [1.0, 0.0]
+
+
+@needs_sandbox
+def test_the_programs_turns_share_one_time_limit(pool):
+    """Six calls, each needing the last one's answer (six turns), 0.5 s of CPU each, under a 2 s limit: a timeout,
+    as in one execution; the same calls made at once pass."""
+    spin = "import time\ndef add(a):\n    t = time.process_time()\n    while time.process_time() - t < 0.5:\n" \
+           "        pass\n    return a + 1\n"
+    chained = asserting("def check(candidate):\n    x = 0\n    for _ in range(6):\n        x = candidate(x)\n")
+    at_once = asserting("def check(candidate):\n    assert [candidate(x) for x in range(3)] == [1, 2, 3]\n")
+    vs = judge_many([spin, spin], [chained, at_once], pool=pool)
+    assert [(v.reward, v.status) for v in vs] == [(0.0, "timeout"), (1.0, "passed")]
+
+
+@needs_sandbox
+def test_assert_mode_without_calls_still_loads_the_program(pool):
+    """Checks that never call the program pass it only if it loads; checks that fail on their own fail all."""
+    never = asserting("def check(candidate):\n    assert 1 + 1 == 2\n")
+    broken = asserting("def check(candidate):\n    assert 1 / 0\n    assert candidate(1, 2) == 3\n")
+    vs = judge_many([A.ADD_RIGHT, "raise ValueError\n" + A.ADD_RIGHT, A.ADD_RIGHT], [never, never, broken], pool=pool)
+    assert [(v.reward, v.status) for v in vs] == [(1.0, "passed"), (0.0, "runtime_error"), (0.0, "wrong_answer")]
+
+
+@needs_sandbox
+def test_assert_mode_rows_in_the_other_forms(pool):
+    """A Code-R1 functional row (a Solution method; its trailing check(...) call named the entry point) and checks
+    that call the function by name as well as through `candidate` (HumanEval/33, MBPP-style asserts)."""
+    from nanogrpo.tasks.convert import from_code_r1
+
+    functional = "def check(candidate):\n    assert candidate([1, 9]) == [2, 0]\n\ncheck(Solution().plusOne)\n"
+    row = from_code_r1({"id": "r", "prompt": "p", "reward_model": {"ground_truth": json.dumps({"functional": functional})}})
+    right = ("class Solution:\n    def plusOne(self, d):\n        n = int(''.join(map(str, d))) + 1\n"
+             "        return [int(c) for c in str(n)]\n")
+    by_name = asserting("def check(candidate):\n    assert add(1, 2) == 3\n    assert candidate(2, 2) == 4\n")
+    vs = judge_many([right, right.replace("+ 1", "+ 2"), A.ADD_RIGHT, "def add(a, b):\n    return 3\n"],
+                    [row, row, by_name, by_name], pool=pool)
+    assert [v.reward for v in vs] == [1.0, 0.0, 1.0, 0.0]
+
+
+@needs_sandbox
+def test_the_checks_first_calls_are_found_once_per_problem(pool, monkeypatch):
+    """A group of 8 programs for one problem: one execution finds the checks' first calls, then two per program
+    (the program on them, the checks on its answers); the others wait for the first instead of finding them too."""
+    from nanogrpo.sandbox import pool as pool_module
+
+    execs, real = [], pool_module.Session.exec
+
+    async def counted(self, spec):
+        execs.append(spec.argv[-1])
+        return await real(self, spec)
+
+    monkeypatch.setattr(pool_module.Session, "exec", counted)
+    p = asserting(ADD_TEST + "# a problem of its own\n")
+    vs = judge_many([A.ADD_RIGHT] * 7 + ["def add(a, b):\n    return a * b\n"], [p] * 8, pool=pool)
+    assert [v.reward for v in vs] == [1.0] * 7 + [0.0]
+    assert sorted(execs) == ["calls"] * 8 + ["checks"] * 9
+
+
 @needs_sandbox
 def test_assert_mode_tolerates_a_trailing_check_call_in_the_tests(pool):
     p = asserting(ADD_TEST + "\ncheck(add)\n")

@@ -94,6 +94,28 @@ def test_e2b_backend_judges_like_local(fake):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the fake runs the runner as root")
+def test_e2b_backend_judges_assert_mode_without_showing_the_checks(fake):
+    """Assert mode on E2B: the checks' request file is gone before the program's execution, which scans its
+    directory and /tmp (where E2B keeps the runner's requests) for the checks. One slot: the fake's slots share
+    this machine's /tmp, where E2B's are separate machines. Numbers found nowhere else on this machine."""
+    import glob
+
+    from helpers import attacks as A
+
+    a, b = 7919, 104723
+    p = A.asserting(f"def check(candidate):\n    assert candidate({a}, {b}) == {a + b}\n" + "#" * 600 + "\n")
+    pool = SandboxPool("e2b", concurrency=1, backoff_s=0.01, allow_unsandboxed=True, sandbox_class=fake,
+                       python="python3")
+    try:
+        vs = judge_many([A.ADD_RIGHT, "def add(a, b):\n    return a * b\n",
+                         A.READ_CHECKS["the test file in its directory (and /tmp, /proc/self/cwd)"]], [p] * 3, pool=pool)
+    finally:
+        pool.close()
+    assert [v.reward for v in vs] == [1.0, 0.0, 0.0]
+    assert not glob.glob(os.path.join(fake.base, "*", "tmp", "nanogrpo", "req-*.json"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the fake runs the runner as root")
 def test_e2b_error_is_retried_and_the_sandbox_recycled(fake):
     pool = make_pool(fake, retries=2)
     try:

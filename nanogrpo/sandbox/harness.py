@@ -2,16 +2,20 @@
 
 The program never decides its own verdict. Its return values are encoded here into tagged JSON that
 holds only plain builtin values (a custom class with `__eq__` cannot be encoded), printed after a
-marker, and compared outside the sandbox. `assert` tests (HumanEval `check(candidate)`) run twice:
-`record` runs the program under the checks and logs every candidate call and its encoded result;
-`replay` runs the same trusted checks in a fresh sandbox WITHOUT the program, answering each call
-from the log: its value or its exception's builtin type, and the state it left its arguments in. Only
-the replay's outcome counts, so `exit(0)`, a custom `__eq__`, printing "passed" or patching `assert`
-inside the program changes nothing.
+marker, and compared outside the program's process. `assert` tests (HumanEval `check(candidate)`) never run
+next to the program: the program and the checks take turns in separate executions, and only plain data
+passes between them, through the judge. `calls` runs the program on a list of the checks' calls (their
+arguments only) and logs each one's value or exception and the state it left its arguments in; `checks` runs
+the trusted checks WITHOUT the program, answering each call from that log (the value, the exception's builtin
+type, the arguments' state after the call). A call with no answer yet ends that strict run; the same checks
+then run again without raising on a failed assert, answered calls answered and unanswered ones given a
+placeholder (`Pending`) that gets past most expressions, to list every call they would make next: the judge
+runs those on the program and the checks again, until the checks run to the end on answers alone. So the
+program's files, frames and memory hold the checks' arguments, never their expected values or code.
 
     python3 -I harness.py call     (files: solution.py, call.json {"fn_name", "args"})
-    python3 -I harness.py record   (files: solution.py, test.py, entry.json {"entry_point"})
-    python3 -I harness.py replay   (files: starter.py, test.py, entry.json, record.json)
+    python3 -I harness.py calls    (files: solution.py, calls.json {"entry_point", "calls": [key, ...]})
+    python3 -I harness.py checks   (files: starter.py, test.py, entry.json, answers.json {"answers"})
 """
 import builtins
 import json
@@ -91,14 +95,14 @@ def load(name):
         return f.read()
 
 
-def load_checks(path):
+def checks_tree(path):
     """Test code without top-level `check(...)` calls (some datasets append one): the harness calls it."""
     import ast
 
     tree = ast.parse(load(path))
     tree.body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
                                               and getattr(n.value.func, "id", None) == "check")]
-    return compile(tree, path, "exec")
+    return tree
 
 
 def run_module(path, ns=None):
@@ -177,60 +181,140 @@ def assign(obj, new):
         obj.update(new)
 
 
-def main_record():
-    entry = json.loads(load("entry.json"))["entry_point"]
-    ns = run_module("solution.py")
-    exec(load_checks("test.py"), ns)  # HumanEval: tests see the prompt's helpers
-    fn, check, calls = find_callable(ns, entry), ns["check"], []
-
-    def candidate(*args, **kwargs):
-        key = call_key(args, kwargs)  # before the call: the program may mutate its arguments
-        state = random.getstate()     # the program's own randomness must not shift the checks'
+def main_calls():
+    """The program's execution: its function on each of the checks' calls, in order. Each call gets its own
+    copy of its arguments, decoded from the call's key; their state after it goes back only if it changed."""
+    spec = json.loads(load("calls.json"))
+    fn, results = find_callable(run_module("solution.py"), spec["entry_point"]), []
+    for key in spec["calls"]:
+        args, kwargs = (decode(x) for x in json.loads(key))
         try:
             out = {"value": encode(fn(*args, **kwargs))}
-        except Exception as e:  # noqa: BLE001  recorded; replay raises the same builtin type in its place
+        except Exception as e:  # noqa: BLE001  recorded; the checks see the same builtin type raised
             out = {"error": builtin_error(e)}
-        random.setstate(state)
         try:
             after = call_key(args, kwargs)
         except TypeError:  # the program left a value in the arguments that cannot be judged
             out, after = {"error": "TypeError"}, key
-        if after != key:  # side effects on the arguments: the replay gives them to the checks' objects
+        if after != key:  # side effects on the arguments: the checks' own objects take them
             out["after"] = after
-        calls.append([key, out])
-        return answer(out, args, kwargs)
-
-    if entry in ns:  # some checks call the function by name too (HumanEval/33): record those calls
-        ns[entry] = candidate
-    random.seed(0)
-    try:
-        check(candidate)
-    except BaseException:  # noqa: BLE001  this run's verdict is not trusted; the replay decides
-        pass
-    emit({"calls": calls})
+        results.append(out)
+    emit({"results": results})
 
 
-def main_replay():
-    entry = json.loads(load("entry.json"))["entry_point"]
-    record = json.loads(load("record.json"))["calls"]
+class Unanswered(BaseException):
+    """A call the answers do not cover ends the strict run (a BaseException: `except Exception` in the checks
+    must not swallow it)."""
+
+
+# Discovery stops once the unanswered calls' arguments pass this many characters (half the default output
+# cap: the list must reach the judge), or after this many operations on placeholders (a loop that waits for
+# one to change would never end).
+MAX_NEED_CHARS, MAX_PENDING_OPS = 4 << 20, 100_000
+
+
+class Pending:
+    """What an unanswered call returns while discovering: equal to, less and greater than anything, true,
+    empty, zero as a number, itself under arithmetic, indexing, attributes and calls. Only what the checks do
+    with it decides which calls they make next; no verdict is ever read from a run that used one."""
+    ops = 0
+
+    def _op(self, *args, **kwargs):
+        Pending.ops += 1
+        if Pending.ops > MAX_PENDING_OPS:
+            raise Unanswered
+        return self
+
+    def _as(value):
+        def op(self, *args):
+            self._op()
+            return value
+        return op
+
+    __bool__, __contains__ = _as(True), _as(True)
+    __len__, __int__, __index__, __float__, __complex__ = _as(0), _as(0), _as(0), _as(0.0), _as(0j)
+    __str__ = __repr__ = __format__ = _as("?")
+    __hash__ = object.__hash__
+    __getattr__ = __call__ = __getitem__ = __round__ = __neg__ = __pos__ = __abs__ = __invert__ = _op
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _op
+    del _as
+
+    def __iter__(self):
+        self._op()
+        return iter(())
+
+
+for _name in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift".split():
+    setattr(Pending, f"__{_name}__", Pending._op)
+    setattr(Pending, f"__r{_name}__", Pending._op)
+
+
+def soft_checks(path):
+    """The checks with every `assert` an expression only: discovery goes past the asserts a placeholder fails."""
+    import ast
+
+    class Soft(ast.NodeTransformer):
+        def visit_Assert(self, node):
+            return ast.copy_location(ast.Expr(self.visit(node.test)), node)
+
+    return ast.fix_missing_locations(Soft().visit(checks_tree(path)))
+
+
+def run_checks(entry, answers, strict, need):
+    """One run of the checks from the start: each call answered from `answers` in order (the i-th call with
+    some arguments gets the i-th answer logged for them); an unanswered one is added to `need`, then ends a
+    strict run or gets a placeholder."""
+    queues: dict = {}
+    size = [0]
+    for key, out in answers:
+        queues.setdefault(key, []).append(out)
+
+    def candidate(*args, **kwargs):
+        try:
+            key = call_key(args, kwargs)
+        except TypeError:
+            if strict:  # the checks passed a value no program could be called with: they fail
+                raise
+            return Pending()  # arguments made of placeholders: their answers come first
+        queue = queues.get(key)
+        if queue:
+            return answer(queue.pop(0), args, kwargs)
+        need.append(key)
+        size[0] += len(key)
+        if strict or size[0] >= MAX_NEED_CHARS:
+            raise Unanswered
+        return Pending()
+
     ns = {"__name__": "__solution__", "__builtins__": builtins}
     run_module("starter.py", ns)  # trusted problem text (helpers the checks use), not the program
-    exec(load_checks("test.py"), ns)
-    answers: dict = {}
-    for key, out in record:
-        answers.setdefault(key, []).append(out)
-
-    def replay(*args, **kwargs):
-        queue = answers.get(call_key(args, kwargs))
-        if not queue:
-            raise AssertionError("the program was never called with these arguments")
-        return answer(queue.pop(0), args, kwargs)
-
-    ns[entry] = replay
+    exec(compile(checks_tree("test.py") if strict else soft_checks("test.py"), "test.py", "exec"), ns)
+    ns[entry] = candidate  # some checks call the function by name too (HumanEval/33)
     random.seed(0)
-    ns["check"](replay)
-    emit({"passed": True})
+    ns["check"](candidate)
+
+
+def main_checks():
+    """The checks' execution: {"passed": true} when they run to the end on the answers alone; {"need": [key, ...]}
+    when they make calls the answers do not cover; an exception (exit status 1) when they fail before that."""
+    entry = json.loads(load("entry.json"))["entry_point"]
+    answers = json.loads(load("answers.json"))["answers"]
+    need: list = []
+    try:
+        run_checks(entry, answers, True, need)
+    except Unanswered:
+        pass
+    except BaseException:
+        if not need:  # failed on answers alone: the verdict
+            raise
+    if not need:
+        emit({"passed": True})
+    need.clear()
+    try:
+        run_checks(entry, answers, False, need)
+    except BaseException:  # noqa: BLE001  discovery ends wherever the placeholders cannot get past
+        pass
+    emit({"need": need})
 
 
 if __name__ == "__main__":
-    {"call": main_call, "record": main_record, "replay": main_replay}[sys.argv[1]]()
+    {"call": main_call, "calls": main_calls, "checks": main_checks}[sys.argv[1]]()

@@ -7,16 +7,20 @@ Output that cannot be decoded or compared is a wrong answer (0); None is only fo
 Each test is judged on its whole output, in time linear in it; the Verdict keeps an excerpt
 (`kept_output_chars`).
 """
+import asyncio
+import hashlib
 import json
 import math
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 
 from .harness import MARK
 from .types import ExecResult, ExecSpec, Limits, Verdict
 
-HARNESS_SRC = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness.py")).read()
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness.py")) as _f:
+    HARNESS_SRC = _f.read()
 LANGUAGES = ("python", "javascript", "cpp")
 MODES = ("stdio", "call", "assert")
 
@@ -284,24 +288,98 @@ async def judge(session, code: str | None, problem: dict, opts: JudgeOptions | N
     return _reward(results, len(tests), opts)
 
 
-async def _judge_assert(session, code, problem, lim, opts) -> ExecResult:
-    test = problem["tests"][0]["input"]  # assert mode: the test code (defines check(candidate))
-    entry = json.dumps({"entry_point": problem["fn_name"]})
-    rec = await session.exec(ExecSpec([opts.python, "-I", "harness.py", "record"],
-                                      {"harness.py": HARNESS_SRC, "solution.py": code, "test.py": test,
-                                       "entry.json": entry}, "", lim))
-    payload = harness_payload(rec)
+# -- assert mode: the program and the checks take turns, in separate executions (harness.py) ----------------
+MAX_ROUNDS = 16  # program / checks turns (a call that depends on an earlier answer needs one more);
+                 # each of HumanEval's reference solutions needs one
+FIRST_CALLS_BYTES = 32 << 20  # what the judge keeps of the checks' first calls, over all problems
+_first_calls: "OrderedDict[str, str]" = OrderedDict()  # digest of the checks -> JSON list of their first calls
+_first_calls_bytes = [0]
+_finding: dict = {}  # (event loop, digest) -> a future done when a turn looking for the first calls ends
+
+
+async def _checks_turn(session, checks: dict, answers: str, lim: Limits, opts: JudgeOptions):
+    """Run the trusted checks on the answers so far (JSON), without the program: (result, "passed" | [calls] |
+    None: they failed)."""
+    res = await session.exec(ExecSpec([opts.python, "-I", "harness.py", "checks"],
+                                      {**checks, "answers.json": answers}, "", lim, clean=True))
+    payload = harness_payload(res) or {}
+    if payload.get("passed") is True:
+        return res, "passed"
+    need = payload.get("need")
+    ok = isinstance(need, list) and need and all(isinstance(k, str) for k in need)
+    return res, need if ok else None
+
+
+async def _first_turn(session, checks: dict, lim: Limits, opts: JudgeOptions):
+    """The calls the checks make before any answer: ([their execution], calls), or None for calls when the checks
+    fail with no program at all. Found once per problem: they are the same for every program, and a group's
+    programs arrive together (the first finds them, the others wait for it)."""
+    digest = hashlib.sha256(json.dumps([checks["starter.py"], checks["test.py"], checks["entry.json"]]).encode()
+                            ).hexdigest()
+    key = (asyncio.get_running_loop(), digest)
+    if key in _finding:
+        await asyncio.shield(_finding[key])
+    if digest in _first_calls:
+        _first_calls.move_to_end(digest)
+        return [], json.loads(_first_calls[digest])
+    _finding[key] = mine = asyncio.get_running_loop().create_future()
     try:
-        record = None if payload is None else json.dumps(payload)
-    except (ValueError, RecursionError):  # the program shaped this log: one it breaks is its loss
-        record = None
-    if record is None:
-        return rec if rec.status != "ok" else replace(rec, status="runtime_error")
-    # The replay runs the trusted checks on the recorded plain values, without the program.
-    rep = await session.exec(ExecSpec([opts.python, "-I", "harness.py", "replay"],
-                                      {"harness.py": HARNESS_SRC, "starter.py": problem.get("starter_code", ""),
-                                       "test.py": test, "entry.json": entry, "record.json": record},
-                                      "", lim, clean=True))
-    ok = rep.status == "ok" and (harness_payload(rep) or {}).get("passed") is True
-    return replace(rec, status="passed" if ok else "wrong_answer",
-                   time_s=rec.time_s + rep.time_s, cpu_s=rec.cpu_s + rep.cpu_s)
+        res, need = await _checks_turn(session, checks, '{"answers": []}', lim, opts)
+    finally:
+        if _finding.get(key) is mine:
+            del _finding[key]
+        mine.set_result(None)
+    if need is None:
+        return [res], None
+    need = [] if need == "passed" else need  # no call at all: the program must still load
+    text = json.dumps(need)
+    _first_calls_bytes[0] += len(text) - len(_first_calls.pop(digest, ""))  # two may have looked at once
+    _first_calls[digest] = text
+    while _first_calls_bytes[0] > FIRST_CALLS_BYTES:
+        _first_calls_bytes[0] -= len(_first_calls.popitem(last=False)[1])
+    return [res], need
+
+
+def _left(lim: Limits, used_s: float, opts: JudgeOptions) -> Limits:
+    """What is left of the time limit after `used_s` CPU seconds in earlier turns."""
+    left = lim.cpu_s - used_s
+    return replace(lim, cpu_s=left, wall_s=opts.wall_factor * left + 1)
+
+
+async def _judge_assert(session, code, problem, lim, opts) -> ExecResult:
+    """The checks never run next to the program: each turn runs the program on the calls the checks need, then
+    the checks on every answer so far; passed when they run to the end on answers alone. Every execution starts
+    in an emptied directory, so the program never finds the test file or anything the checks left. The
+    program's turns share one time limit, as its calls did in one execution; so do the checks' turns."""
+    checks = {"harness.py": HARNESS_SRC, "starter.py": problem.get("starter_code") or "",
+              "test.py": problem["tests"][0]["input"], "entry.json": json.dumps({"entry_point": problem["fn_name"]})}
+    runs, need = await _first_turn(session, checks, lim, opts)
+    answers: list = []
+    status, prog, used = "wrong_answer", runs[0] if runs else None, [0.0, 0.0]  # CPU s: program, checks
+    for _ in range(MAX_ROUNDS if need is not None else 0):
+        if max(used) >= lim.cpu_s:
+            status = "timeout"
+            break
+        calls = json.dumps({"entry_point": problem["fn_name"], "calls": need})
+        prog = await session.exec(ExecSpec([opts.python, "-I", "harness.py", "calls"],
+                                           {"harness.py": HARNESS_SRC, "solution.py": code, "calls.json": calls},
+                                           "", _left(lim, used[0], opts), clean=True))
+        runs.append(prog)
+        used[0] += prog.cpu_s
+        results = (harness_payload(prog) or {}).get("results")
+        if not (isinstance(results, list) and len(results) == len(need) and all(isinstance(r, dict) for r in results)):
+            status = prog.status if prog.status != "ok" else "runtime_error"  # exited 0 before the harness answered
+            break
+        answers += [[k, r] for k, r in zip(need, results)]
+        try:
+            text = json.dumps({"answers": answers})
+        except (ValueError, RecursionError):  # the program shaped these values: ones that break are its loss
+            status = "runtime_error"
+            break
+        res, need = await _checks_turn(session, checks, text, _left(lim, used[1], opts), opts)
+        runs.append(res)
+        used[1] += res.cpu_s
+        if need in ("passed", None):
+            status = "passed" if need == "passed" else "wrong_answer"
+            break
+    return replace(prog, status=status, time_s=sum(r.time_s for r in runs), cpu_s=sum(r.cpu_s for r in runs))

@@ -629,6 +629,157 @@ RAISES_CHECK = ("def check(candidate):\n    try:\n        candidate(-1)\n    exc
 RAISES = "def add(a):\n    if a < 0:\n        raise ValueError('negative')\n    return int(a ** 0.5)\n"
 
 
+# -- assert mode: programs that read the checks instead of computing (add(a, b) under ADD_TEST) -----------
+# Each returns the expected value it found, or 12345 (wrong) where it found none: scoring 1 means it read them.
+# The checks padded to 8 KB (HumanEval's are 0.1 to 1.8 KB): text that large is not in the small-object
+# allocator, whose freed blocks are soon reused, so the memory scan finds it every time, not sometimes.
+READ_CHECKS_TEST = "# " + "checks padded to a size " * 340 + "\n" + ADD_TEST
+_FROM_SOURCE = """
+import ast
+def _from_source(src, args):
+    # the right side of `candidate(*args) == EXPECTED` anywhere in the checks' source
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Call) and len(node.comparators) == 1:
+            try:
+                if [ast.literal_eval(a) for a in node.left.args] == list(args):
+                    return ast.literal_eval(node.comparators[0])
+            except ValueError:
+                pass
+"""
+_FROM_CODE = """
+import dis
+def _from_code(code, args):
+    # the same in compiled checks: LOAD candidate, the argument constants, CALL, LOAD_CONST expected, COMPARE_OP
+    ins = list(dis.get_instructions(code))
+    for k, i in enumerate(ins):
+        if i.opname.startswith('LOAD') and i.argval == 'candidate':
+            consts = []
+            for n, j in enumerate(ins[k + 1:], k + 1):
+                if j.opname == 'LOAD_CONST':
+                    consts.append(j.argval)
+                elif j.opname.startswith('CALL'):
+                    if tuple(consts) == tuple(args) and ins[n + 1].opname == 'LOAD_CONST':
+                        return ins[n + 1].argval
+                    break
+"""
+READ_CHECKS = {
+    # the test file in its working directory, or any file it can reach that holds `def check`
+    "the test file in its directory (and /tmp, /proc/self/cwd)": """
+import os, re
+def add(a, b):
+    want = re.compile(r'candidate\\(' + re.escape(f'{a}, {b}') + r'\\) == (-?\\d+)')  # in source or in JSON
+    for top in ('.', '/proc/self/cwd', '/tmp'):
+        for root, dirs, files in os.walk(top):
+            for name in files:
+                try:
+                    with open(os.path.join(root, name), errors='replace') as f:
+                        m = want.search(f.read(1 << 22))
+                except OSError:
+                    continue
+                if m:
+                    return int(m.group(1))
+    return 12345
+""",
+    # the caller's source line, through the stack frames and linecache
+    "the caller's source line (stack frame, linecache)": _FROM_SOURCE + """
+import linecache, sys
+def add(a, b):
+    f = sys._getframe(1)
+    while f is not None:
+        line = linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
+        if 'candidate' in line:
+            got = _from_source(line, (a, b))
+            if got is not None:
+                return got
+        f = f.f_back
+    return 12345
+""",
+    # the caller's bytecode: the constant compared right after the call it is in
+    "the caller's bytecode (stack frames, no file)": """
+import dis, sys
+def add(a, b):
+    f = sys._getframe(1)
+    while f is not None:
+        after = [i for i in dis.get_instructions(f.f_code) if i.offset > f.f_lasti]
+        for i, j in zip(after, after[1:]):
+            if j.opname.startswith('CALL'):
+                break
+            if i.opname == 'LOAD_CONST' and j.opname == 'COMPARE_OP':
+                return i.argval
+        f = f.f_back
+    return 12345
+""",
+    # every function the collector knows, its code searched for the call
+    "gc scan for the checks' function": _FROM_CODE + """
+import gc
+def add(a, b):
+    for o in gc.get_objects():
+        if type(o).__name__ == 'function' and o.__name__ == 'check':
+            got = _from_code(o.__code__, (a, b))
+            if got is not None:
+                return got
+    return 12345
+""",
+    # the checks defined in the program's own module namespace
+    "its own globals (the checks' namespace)": _FROM_CODE + """
+def add(a, b):
+    check = globals().get('check')
+    got = check and _from_code(check.__code__, (a, b))
+    return 12345 if got is None else got
+""",
+    # the checks' text anywhere in its own memory, even after the string was freed
+    "memory scan for the checks' text (/proc/self/maps)": """
+import ctypes, re
+def add(a, b):
+    want = re.compile(rb'candidate\\(' + re.escape(f'{a}, {b}'.encode()) + rb'\\) == (-?\\d+)')
+    with open('/proc/self/maps') as maps:
+        regions = [line.split() for line in maps]
+    for r in regions:
+        lo, hi = (int(x, 16) for x in r[0].split('-'))
+        # readable heap and anonymous memory (the [vvar]-like special mappings can fault when read)
+        if r[1][0] != 'r' or (len(r) > 5 and r[5] != '[heap]') or hi - lo > 1 << 28:
+            continue
+        m = want.search(ctypes.string_at(lo, hi - lo))
+        if m:
+            return int(m.group(1))
+    return 12345
+""",
+    # its environment, argv and command line (/proc/self/environ, /proc/self/cmdline)
+    "environment, argv, /proc/self/cmdline and environ": _FROM_SOURCE + """
+import os, sys
+def add(a, b):
+    texts = list(os.environ.values()) + list(sys.argv)
+    for name in ('/proc/self/cmdline', '/proc/self/environ'):
+        with open(name, 'rb') as f:
+            texts += f.read().decode('utf-8', 'replace').split('\\0')
+    for t in texts:
+        if 'candidate' in t:
+            try:
+                got = _from_source(t, (a, b))
+            except SyntaxError:
+                continue
+            if got is not None:
+                return got
+    return 12345
+""",
+}
+# Modules planted where the checks' process might import them (its directory, /tmp, $HOME), each answering
+# "passed" for it: the checks run in an emptied directory, with nothing of the program on their path.
+_PASSED_LINE = (MARK + '{"passed": true}\n').encode()
+_PASSED_MODULE = f"import os\nos.write(1, {_PASSED_LINE!r})\nos._exit(0)\n"
+POISON_CHECKS = f"""
+import os
+for top in ('.', '/tmp', os.environ.get('HOME', '.')):
+    for name in ('json', 'random', 'ast', 'math', 'sitecustomize', 'usercustomize', 'test', 'starter'):
+        try:
+            with open(os.path.join(top, name + '.py'), 'w') as f:
+                f.write({_PASSED_MODULE!r})
+        except OSError:
+            pass
+def add(a, b):
+    return 12345
+"""
+
 def asserting(test=ADD_TEST, entry="add"):
     return {"id": "a", "language": "python", "mode": "assert", "fn_name": entry, "time_limit_s": 2,
             "starter_code": f"def {entry}(a, b):\n    \"\"\"Add.\"\"\"\n", "tests": [{"input": test, "output": ""}]}
@@ -809,6 +960,10 @@ ATTACKS = [
     Attack("assert mode: a right in-place sort", [SORT_IN_PLACE], asserting(SORT_IN_PLACE_CHECK, "add"), _not_one,
            "correct"),
     Attack("assert mode: ValueError the checks expect", [RAISES], asserting(RAISES_CHECK, "add"), _not_one, "correct"),
+    *[Attack(f"assert mode: read the checks: {name}", [prog], asserting(READ_CHECKS_TEST), _not_zero, "judge")
+      for name, prog in READ_CHECKS.items()],
+    Attack("assert mode: plant modules for the checks' process (json, random, sitecustomize, ...)", [POISON_CHECKS],
+           asserting(), _not_zero, "judge"),
     Attack("multiprocessing.Pool", [MP_POOL], stdio("25"), _not_one, "correct"),
     Attack("ProcessPoolExecutor", [MP_EXECUTOR], stdio("25"), _not_one, "correct"),
     Attack("multiprocessing.Queue", [MP_QUEUE], stdio("25"), _not_one, "correct"),
