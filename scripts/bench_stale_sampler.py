@@ -32,7 +32,7 @@ import torch  # noqa: E402
 import train  # noqa: E402
 from helpers.sampler_faults import FAULTS, inject  # noqa: E402
 from nanogrpo import parity  # noqa: E402
-from nanogrpo.sampler import TorchSampler  # noqa: E402
+from nanogrpo.torch_sampler import TorchSampler  # noqa: E402
 
 NAMES = ("STALE WEIGHTS", "DTYPE", "SAMPLING", "PROMPTS", "WEIGHT NAMES", "SAMPLER", "CHUNKING / KERNELS")
 

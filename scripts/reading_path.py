@@ -28,18 +28,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import train  # noqa: E402
-from nanogrpo import dist, logprobs, sampler  # noqa: E402
+from nanogrpo import dist, logprobs, sampler, torch_sampler  # noqa: E402
 
 OURS = (str(ROOT / "train.py"), str(ROOT / "nanogrpo") + "/")
 LOOP_LINE = "for step in range("
 
 # file -> (the plain reading's functions, the fast path's functions it stands for)
 PLAIN_READINGS = {
-    str(ROOT / "nanogrpo/sampler.py"): (
+    str(ROOT / "nanogrpo/torch_sampler.py"): (
         [sampler.reference_generate, sampler._pick],
         {"sample_next", "_cdf_pick", "_nucleus_pick", "_kv_attention", "_PrefillCache.__init__", "_PrefillCache.update",
          "cpu_gemms", "_onednn_linear", "TorchSampler._forward", "TorchSampler._prefill", "TorchSampler._generate",
-         "TorchSampler._hit_stop"} | {f"KVCache.{m}" for m in vars(sampler.KVCache) if callable(vars(sampler.KVCache)[m])}),
+         "TorchSampler._hit_stop"} | {f"KVCache.{m}" for m in vars(torch_sampler.KVCache)
+                                         if callable(vars(torch_sampler.KVCache)[m])}),
     str(ROOT / "nanogrpo/logprobs.py"): (
         [logprobs.reference_logprobs],
         {"_HeadLogprobs.forward", "_HeadLogprobs.backward", "_head_logits", "chunked_logprobs"}),

@@ -118,7 +118,8 @@ def tool_accuracy(model_dir, rows: list[dict], temperature: float, seed: int = 0
     """(exact-match accuracy of the answer after the last tool output, share of answers that ran code),
     one sample per row through the real tool loop (PyTorch sampler, local sandbox)."""
     from nanogrpo import tools
-    from nanogrpo.sampler import SamplingParams, TorchSampler
+    from nanogrpo.sampler import SamplingParams
+    from nanogrpo.torch_sampler import TorchSampler
 
     cfg = tools.ToolConfig()
     sampler = tools.ToolSampler(TorchSampler(str(model_dir)), cfg, tools.make_cells(cfg))

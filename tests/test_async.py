@@ -19,7 +19,8 @@ from nanogrpo import checkpoint, data, grpo, parity, rollout
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.optim import make_optimizer
-from nanogrpo.sampler import SamplingParams, TorchSampler
+from nanogrpo.sampler import SamplingParams
+from nanogrpo.torch_sampler import TorchSampler
 
 VOLATILE = ("time_", "tokens_per_s")
 

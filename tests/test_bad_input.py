@@ -226,7 +226,7 @@ def test_eval_writes_results_whole(tiny_model_dir, math_file, tmp_path):
 @pytest.mark.parametrize("key", [f.name for f in dataclasses.fields(Config) if f.type in ("int", "float")
                                  and f.name != "seed"])  # any int seeds the generators
 def test_every_numeric_knob_has_a_range(key):
-    """A new numeric knob needs its range in config.RANGES (or its own check in validate())."""
+    """A new numeric knob needs its range beside it (`config.ranged`), or its own check in validate()."""
     with pytest.raises(ConfigError, match=key):
         load([f"{key}=-1000000"])
 

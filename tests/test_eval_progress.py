@@ -64,7 +64,8 @@ def without_time(results: dict) -> dict:
 
 
 def test_torch_sampler_progress_totals_equal_what_it_generated():
-    from nanogrpo.sampler import SamplingParams, TorchSampler
+    from nanogrpo.sampler import SamplingParams
+    from nanogrpo.torch_sampler import TorchSampler
 
     sampler = TorchSampler(MODEL, max_batch_size=3)  # several chunks: the hook is called more than once
     calls = []

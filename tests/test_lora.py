@@ -12,7 +12,8 @@ import train
 from helpers import update_check
 from nanogrpo import checkpoint, dist, grpo, lora
 from nanogrpo import model as M
-from nanogrpo.sampler import SamplingParams, TorchSampler
+from nanogrpo.sampler import SamplingParams
+from nanogrpo.torch_sampler import TorchSampler
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 RANK, ALPHA = 4, 8.0
 

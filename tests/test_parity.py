@@ -15,7 +15,7 @@ import torch
 import train
 from nanogrpo import parity
 from nanogrpo.config import ConfigError, load
-from nanogrpo.sampler import KV_ATTENTION, TorchSampler
+from nanogrpo.torch_sampler import KV_ATTENTION, TorchSampler
 
 ROOT = Path(__file__).parent.parent
 

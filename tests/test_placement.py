@@ -100,7 +100,7 @@ def test_split_resume_with_rollouts_in_flight_continues_exactly(warm_model_dir, 
 STALE_SAMPLER = """
 import os, runpy, sys
 sys.path.insert(0, os.getcwd())  # the repository: this file is not in it
-from nanogrpo.sampler import TorchSampler
+from nanogrpo.torch_sampler import TorchSampler
 TorchSampler.sync_weights = lambda self, weights: [None for _ in weights]  # takes the weights, keeps none
 sys.argv = ["train.py", *sys.argv[1:]]
 runpy.run_path("train.py", run_name="__main__")

@@ -17,7 +17,8 @@ import train
 from helpers import update_check
 from nanogrpo import dist
 from nanogrpo import model as M
-from nanogrpo.sampler import SamplingParams, TorchSampler
+from nanogrpo.sampler import SamplingParams
+from nanogrpo.torch_sampler import TorchSampler
 
 ROOT = Path(__file__).parent.parent
 HELPER = Path(__file__).parent / "helpers" / "collectives_check.py"

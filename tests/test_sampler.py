@@ -11,7 +11,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from nanogrpo.rollout import make_sampler
-from nanogrpo.sampler import Completion, SamplingParams, TorchSampler, reference_generate
+from nanogrpo.sampler import Completion, SamplingParams, reference_generate
+from nanogrpo.torch_sampler import TorchSampler
 
 PROMPTS = ["12+34=", "What is 1234 plus 5678? The answer is", "7", "99+1="]
 
@@ -478,7 +479,8 @@ def test_uniforms_are_splitmix64():
 def test_sample_next_draws_softmax_and_reports_log_softmax(V, temperature, top_p, scale):
     """sample_next's two-level CDF / top-k nucleus against the softmax itself: frequencies over 20,000 draws of one
     row (chi-square over cells of >= 100 expected draws), log-probs equal log_softmax(logits / T)."""
-    from nanogrpo.sampler import sample_next, uniforms
+    from nanogrpo.sampler import uniforms
+    from nanogrpo.torch_sampler import sample_next
 
     g = torch.Generator().manual_seed(V)
     logits = torch.randn(V, generator=g) * scale
@@ -506,7 +508,7 @@ def test_sample_next_draws_softmax_and_reports_log_softmax(V, temperature, top_p
 def test_cpu_gemms_equal_f_linear_and_repack_changed_weights(tmp_path):
     """oneDNN's packed GEMM (the private ops, torch 2.13) against F.linear; a weight changed in place is packed
     again; outside the block the modules are plain again (nanogrpo/parity.py needs the trainer's kernels)."""
-    from nanogrpo.sampler import cpu_gemms
+    from nanogrpo.torch_sampler import cpu_gemms
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 320), torch.nn.Linear(320, 256, bias=False), torch.nn.Linear(256, 8))

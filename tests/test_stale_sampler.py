@@ -11,7 +11,8 @@ import torch
 import train
 from helpers.sampler_faults import FAULTS, inject
 from nanogrpo import parity
-from nanogrpo.sampler import SamplingParams, TorchSampler
+from nanogrpo.sampler import SamplingParams
+from nanogrpo.torch_sampler import TorchSampler
 
 
 def run_args(model, out_dir, *extra):

@@ -369,7 +369,7 @@ def assert_trainer_agrees(rollouts, tol):
 
 
 def test_torch_sampler_logprobs_equal_trainer_over_tool_turns():
-    from nanogrpo.sampler import TorchSampler
+    from nanogrpo.torch_sampler import TorchSampler
 
     assert_trainer_agrees(multi_turn_rollouts(TorchSampler(TOOL_MODEL)), tol=1e-5)
 

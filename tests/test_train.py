@@ -140,7 +140,7 @@ def test_start_up_prints_the_memory_plan_and_warns_when_it_does_not_fit(tiny_mod
 
 
 def test_bad_config_value_before_any_loading(tmp_path):
-    with pytest.raises(ConfigError, match="'micro_batch_size' must be >= 1"):
+    with pytest.raises(ConfigError, match=r"'micro_batch_size' must be in \[1, inf\)"):
         train.main([f"model={tmp_path / 'missing'}", "micro_batch_size=0"])
 
 

@@ -21,7 +21,8 @@ import vllm  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 from nanogrpo.model import token_logprobs  # noqa: E402
-from nanogrpo.sampler import SamplingParams, TorchSampler  # noqa: E402
+from nanogrpo.sampler import SamplingParams
+from nanogrpo.torch_sampler import TorchSampler  # noqa: E402
 from nanogrpo.vllm_sampler import VLLMSampler  # noqa: E402
 
 # Every test needs a vLLM engine, a build of about 10 s on 2 CPU cores: the module is in the slow tier.

@@ -10,7 +10,7 @@ from dataclasses import replace
 import torch
 import torch.nn as nn
 
-from nanogrpo.sampler import TorchSampler
+from nanogrpo.torch_sampler import TorchSampler
 
 BOS = 2  # the tiny model's tokenizer has no BOS: any id the prompts do not start with
 
