@@ -135,6 +135,15 @@ def test_call_mode_function_and_solution_method(pool):
 
 
 @needs_sandbox
+def test_call_mode_takes_json_object_arguments_as_dicts(pool):
+    # the arguments are the test's JSON as written: an object is a dict (it once went through the tagged decoder
+    # and raised KeyError, so no program could pass such a test)
+    p = call("get", [([{"a": 1, "b": [2]}, "b"], [2]), ([{"__t": "x"}, "__t"], "x")])
+    assert reward(pool, "def get(d, k):\n    return d[k]", p) == 1.0
+    assert reward(pool, "def get(d, k):\n    return None", p) == 0.0
+
+
+@needs_sandbox
 def test_call_mode_tuple_equals_list_and_bool_is_not_int(pool):
     assert reward(pool, "def f(a):\n    return (a, a)", call("f", [([1], [1, 1])])) == 1.0
     assert reward(pool, "def f(a):\n    return True", call("f", [([1], 1)])) == 0.0

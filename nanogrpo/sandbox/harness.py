@@ -123,7 +123,7 @@ def find_callable(ns, fn_name):
 
 def main_call():
     spec = json.loads(load("call.json"))
-    args = decode(spec["args"])
+    args = spec["args"]  # the test's own JSON, not encode()'s tagged form: an object argument is a plain dict
     ns = run_module("solution.py")
     result = find_callable(ns, spec["fn_name"])(*args)
     emit({"value": encode(result)})
