@@ -1,12 +1,17 @@
-"""The answer judge: what a completion's final answer is, and whether it equals the gold.
+"""The answer judge: what a completion's final answer is, and whether it equals the gold (docs/judge.md).
 
 The math and number rewards (nanogrpo/rewards.py) and eval.py's benchmarks all come here, so training and
-evaluation judge one way. A verdict is 1.0 / 0.0, or None when it could not be computed (the gold cannot be
-read, the checker itself broke): an infrastructure verdict, never the model's fault.
+evaluation judge one way. Three steps, each bounded and linear in the text: `final_answers` (which text is the
+answer: every box, a final-answer statement after them, else the last statement or the working's result),
+`normalise` (one spelling for both sides: wrappers, separators, units, percent and angle marks, `name =`), and
+the comparison (`_plan`: relations and approximations, exact rationals for numbers, math-verify for the rest).
+A verdict is 1.0 / 0.0, or None when it could not be computed (the gold cannot be read, the checker broke):
+an infrastructure verdict, never the model's fault; a wrong answer is always 0.
 
-- `judge_number`  GSM8K-style: the final answer is the number itself (the last \\boxed{}, else the last number).
-- `judge_math`    math-verify, run in worker processes with a hard per-item timeout (batched).
-- `read_gold`, `gold_error`, `number_gold_error`: the gold as each reads it, checked at load time.
+- `judge_math`    the strict judge, batched: the rules here, math-verify in worker processes for the symbolic rest.
+- `judge_number`  GSM8K / AIME: the same procedure, and the answer must be the number itself.
+- `judge_lenient` math-verify alone, as open-r1 and lighteval run it (eval.py's lenient score; not a reward).
+- `gold_error`, `number_gold_error`: why a gold cannot be read, for the data loader.
 
 Why worker processes for math-verify: its own timeouts use SIGALRM, which only works in the main
 thread, and SIGALRM cannot interrupt sympy while it sits in one long C-level operation (a huge power,
@@ -26,16 +31,23 @@ import subprocess
 import sys
 import threading
 import time
-from decimal import Decimal
+from fractions import Fraction
 from multiprocessing.connection import wait as wait_ready
+from typing import NamedTuple
 
-# ---------------------------------------------------------------- number
+# ---------------------------------------------------------------- limits
+#
+# Everything below reads policy text, so every step is bounded: the judge reads the last READ_CHARS of the
+# final text, an answer longer than ANSWER_CHARS is no answer, more than MAX_ANSWERS stated answers is a hedge,
+# and a number with more than MAX_DIGITS significant digits equals no gold (a gold that long is refused at load).
 
-_NUMBER = r"-?\d+(?:,\d{3})*(?:\.\d+)?"
-_NUMBERS = re.compile(_NUMBER)
-# "1,056", "$42", "\\$42", "7.", matched on stripped text: one `\s*` on each side of the number, never two in a
-# row (`\s*\$?\s*` on 4,000 spaces and a letter backtracked for 118 s)
-_ONLY_NUMBER = re.compile(rf"\\?\$?\s*({_NUMBER})(?:\s*\$)?\.?")
+READ_CHARS = 100_000
+ANSWER_CHARS = 1_000
+MAX_ANSWERS = 8
+MAX_DIGITS = 400
+
+
+# ---------------------------------------------------------------- extraction: which text is the answer
 
 
 def final_text(completion: str) -> str:
@@ -45,103 +57,281 @@ def final_text(completion: str) -> str:
     return completion if cut < 0 else completion[cut + len("</think>") :]
 
 
-def _boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...}, braces balanced; None when there is none."""
-    span = _last_box_span(text)
-    return None if span is None else text[span[0] : span[1]]
+_BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE = re.compile(r"[{}]")
+# "the answer is", "Final answer:", "**Answer:** ", GSM8K's "#### "
+_STATEMENT = re.compile(r"(?i)(?:\banswer\b[*\s]{0,4}(?:is\b|:|=)|####)[*:\s]{0,4}")
+_FINAL_STATEMENT = re.compile(r"(?i)(?:\bfinal\s+answer\b[*\s]{0,4}(?:is\b|:|=)|####)[*:\s]{0,4}")
+_QUOTES = re.compile(r"^(?:\\?[\"'])+")  # `"..."` or `\"...\"` around a stated answer
+_QUOTES_END = re.compile(r"(?:\\?[\"'])+$")
+_CLAUSE_END = re.compile(r"\n|\.(?=\s|$)|,\s+(?=[A-Za-z]{2})|;|\s(?:because|since|which|so|as|but)\b")
+# a number as working writes it (thousands separators in any spelling: `normalise` joins them)
+_WORKING_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,])\d{3}(?!\d))*"
+                             r"(?:\.\d+)?(?:/\d+(?![\d.]))?")
+_DIGIT = re.compile(r"\d")
+_FINAL_STATEMENT = re.compile(r"(?i)(?:\bfinal\s+answer\b[*\s]{0,4}(?:is\b|:|=)|####)[*:\s]{0,4}")
+_CLAUSE_END = re.compile(r"\n|\.(?=\s|$)|,\s+(?=[A-Za-z]{2})|;|\s(?:because|since|which|so|as|but)\b")
+# a number as working writes it (thousands separators in any spelling: `normalise` joins them); the leading `.*`
+# makes `match` find the last one, backtracking from the end (time linear in what follows it)
+_LAST_NUMBER = re.compile(r".*(?<![\w.])(-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,])\d{3}(?!\d))*"
+                          r"(?:\.\d+)?)", re.S)
+_WORD = re.compile(r"[A-Za-z]{3,}")
+_COMMAND = re.compile(r"\\[A-Za-z]+")
 
 
-def _last_box_span(text: str) -> tuple[int, int] | None:
-    """(start, end) of the content of the last \\boxed{...}, braces balanced; None when there is none."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, i = 0, start + len("\\boxed")
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
+def _has_words(text: str) -> bool:
+    """Prose around an answer: a word of 3+ letters that is not LaTeX, `\\text{}`'s content or "and"."""
+    return any(w.lower() != "and" for w in _WORD.findall(_COMMAND.sub("", _TEXT_WRAP.sub("", text))))
+
+
+def _closing(text: str, i: int) -> int | None:
+    """Index of the `}` closing a brace opened just before `i`, looked for within ANSWER_CHARS."""
+    depth = 1
+    for m in _BRACE.finditer(text, i, min(len(text), i + ANSWER_CHARS + 1)):
+        depth += 1 if m.group() == "{" else -1
         if depth == 0:
-            return i + 1, j
+            return m.start()
     return None
 
 
-def _number_gold(answer) -> re.Match | None:
-    """The gold as the number reward reads it (thousands separators in any spelling joined)."""
-    return _ONLY_NUMBER.fullmatch(_THOUSANDS.sub("", str(answer)).strip())
+def _clause(text: str, i: int) -> str | None:
+    """The answer a statement gives at `i` ("the answer is $\\frac12$." -> `\\frac12`), or None when what follows
+    holds no digit and no LaTeX ("the answer is clear")."""
+    window = _QUOTES.sub("", text[i : i + ANSWER_CHARS].lstrip(), count=1)
+    end = _CLAUSE_END.search(window)
+    clause = _QUOTES_END.sub("", (window[: end.start()] if end else window).strip(), count=1)
+    if _STATEMENT.search(clause):
+        return None  # "Final Answer: The final answer is X": the inner statement gives X
+    found = _working(clause)
+    return found if found and re.search(r"[\d\\$]", found) else None
 
 
-def number_gold_error(answer) -> str | None:
-    """Why the number reward cannot read this gold (a sentence), or None when it can."""
-    if _number_gold(answer) is None:
-        return "the number reward needs a number (digits, optionally thousands commas and decimals)"
-    return None
+def _working(text: str) -> str | None:
+    """A short answer as it stands; words around it ("the largest $n$ is 34") reduced to the last math span or
+    number, whichever comes later (the last `=` side of a span: working's result)."""
+    text = text.strip()
+    if not _has_words(text):
+        return text if len(text) <= ANSWER_CHARS else None
+    span, number = _last_span(text), _last_number(text)
+    if span is not None and (number is None or number[0] <= span[0]):
+        return span[1]
+    return number[1] if number is not None else None
 
 
-def _as_number(text: str) -> Decimal:
-    return Decimal(text.replace(",", ""))
+def _last_span(text: str) -> tuple[int, str] | None:
+    """(end, content) of the last math span (`$..$`, `$$..$$`, `\\(..\\)`, `\\[..\\]`), found from the end."""
+    t = text.replace("\\$", "  ")  # a dollar sign is not a delimiter (same length: positions hold)
+    best = None
+    j = t.rfind("$")
+    if j > 0:
+        j2 = j - 1 if t[j - 1] == "$" else j
+        i = t.rfind("$", 0, j2)
+        if i >= 0:
+            best = (j, t[i + 1 : j2].strip("$"))
+    for o, c in (("\\(", "\\)"), ("\\[", "\\]")):
+        j = t.rfind(c)
+        i = t.rfind(o, 0, j) if j >= 0 else -1
+        if i >= 0 and (best is None or j > best[0]):
+            best = (j, t[i + 2 : j])
+    if best is None or not best[1].strip() or len(best[1]) > ANSWER_CHARS:
+        return None
+    return best
 
 
-def judge_number(completion: str, answer: str) -> float | None:
-    """1.0 when the final answer is the gold number: the last \\boxed{} must hold a number and nothing else
-    (thousands commas, a $ and a final period allowed); without a box, the last number in the text counts (as
-    GSM8K's graders read answers). None when the gold is not a number.
+def _last_number(text: str) -> tuple[int, str] | None:
+    """(end, text) of the last number in `text`: found from the end (the last digit, then its number in the 200
+    characters before it), so the time is what follows it, not the text's length."""
+    last_digit = _DIGIT.search(text[::-1])
+    if last_digit is None:
+        return None
+    end = len(text) - last_digit.start()
+    start = max(0, end - 200)
+    found = None
+    for found in _WORKING_NUMBER.finditer(text, start, end):
+        pass
+    return None if found is None else (found.end(), found.group())
 
-    Why not math-verify for number answers: it evaluates what it parses, so \\boxed{22 * 46 - 844} scores as 168.
-    A run without tools on "word_problems_large" learned to box the expression instead of computing it in 7 steps
-    (sampled accuracy 6% -> 92%): sympy did the arithmetic the task is about (docs/results.md "Tools on a chat model").
-    Read after `</think>` when a think block closes (`final_text`)."""
-    try:
-        gold = _number_gold(answer)
-        if gold is None:
+
+def _last_statement(text: str) -> re.Match | None:
+    """The last "answer is" / `####` statement, found from the end."""
+    lower = text.lower()
+    a, h = lower.rfind("answer"), text.rfind("####")
+    for _ in range(1_000):  # bounded: a text of near-misses ("answers", "answer was") stops here
+        j = max(a, h)
+        if j < 0:
             return None
-        text = _THOUSANDS.sub("", final_text(str(completion)))  # `1\,000`, `1{,}000`: one number
-        box = _boxed(text)
-        if box is not None:
-            got = _ONLY_NUMBER.fullmatch(box.strip())
-            return float(got is not None and _as_number(got.group(1)) == _as_number(gold.group(1)))
-        found = _NUMBERS.findall(text)
-        return float(bool(found) and _as_number(found[-1]) == _as_number(gold.group(1)))
-    except Exception:  # rewards never raise
-        return 0.0
+        m = _STATEMENT.match(text, j)
+        if m:
+            return m
+        if j == a:
+            a = lower.rfind("answer", 0, a)
+        else:
+            h = text.rfind("####", 0, h)
+    return None
 
 
+def final_answers(completion: str) -> list[tuple[str, str | None]]:
+    """Every final answer the completion states, as (how it was stated, its text); each must be right.
 
-# ---------------------------------------------------------------- math (golds and answers, as written)
+    The rule (docs/judge.md): in the final text (after `</think>`), the answer is what the `\\boxed{}` /
+    `\\fbox{}` boxes hold (several different boxes: one answer, their list); a "final answer is ..." or `####`
+    statement after the last box is a further answer. A box that does not close is an answer that cannot be read
+    (None); more than MAX_ANSWERS is a hedge ([("hedge", None)]). Without a box: the last "answer is"
+    statement; else a short bare answer (no prose words) read whole; else the working's result (`_working`)."""
+    text = final_text(str(completion))[-READ_CHARS:]
+    out: list[tuple[str, str | None]] = []
+    end = -1
+    for m in _BOX.finditer(text):
+        if m.start() < end:
+            continue  # a box inside the last one
+        if len(out) == MAX_ANSWERS:
+            return [("hedge", None)]
+        close = _closing(text, m.end())
+        if close is None:
+            return out + [("box", None)]  # unclosed (or longer than any answer): no readable answer
+        out.append(("box", text[m.end() : close]))
+        end = close + 1
+    boxed = list(dict.fromkeys(b.strip() for _, b in out))
+    if len(boxed) > 1:  # several different boxes are one answer: the list of them (a hedge for a single gold)
+        out = [("boxes", ", ".join(boxed))]
+    if out:  # after a box only a "final answer" (or `####`) restates or changes it ("check our answer: .." does not)
+        for m in _FINAL_STATEMENT.finditer(text, end):
+            if len(out) == MAX_ANSWERS:
+                return [("hedge", None)]
+            clause = _clause(text, m.end())
+            if clause is not None:
+                out.append(("statement", clause))
+        return out
+    last = _last_statement(text)
+    clause = _clause(text, last.end()) if last else None
+    if clause is not None:
+        return [("statement", clause)]
+    bare = text.strip()
+    if bare and len(bare) <= 200 and "\n" not in bare and not _has_words(bare):
+        return [("bare", bare)]
+    found = _working(text[-ANSWER_CHARS * 10 :])
+    return [("working", found)] if found else []
+
+
+# ---------------------------------------------------------------- normalisation: one spelling per answer
 #
-# math-verify reads a gold the way it reads a model's answer: it looks for `\boxed{}` / `$..$` / `\[..\]` and
-# parses what it finds. A dataset's `answer` field is usually bare LaTeX (`1 - \frac{1}{\mathrm{e}}`), sometimes
-# delimited (`$x = \frac{1}{2}, x = \frac{-1 \pm \sqrt{13}}{4}$`), sometimes prose (`no`, `forty two`).
-# `read_gold` turns each into what it means; the few rewrites below run on both sides (the gold, and the
-# model's text or its last `\boxed{}`), so a right answer written like the gold always matches it. All of them
-# are single regex passes or one scan: linear in the text, whatever the policy writes.
+# Each rewrite is one regex pass over an answer of at most ANSWER_CHARS; the same ones run on the gold, so a right
+# answer spelled as the gold is always equal to it.
 
-# A thousands separator between digit groups, in every LaTeX spelling: `1{,}000`, `1,\!000` (MATH), `1\,000`,
-# `1\ 000`, `1~000`, `1\!000`, `1\;000`, `1\:000`, and the Unicode thin / no-break spaces. Unambiguous: it
-# must sit between a digit and exactly three digits. (A plain `1,000` is math-verify's own call: it reads
-# it as 1000.)
-_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!|\\,|\\!|\\;|\\:|\\ |~|[\u00a0\u2009\u202f])(?=\d{3}(?!\d))")
-# `\mathrm{e}` / `\mathrm{i}`: the constants. math-verify turns `\mathrm{..}` into `\text{..}`, and inside a
-# `\frac` that breaks its parse (`1 - \frac{1}{\mathrm{e}}` came back as the string `1 - \frac{1}{`).
+# A thousands separator between digit groups, in every spelling: `1{,}000`, `1,\!000` (MATH), `1,\! 000`, `1\,000`,
+# `1\ 000`, `1~000`, `1\!000`, `1\;000`, `1\:000`, the Unicode thin / no-break spaces. Unambiguous: it sits
+# between a digit and exactly three digits. Plain `1,000` and `1 000` are `_PLAIN_THOUSANDS`.
+_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!\s?|\\,|\\!|\\;|\\:|\\ |~|[\u00a0\u2009\u202f])(?=\d{3}(?!\d))")
+# a whole number grouped by plain commas or spaces (`1,000,000`, `1 000`), not inside a bracket's list
+_PLAIN_THOUSANDS = re.compile(r"(?<![\d.,(\[{])\d{1,3}(?:,\d{3})+(?![\d,)\]}])(?:\.\d+)?|(?<![\d.])\d{1,3}(?: \d{3})+(?![\d ])")
+_UNICODE = str.maketrans({"\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\u22c5": "\\cdot ", "\u03c0": "\\pi ",
+                          "\u221e": "\\infty ", "\u2264": "\\le ", "\u2265": "\\ge ", "\u2260": "\\ne ",
+                          "\u2248": "\\approx ", "\u2026": "\\ldots ", "\u00b0": "^\\circ ", "\u2192": "\\to ",
+                          "\u221a": "\\sqrt", "\u00a0": " "})
+# `\\le` for `\le`: a command written with its backslash escaped (JSON in a model's text)
+_DOUBLED = re.compile(r"\\\\(?=(?:le|ge|leq|geq|lt|gt|ne|neq|frac|dfrac|sqrt|pi|cdot|times|infty|in)(?![a-zA-Z]))")
+_WHITE = re.compile(r"\s+")
+_SIZED = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg)\s*(\\[{}|]|[()\[\]|]|\.)")
+_DELIMS = re.compile(r"\\[()\[\]]|\$|\\displaystyle|\\textstyle")
+_SPACES = re.compile(r"(?<!\\)\\[,:;! ]|~|\s+")
+_FRAC = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
+_FRAC_ARG = r"(\{[^{}]*\}|\\[a-zA-Z]+|[0-9a-zA-Z])"
+_FRAC_SHORT = re.compile(r"\\frac\s*" + _FRAC_ARG + r"\s*" + _FRAC_ARG)
+_MIXED = re.compile(r"(?<![\d}.^_])(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
+_WRAPPERS = re.compile(r"\\(?:boxed|fbox|text|textbf|textit|textrm|textnormal|textsf|mathrm|mathbf|mathit|mathsf|"
+                       r"boldsymbol|bm|mbox|emph|operatorname)\s*\{([^{}]*)\}")
 _UPRIGHT_CONST = re.compile(r"\\(?:mathrm|mathit|operatorname|text)\s*\{\s*([ei])\s*\}")
-# A gold that is delimited as a whole: `$..$`, `$$..$$`, `\(..\)`, `\[..\]` -> its content.
-_MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")  # `$` (not the dollar sign `\$`), `\(`, `\[`
-_DELIMITED = re.compile(r"\$\$([^$]+)\$\$|\$([^$]+)\$|\\\[(.+)\\\]|\\\((.+)\\\)", re.S)
-# Text wrappers, and prose: words of letters (no digits, no LaTeX, no operators), with at least one word
-# that is not a math name, so `no` is the word "no", never the product n*o.
-_TEXT_WRAP = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mbox)\s*\{([^{}\\$]*)\}")
-_PROSE = re.compile(r"[A-Za-z]+(?:[ ,']+[A-Za-z]+)*[.!]?")
-_MATH_WORDS = frozenset("sin cos tan cot sec csc log ln exp sqrt pi inf infty max min gcd lcm arcsin arccos "
-                        "arctan sinh cosh tanh det mod".split())
-# Separators between solutions, read as commas where several solutions are rewritten.
-_OR = re.compile(r"\\text\s*\{\s*(?:or|and)\s*\}|\\q?quad\b|(?<![A-Za-z\\])(?:or|and)(?![A-Za-z])|;")
+_TEXT_UNIT = re.compile(r"(?<=[\d}).\s])\s*\\(?:text|mbox|mathrm|textrm)\s*\{\s*([A-Za-z][A-Za-z. ]*)\}"
+                        r"(\s*\^\s*\{?\d\}?)?\s*$")
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree\b|(?<=[\d}\s])\s*degrees?\b", re.I)
+_RADIANS = re.compile(r"(?<=[\d}\s])\s*(?:radians?|rad)\b", re.I)
+_PERCENT = re.compile(r"\\?%|(?<=[\d}\s])\s*percent\b", re.I)
+_UNIT_TAIL = re.compile(r"(?<=[\d}).])\s*((?:[A-Za-z]{2,}\.?(?:\^\{?\d\}?)?(?:\s*/\s*|\s+per\s+|\s+|$)){1,4})$")
+_OR = re.compile(r"\\text\s*\{\s*(?:or|and)\s*\}|\\q?quad|(?<![A-Za-z\\])(?:or|and)(?![A-Za-z])|;")
+_COMMAS = re.compile(r"\s*,(?:\s*,)*\s*")
 _PM = re.compile(r"\\(pm|mp)(?![A-Za-z])")
-_ONE_UNKNOWN = re.compile(r"\s*([A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?)\s*=([^=<>]+)", re.S)  # `x = ..`, `x_1 = ..`
-_PLAIN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-_MAX_REWRITE = 2000  # characters: a longer box is left as written (bounded work on policy text)
+_MATH_WORDS = frozenset("sin cos tan cot sec csc log ln exp sqrt pi inf infty max min gcd lcm arcsin arccos "
+                        "arctan sinh cosh tanh det mod or and".split())
+# A name: a symbol (`x`, `AB`, `x_1`, `\theta`, `\angle ABC`, `m\angle A`, `\overline{AB}`, `f(x)`, `(x, y)`), or a
+# sum of them (`a+b`), as written before `=` in `x = 5`.
+_SYMBOL = (r"(?:m\s*)?(?:\\angle\s*)?(?:[A-Za-z]{1,4}|\\[a-zA-Z]+|\\overline\s*\{[A-Za-z]{1,4}\})"
+           r"(?:_\{?[A-Za-z0-9]{1,4}\}?)?'*(?:\([^()=]{1,20}\))?")
+_NAMES = rf"(?:{_SYMBOL}(?:\s*[+-]\s*{_SYMBOL})*|\(\s*{_SYMBOL}(?:\s*,\s*{_SYMBOL})+\s*\))"
+_NAMED = re.compile(rf"\s*({_NAMES})\s*(?:=|\\in(?![a-zA-Z]))(?!=)\s*(.+)", re.S)
+_IN_SET = re.compile(rf"\s*{_NAMES}\s*\\in(?![a-zA-Z])")  # `x \in [-2, 7]`: the set, even for an inequality gold
+_NOT_NAMES = re.compile(r"\\(?:frac|sqrt|text|left|right|cdot|times|pm|mp|infty|ln|log|sin|cos|tan)(?![a-zA-Z])")
+# relations, approximations and arrows; `=` too: an answer holding one its gold lacks says something else
+_RELATION = re.compile(r"<=|>=|!=|:=|<|>|=|\\(?:le|ge|leq|geq|leqslant|geqslant|lt|gt|ne|neq|equiv|approx|sim|simeq|cong|"
+                       r"propto|coloneqq|eqqcolon|doteq|to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|"
+                       r"implies|mapsto|iff|gets|leftarrow|Leftarrow|ll|gg|subset|subseteq|supset|supseteq|in|notin|"
+                       r"ldots|dots|cdots|approxeq)(?![a-zA-Z])|\.\.\.")
+# one name per relation; an order and its flip are one (`x \\le 5` is `5 \\ge x`: math-verify compares them)
+_SAME = {"\\leq": "\\le", "\\leqslant": "\\le", "\\geq": "\\le", "\\geqslant": "\\le", "\\ge": "\\le", "<=": "\\le",
+         ">=": "\\le", "\\neq": "\\ne", "!=": "\\ne", "<": "\\lt", ">": "\\lt", "\\gt": "\\lt", "\\dots": "\\ldots",
+         "\\cdots": "\\ldots", "...": "\\ldots", "\\coloneqq": ":=", "\\rightarrow": "\\to", "\\longrightarrow": "\\to"}
 
 
-def _normalise_latex(text: str) -> str:
-    """The rewrites that hold anywhere in a text: thousands separators joined, upright e and i."""
-    return _UPRIGHT_CONST.sub(r"\1", _THOUSANDS.sub("", text))
+class Answer(NamedTuple):
+    """An answer (or a gold) in one spelling: `core` the expression, and the marks taken off it."""
+    core: str
+    percent: bool = False
+    angle: str = ""  # "deg", "rad" or ""
+    unit: str = ""  # the unit words dropped (`cm^2`), compared only when both sides have one
+
+
+def _unwrap(s: str) -> str:
+    for _ in range(4):  # `\textbf{\boxed{5}}`: one wrapper per pass, inside out
+        t = _WRAPPERS.sub(r"\1", s)
+        if t == s:
+            break
+        s = t
+    return s
+
+
+def _strip_braces(s: str) -> str:
+    """`{x}` -> `x` when the outer braces enclose it all."""
+    while s.startswith("{") and s.endswith("}") and _closing(s, 1) == len(s) - 1:
+        s = s[1:-1].strip()
+    return s
+
+
+def normalise(text: str) -> Answer:
+    """The one spelling both sides are compared in: delimiters, sizing, spacing, wrappers and thousands separators
+    gone; `\\dfrac` / `\\frac14` / mixed numbers spelled `\\frac{}{}`; a trailing unit word dropped; the percent
+    and angle marks taken off into flags (how they compare: `equal`)."""
+    s = _DOUBLED.sub(r"\\", _WHITE.sub(" ", str(text).translate(_UNICODE)))  # one space: every `\s*` below is short
+    s = _THOUSANDS.sub("", s)
+    s = s.replace("\\$", " ")
+    s = _SIZED.sub(lambda m: "" if m.group(1) == "." else m.group(1), s)
+    s = _DELIMS.sub(" ", s)
+    s = _UPRIGHT_CONST.sub(r"\1", s)
+    angle = ""
+    s, n = _RADIANS.subn(" ", s)
+    if n:
+        angle = "rad"
+    s, n = _DEGREES.subn(" ", s)
+    if n:
+        angle = "deg"
+    s, pct = _PERCENT.subn(" ", s)
+    unit = _TEXT_UNIT.search(s)
+    units = unit.group(1) + (unit.group(2) or "") if unit else ""
+    s = s[: unit.start()] if unit else s
+    s = _unwrap(_OR.sub(",", s))
+    s = _PLAIN_THOUSANDS.sub(lambda m: m.group().replace(",", "").replace(" ", ""), s)
+    s = _COMMAS.sub(", ", s)
+    s = _SPACES.sub(" ", s).strip()
+    s = _FRAC.sub(r"\\frac", s)
+    s = _FRAC_SHORT.sub(lambda m: "\\frac{" + m.group(1).strip("{}") + "}{" + m.group(2).strip("{}") + "}", s)
+    s = _MIXED.sub(lambda m: f"({m.group(1)}+\\frac{{{m.group(2)}}}{{{m.group(3)}}})"
+                   if int(m.group(2)) < int(m.group(3)) else m.group(), s)
+    unit = _UNIT_TAIL.search(s)
+    if unit and not any(w.lower() in _MATH_WORDS for w in re.findall(r"[A-Za-z]+", unit.group(1))):
+        s, units = s[: unit.start()], unit.group(1) + units
+    s = s.strip().rstrip(".,;!").strip()
+    s = _strip_braces(s)
+    if s.startswith("+"):
+        s = s[1:].lstrip()
+    return Answer(s, pct > 0, angle, re.sub(r"[\s{}.]", "", units).lower())
 
 
 def _split_top(s: str) -> list[str] | None:
@@ -162,40 +352,141 @@ def _split_top(s: str) -> list[str] | None:
     return parts + [s[start:]]
 
 
-def _solutions(s: str) -> str:
-    """Several solutions as the set of their values: `x = \\frac{1}{2}, x = \\frac{-1 \\pm \\sqrt{13}}{4}` ->
-    `\\frac{1}{2}, \\frac{-1 + \\sqrt{13}}{4}, \\frac{-1 - \\sqrt{13}}{4}`. `\\pm` / `\\mp` give two solutions (the
-    signs of one solution move together); `x = a, x = b` (the same unknown in every part) gives `a, b`.
-    Anything else comes back unchanged."""
-    if len(s) > _MAX_REWRITE or ("=" not in s and not _PM.search(s)):
-        return s
-    parts = _split_top(_OR.sub(",", s))
+def _named(s: str) -> tuple[str, str] | None:
+    """(name, value) for `name = value` / `name \\in value` whose name is a symbol or a sum of symbols."""
+    m = _NAMED.fullmatch(s)
+    if m is None or _NOT_NAMES.search(m.group(1)) or not m.group(2).strip():
+        return None
+    return m.group(1).replace(" ", ""), m.group(2).strip()
+
+
+def _drop_names(s: str) -> str:
+    """The values of `x = 5`, `a + b = 5`, `(x, y) = (1, 2)`, `x = 1, x = 2` (the same unknown: the set of its
+    values), `x = 1, y = 2` (a tuple in the names' order); `\\pm` read as two values."""
+    for _ in range(3):  # `x = y = 5`
+        whole = _named(s)
+        parts = _split_top(whole[1]) if whole else None
+        if parts is None or (len(parts) > 1 and any("=" in p for p in parts)):
+            break  # `x = 1, x = 2`: per part, below
+        s = whole[1] if len(parts) > 1 else _last_side(whole[1])
+    parts = _split_top(s)
     if not parts or any(not p.strip() for p in parts):
         return s
-    out, changed = [], False
+    named = [_named(p) for p in parts]
+    if len(parts) >= 2 and all(named):
+        if len({re.sub(r"_.*", "", n) for n, _ in named}) > 1:  # a system's solution: a tuple, in the names' order
+            return "(" + ", ".join(v for _, v in named) + ")"
+        parts = [v for _, v in named]
+    out = []
     for p in parts:
-        signs = len(_PM.findall(p))
-        if 1 <= signs <= 3:
+        if 1 <= len(_PM.findall(p)) <= 3 and "=" not in p:
             out += [_PM.sub(lambda m: "+" if m.group(1) == "pm" else "-", p),
                     _PM.sub(lambda m: "-" if m.group(1) == "pm" else "+", p)]
-            changed = True
         else:
             out.append(p)
-    if len(out) >= 2:
-        eqs = [_ONE_UNKNOWN.fullmatch(p) for p in out]
-        if all(eqs) and len({m.group(1) for m in eqs}) == 1:
-            out, changed = [m.group(2) for m in eqs], True
-    return ", ".join(p.strip() for p in out) if changed else s
+    return ", ".join(p.strip() for p in out)
 
 
-def _answer_latex(text: str) -> str:
-    """A model's text (or a gold written with `\\boxed`) as math-verify should read it: `_normalise_latex`
-    everywhere, and the last box's solutions as a set (`_solutions`)."""
-    text = _normalise_latex(text)
-    span = _last_box_span(text)
-    if span is None:
-        return text
-    return text[: span[0]] + _solutions(text[span[0] : span[1]]) + text[span[1] :]
+def _last_side(s: str) -> str:
+    """An assignment's value: `5 + 5 + 1 = 11` -> `11` (math-verify reads `x = a = b` as `x = b`)."""
+    sides = s.split("=")
+    if len(sides) < 2 or any(not p.strip() or p.rstrip()[-1:] in "<>!:" or _UNKNOWN.search(_unwrap(p))
+                             for p in sides[:-1]) or _UNKNOWN.search(_unwrap(sides[-1])):
+        return s  # not a chain of values (`6 = x = 5` names an unknown again)
+    return sides[-1].strip()
+
+
+def _relations(s: str) -> frozenset:
+    return frozenset(_SAME.get(r, r) for r in _RELATION.findall(s))
+
+
+# a letter that is an unknown: not part of a command, not the constants e and i
+_UNKNOWN = re.compile(r"(?<![\\a-zA-Z])[a-df-hj-zA-Z]")
+
+
+# ---------------------------------------------------------------- exact numbers
+
+_NUM = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_SIGNED = rf"[-+]?\s*{_NUM}"
+_EXACT_FORMS = [
+    (re.compile(rf"({_SIGNED})"), lambda a: _num(a)),
+    (re.compile(rf"([-+]?)\s*\\frac\{{\s*({_SIGNED})\s*\}}\{{\s*({_SIGNED})\s*\}}"),
+     lambda s, a, b: _div(_num(a), _num(b), s)),
+    (re.compile(rf"([-+]?)\s*({_NUM})\s*/\s*({_NUM})"), lambda s, a, b: _div(_num(a), _num(b), s)),
+    (re.compile(rf"([-+]?)\s*\(\s*(\d+)\s*\+\s*\\frac\{{(\d+)\}}\{{(\d+)\}}\s*\)"),
+     lambda s, w, a, b: _neg(s, _add(_num(w), _div(_num(a), _num(b), "")))),
+    (re.compile(rf"([-+]?)\s*({_NUM})\s*\^\s*\{{?\s*([-+]?\d+)\s*\}}?"), lambda s, b, e: _neg(s, _pow(_num(b), e))),
+    (re.compile(rf"([-+]?)\s*({_NUM})\s*(?:\\times|\\cdot|\*)\s*10\s*\^\s*\{{?\s*([-+]?\d+)\s*\}}?"),
+     lambda s, m, e: _neg(s, _mul(_num(m), _pow(Fraction(10), e)))),
+]
+
+
+_BASE = re.compile(r"([0-9A-Fa-f]+)_\{?\s*(\d+)\s*\}?")
+
+
+class _TooLong(Exception):
+    """A number longer than MAX_DIGITS significant digits: it equals no gold the judge accepts."""
+
+
+def _num(text: str) -> Fraction:
+    t = text.replace(" ", "")
+    digits = t.lstrip("+-").replace(".", "").lstrip("0")
+    if "." in t:
+        digits = digits.rstrip("0")
+    if len(digits) > MAX_DIGITS:
+        raise _TooLong
+    return Fraction(t if not t.endswith(".") else t[:-1])
+
+
+def _div(a, b, sign):
+    return None if a is None or b is None or b == 0 else _neg(sign, a / b)
+
+
+def _neg(sign, x):
+    return None if x is None else (-x if sign.strip() == "-" else x)
+
+
+def _add(a, b):
+    return None if a is None or b is None else a + b
+
+
+def _mul(a, b):
+    return None if a is None or b is None else a * b
+
+
+def _pow(base: Fraction, exp: str):
+    e = int(exp)
+    if base == 0 and e < 0:
+        return None
+    size = max(1, len(str(abs(base.numerator))), len(str(base.denominator)))
+    if abs(e) * size > MAX_DIGITS:
+        raise _TooLong
+    return base ** e
+
+
+def exact_number(core: str) -> Fraction | None:
+    """The value of a number written exactly (`-12`, `0.25`, `.5`, `\\frac{3}{4}`, `3/4`, `(3+\\frac{1}{2})`,
+    `2^{-1}`, `1.5 \\times 10^{3}`), or None when `core` is anything else. Raises _TooLong past MAX_DIGITS."""
+    core = _strip_braces(core.strip())
+    if core.startswith("(") and core.endswith(")") and _split_top(core[1:-1]) == [core[1:-1]] and "+" not in core:
+        core = core[1:-1].strip()
+    for pattern, value in _EXACT_FORMS:
+        m = pattern.fullmatch(core)
+        if m:
+            return value(*m.groups())
+    return None
+
+
+_NUMERAL = re.compile(rf"{_SIGNED}")
+
+
+# ---------------------------------------------------------------- golds
+
+_MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")  # `$` (not the dollar sign `\$`), `\(`, `\[`
+_DELIMITED = re.compile(r"\$\$([^$]+)\$\$|\$([^$]+)\$|\\\[(.+)\\\]|\\\((.+)\\\)", re.S)
+_SPANS = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+_TEXT_WRAP = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mbox)\s*\{([^{}\\$]*)\}")
+_PROSE = re.compile(r"[A-Za-z]+(?:[ ,']+[A-Za-z]+)*[.!]?")
 
 
 def _prose_key(text: str) -> str:
@@ -203,38 +494,166 @@ def _prose_key(text: str) -> str:
     text = text.replace("\\ ", " ").replace("~", " ")
     for _ in range(3):  # `\textbf{\text{No}}`: one wrapper per pass, inside out
         text = _TEXT_WRAP.sub(r"\1", text)
-    return " ".join(text.lower().split()).rstrip(".!").strip()
+    return " ".join(text.lower().split()).strip("$ ").rstrip(".!").strip()
 
 
-def _gold_text(answer: str) -> tuple[str, str]:
-    """("prose", words) or ("latex", the string math-verify parses) for a gold as written:
+def _is_prose(words: str) -> bool:
+    """Words of letters (no digits, no LaTeX), at least one of them not a math name: `no` is the word, never n*o."""
+    return bool(_PROSE.fullmatch(words)) and any(len(w) > 1 and w.lower() not in _MATH_WORDS
+                                                   for w in re.findall(r"[A-Za-z]+", words))
 
-    - with `\\boxed`, or inline math inside text (`the answer is $5$`): read as math-verify reads any text;
-    - delimited as a whole (`$..$`, `$$..$$`, `\\(..\\)`, `\\[..\\]`): its content, as bare LaTeX below;
-    - prose (`no`, `forty two`, `\\text{Evelyn}`): words, compared as words (`_prose_key`);
-    - bare LaTeX: one expression (`\\left( 3, \\frac{\\pi}{2} \\right)` is a tuple, not `3`), several solutions
-      as a set (`_solutions`).
-    """
-    s = _normalise_latex(str(answer).strip())
+
+class Gold(NamedTuple):
+    """A gold as the judge compares it: prose words, or an Answer (`value`: its exact number, if it is one)."""
+    prose: str | None
+    answer: Answer | None
+    value: Fraction | None
+    equation: bool  # the gold is itself a relation: an answer keeps its `name =`
+
+
+def gold_of(answer) -> Gold:
+    """The gold as written: with `\\boxed{}` its (last) box; delimited as a whole (`$..$`, `\\[..\\]`) its content;
+    prose (`no`, `\\text{Evelyn}`) as words; otherwise normalised like an answer, a named value (`x = 5`) as its
+    value."""
+    s = str(answer).strip()
+    if len(s) > 10 * ANSWER_CHARS:
+        raise ValueError(f"a gold of {len(s)} characters is no answer")
+    boxes = [b for k, b in final_answers(s) if k in ("box", "boxes")] if _BOX.search(s) else []
+    if boxes and boxes[-1] is not None:
+        s = boxes[-1]
     whole = _DELIMITED.fullmatch(s)
     if whole:
         s = next(g for g in whole.groups() if g is not None).strip()
-    if "\\boxed" in s or _MATH_DELIMITER.search(s):
-        return "latex", _answer_latex(s)
+    elif _MATH_DELIMITER.search(s):  # math in a sentence ("$1$ and $2$"): its spans, as a list
+        s = ", ".join(next(g for g in m.groups() if g is not None).strip() for m in _SPANS.finditer(s)) or s
     words = _TEXT_WRAP.fullmatch(s)
     words = (words.group(1) if words else s).strip()
-    if _PROSE.fullmatch(words) and any(len(w) > 1 and w.lower() not in _MATH_WORDS
-                                       for w in re.findall(r"[A-Za-z]+", words)):
-        return "prose", _prose_key(words)
-    return "latex", "$\\boxed{" + _solutions(s) + "}$"
+    if _is_prose(words):
+        return Gold(_prose_key(words), None, None, False)
+    norm = normalise(s)
+    core = norm.core
+    values = _drop_names(core)
+    if values != core and not _relations(values) and not _UNKNOWN.search(_unwrap(values)):
+        core = values  # `x = 5`, `x = 1, x = 2`: named values; `y = 2x + 3` stays an equation
+    try:
+        value = exact_number(core)
+    except _TooLong:
+        value = None
+    return Gold(None, norm._replace(core=core), value, bool(_relations(core) & {"=", "\\lt", "\\le", "\\ne"}))
+
+
+def number_gold_error(answer) -> str | None:
+    """Why the number reward cannot read this gold (a sentence), or None when it can."""
+    try:
+        gold = gold_of(answer)
+    except Exception as e:  # a gold the judge cannot even normalise
+        return f"the number reward cannot read it ({type(e).__name__})"
+    if gold.answer is None or not _NUMERAL.fullmatch(gold.answer.core):
+        return "the number reward needs a number (digits, optionally thousands commas and decimals)"
+    return None
+
+
+# ---------------------------------------------------------------- comparison
+
+
+def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -> float | str:
+    """1.0 / 0.0 where the rules decide alone; else the answer's core, for math-verify to compare symbolically."""
+    if answer is None or not answer.strip() or len(answer) > ANSWER_CHARS:
+        return 0.0
+    if gold.prose is not None:
+        return float(_prose_key(_unwrap(answer)) == gold.prose)
+    norm = normalise(answer)
+    core = norm.core if gold.equation and not _IN_SET.match(norm.core) else _drop_names(norm.core)
+    if not core:
+        return 0.0
+    if _relations(core) - _relations(gold.answer.core):
+        return 0.0  # a relation, an approximation or an arrow the gold does not have: it says something else
+    if norm.angle and gold.answer.angle and norm.angle != gold.answer.angle:
+        return 0.0  # 90 radians is not 90 degrees
+    if norm.unit and gold.answer.unit and norm.unit != gold.answer.unit:
+        return 0.0  # cm^3 is not cm^2
+    base = _BASE.fullmatch(gold.answer.core)
+    if base or _BASE.fullmatch(core):  # `52_8`: a numeral in base 8, the same digits in the same base
+        got = _BASE.fullmatch(core)
+        return float(bool(base and got) and (got.group(1).lstrip("0"), got.group(2)) == (base.group(1).lstrip("0"),
+                                                                                          base.group(2)))
+    try:
+        value = exact_number(core)
+    except _TooLong:
+        return 0.0
+    if numeral_only:  # the number reward: the number itself, no arithmetic left to do
+        return float(value is not None and _NUMERAL.fullmatch(core) is not None and value == gold.value)
+    if value is not None and gold.value is not None:
+        return float(value == gold.value)
+    if gold.value is not None and (re.search(r"[\[\]]|\\[{}]", core) or len(_split_top(core) or [core, ""]) > 1):
+        return 0.0  # an interval, a set or a list is not a number
+    return core
+
+
+def _exact_decimals(core: str) -> str:
+    """Every decimal spelled as the fraction it is (`0.25` -> `\\frac{25}{100}`), so that math-verify compares it
+    exactly: no rounding makes 0.333333 equal 1/3 or 1.570796 equal pi/2."""
+    def frac(m):
+        whole, _, part = m.group().partition(".")
+        if len(whole.lstrip("0")) + len(part) > MAX_DIGITS:
+            raise _TooLong
+        return "\\frac{" + ((whole + part).lstrip("0") or "0") + "}{1" + "0" * len(part) + "}" if part else whole
+    return re.sub(r"(?<![\d.])\d*\.\d+(?![\d.])", frac, core)
+
+
+def _plan(completion, answer, numeral_only: bool) -> tuple[float | None, list[tuple[str, str]]]:
+    """The verdict where the rules decide, else (None, the (answer core, gold core) pairs math-verify must all
+    find equal). Raises _Unreadable for a gold the judge cannot read."""
+    try:
+        gold = gold_of(answer)
+    except Exception:
+        raise _Unreadable from None
+    if numeral_only and (gold.answer is None or gold.value is None or not _NUMERAL.fullmatch(gold.answer.core)):
+        raise _Unreadable
+    answers = final_answers(completion)
+    if not answers:
+        return 0.0, []
+    todo = []
+    for kind, text in answers:
+        if kind == "working" and text and not gold.equation:
+            text = text.rsplit("=", 1)[-1]  # working's last result: `12 \\times 14 = 168` -> 168
+        got = _verdict_without_sympy(text, gold, numeral_only)
+        if got == 0.0:
+            return 0.0, []
+        if isinstance(got, str):
+            todo.append((got, gold.answer.core))
+    return (1.0, []) if not todo else (None, sorted(set(todo)))
+
+
+class _Unreadable(Exception):
+    """A gold the judge cannot read: the verdict is None (the data loader refuses such rows up front)."""
+
+
+def judge_number(completion: str, answer: str) -> float | None:
+    """1.0 when the final answer is the gold number itself (GSM8K, AIME), 0.0 when not, None when the gold is not
+    a number. Same extraction and normalisation as the math judge; the answer must then be a numeral (units,
+    `$`, `%`, a leading `x =` allowed): `\\boxed{22 * 46 - 844}` is arithmetic left undone, not 168.
+
+    Why not math-verify for number answers: it evaluates what it parses, so \\boxed{22 * 46 - 844} scores as 168.
+    A run without tools on "word_problems_large" learned to box the expression instead of computing it in 7 steps
+    (sampled accuracy 6% -> 92%): sympy did the arithmetic the task is about (docs/results.md "Tools on a chat model")."""
+    try:
+        verdict, _ = _plan(completion, answer, numeral_only=True)
+        return verdict if verdict is not None else 0.0
+    except _Unreadable:
+        return None
+    except Exception:  # rewards never raise; nothing here is infrastructure
+        return 0.0
+
+
+# ---------------------------------------------------------------- math-verify (run inside a worker)
 
 
 _CONFIG = None  # built on first use: math-verify is imported only where it runs
 
 
 def _extraction_config() -> list:
-    """What math-verify looks for, in golds and answers alike: `\\boxed{}` first, then LaTeX, then plain
-    expressions ("the answer is" anchors beat a bare trailing expression)."""
+    """What math-verify looks for: `\\boxed{}` first, then LaTeX, then plain expressions."""
     global _CONFIG
     if _CONFIG is None:
         from math_verify import ExprExtractionConfig, LatexExtractionConfig
@@ -243,29 +662,81 @@ def _extraction_config() -> list:
     return _CONFIG
 
 
-def read_gold(answer, timeout: int | None = 5):
-    """The gold as the math reward compares it: ("prose", words) or ("math", math-verify's parse of it), or
-    None when it cannot be read (no sympy expression comes out). The data loader calls it once per row, so a
-    gold that cannot be read stops the run at load time (nanogrpo/data.py); the reward calls it per item.
-    `timeout`: math-verify's SIGALRM timeout in seconds (None off: SIGALRM works only in the main thread)."""
-    kind, text = _gold_text(answer)
-    if kind == "prose":
-        return ("prose", text) if text else None
+def _mv_parse(core: str, timeout: int | None):
+    """math-verify's parse of one normalised core (decimals made exact); [] when nothing comes out."""
     from math_verify import parse
 
-    gold = parse(text, extraction_config=_extraction_config(), parsing_timeout=timeout)
-    # parse() also returns the raw string as a fallback; a gold with no parsed (sympy) part is unusable.
-    if not any(not isinstance(g, str) for g in gold):
+    got = parse("$\\boxed{" + _exact_decimals(core) + "}$", _extraction_config(), parsing_timeout=timeout)
+    return got if any(not isinstance(g, str) for g in got) else []
+
+
+_GOLDS: dict = {}  # a worker's parsed golds: a group's completions share one
+
+
+def _sympy_equal(core: str, gold_core: str, timeout: int) -> float | None:
+    """Runs inside a worker: 1.0 when math-verify finds the two cores equal, 0.0 when not (or the answer does not
+    parse), None when the gold does not parse."""
+    from math_verify import verify
+
+    gold = _GOLDS.get(gold_core)
+    if gold is None:  # no inner timeout: golds were read at load (`gold_error`); the pool's hard limit still holds
+        gold = _mv_parse(gold_core, None)
+        if len(_GOLDS) > 256:
+            _GOLDS.clear()
+        _GOLDS[gold_core] = gold
+    if not gold:
         return None
-    return "math", gold
+    try:  # Order matters: verify is not symmetric (the gold decides how equations/intervals are read).
+        pred = _mv_parse(core, timeout)
+        return float(bool(pred) and verify(gold, pred, timeout_seconds=timeout))
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # too long, too costly (math-verify's timeout), or nothing sympy can compare: not equal
+        return 0.0
+
+
+def _math_verify_alone(completion: str, answer: str, timeout: int) -> float:
+    """Runs inside a worker: math-verify on its own, as lighteval's MATH-500 and verl's math_verify reward run it:
+    the gold boxed and read as LaTeX, the completion's text after `</think>` read for an expression or LaTeX,
+    boxed first; verify with its default 6-digit float rounding."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    gold = parse("\\boxed{" + str(answer) + "}", [LatexExtractionConfig()], parsing_timeout=timeout)
+    pred = parse(final_text(str(completion))[-READ_CHARS:], [ExprExtractionConfig(),
+                 LatexExtractionConfig(boxed_match_priority=0)], parsing_timeout=timeout)
+    return float(bool(gold) and bool(pred) and verify(gold, pred, timeout_seconds=timeout))
+
+
+def _work(item: list, inner_timeout: int) -> float | None:
+    kind, a, b = item
+    if kind == "equal":
+        return _sympy_equal(a, b, inner_timeout)
+    return _math_verify_alone(a, b, inner_timeout)
+
+
+def read_gold(answer, timeout: int | None = 5):
+    """The gold as the math judge compares it: ("prose", words) or ("math", its Gold), or None when it cannot be
+    read (math-verify gets no expression from it, or it is a number too long to be any answer)."""
+    gold = gold_of(answer)
+    if gold.prose is not None:
+        return ("prose", gold.prose) if gold.prose else None
+    if gold.value is not None:
+        return "math", gold
+    try:
+        return ("math", gold) if gold.answer.core and _mv_parse(gold.answer.core, timeout) else None
+    except _TooLong:
+        return None
 
 
 def gold_error(answer) -> str | None:
-    """Why the math reward cannot read this gold (a sentence), or None when it can. For the data loader:
-    plain numbers and prose answer at once, without math-verify; the rest is parsed (main thread: with
-    math-verify's own timeout)."""
-    text = str(answer).strip()
-    if _PLAIN_NUMBER.fullmatch(text):
+    """Why the math judge cannot read this gold (a sentence), or None when it can. For the data loader: numbers
+    and prose answer at once, without math-verify; the rest is parsed (main thread: with math-verify's own
+    timeout)."""
+    try:
+        gold = gold_of(answer)
+    except Exception as e:
+        return f"the judge cannot read it ({type(e).__name__})"
+    if gold.prose is not None or gold.value is not None:
         return None
     try:
         import math_verify  # noqa: F401
@@ -273,7 +744,7 @@ def gold_error(answer) -> str | None:
         return None
     try:
         main = threading.current_thread() is threading.main_thread()
-        if read_gold(text, timeout=5 if main else None) is not None:
+        if read_gold(answer, timeout=5 if main else None) is not None:
             return None
     except BaseException as e:  # math-verify's TimeoutException is a BaseException
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
@@ -281,71 +752,6 @@ def gold_error(answer) -> str | None:
         return f"math-verify could not parse it ({type(e).__name__})"
     return "math-verify finds no expression in it"
 
-
-# What math-verify would credit but is no answer to the gold (`_not_an_answer`): each a single regex pass.
-_ARROW = re.compile(r"\\(?:to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|implies|mapsto|iff)(?![A-Za-z])|->|=>")
-_PERCENT = re.compile(r"%")
-_RADIANS = re.compile(r"radian", re.I)
-_DEGREES = re.compile(r"\\circ|\u00b0|degree", re.I)
-_NAMED = re.compile(r"\s*[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?(?:\([^()=]*\))?\s*=[^=]+")  # `x = ..`, `f(x) = ..`
-_DECIMAL = re.compile(r"-?\d+\.\d+")
-_INTEGER = re.compile(r"-?\d+")
-_FRACTION = re.compile(r"(-?)\\[dt]?frac\{(-?\d+)\}\{(\d+)\}|(-?\d+)/(\d+)")
-
-
-def _not_an_answer(box: str, gold: str) -> bool:
-    """True when the last box says something the gold does not, whatever math-verify would make of it:
-    - an equation whose left side is not one named unknown (`203 = 204` holds two answers; `x = 5`, `f(x) = 2x`
-      are answers), or an arrow (`205 \\to 204`), unless the gold is written that way too;
-    - a percent where the gold is none (math-verify reads `18\\%` as both 18 and 0.18);
-    - radians where the gold has none, or degrees where the gold is in radians;
-    - a decimal against a gold that is not a decimal: exact against an integer or a fraction (`0.5` is 1/2,
-      `0.333333` is not 1/3), never against anything else (`1.414214` is not `\\sqrt{2}`)."""
-    gold = _boxed(gold) if "\\boxed{" in gold else gold
-    b, g = (_normalise_latex(t).replace("\\$", "").replace("$", "").strip() for t in (box, gold or ""))
-    if _ARROW.search(b) and not _ARROW.search(g):
-        return True
-    if "=" in b and "=" not in g and not all(_NAMED.fullmatch(p) for p in (_split_top(b) or [b])):
-        return True
-    if _PERCENT.search(b) and not _PERCENT.search(g):
-        return True
-    if (_RADIANS.search(b) and not _RADIANS.search(g)) or (_DEGREES.search(b) and _RADIANS.search(g)):
-        return True
-    plain = g.replace(",", "")  # a gold `1,000.5` is a decimal
-    if _DECIMAL.fullmatch(b) and not _DECIMAL.fullmatch(plain):
-        from fractions import Fraction
-
-        frac = _FRACTION.fullmatch(g)
-        if _INTEGER.fullmatch(plain):
-            return Fraction(b) != int(plain)
-        if frac:
-            sign, num, den = (frac.group(1), frac.group(2), frac.group(3)) if frac.group(2) else ("", *frac.group(4, 5))
-            return int(den) == 0 or Fraction(b) != (-1 if sign else 1) * Fraction(int(num), int(den))
-        return True
-    return False
-
-
-def _check_math(completion: str, answer: str, inner_timeout: int) -> float | None:
-    """Runs inside a worker. None = gold unparseable; else 1.0/0.0 from verify(gold, prediction), on the text
-    after `</think>` (`final_text`), 0.0 when the last box is no answer to the gold (`_not_an_answer`)."""
-    from math_verify import parse, verify
-
-    gold = read_gold(answer, inner_timeout)
-    if gold is None:
-        return None
-    completion = final_text(completion)
-    span = _last_box_span(completion)
-    if span is not None and gold[0] == "math" and _not_an_answer(completion[span[0] : span[1]], str(answer)):
-        return 0.0
-    if gold[0] == "prose":  # words: against the last box's words; without a box, math-verify on `\text{words}`
-        if span is not None:
-            return float(_prose_key(completion[span[0] : span[1]]) == gold[1])
-        gold = ("math", parse("$\\text{" + gold[1] + "}$", _extraction_config(), parsing_timeout=inner_timeout))
-    pred = parse(_answer_latex(completion), _extraction_config(), parsing_timeout=inner_timeout)
-    if not pred:
-        return 0.0
-    # Order matters: verify is not symmetric (the gold decides how equations/intervals are read).
-    return float(verify(gold[1], pred, timeout_seconds=inner_timeout))
 
 # ---------------------------------------------------------------- math (worker side)
 
@@ -366,8 +772,7 @@ def _worker_main() -> None:
     out.flush()
     for line in sys.stdin:
         try:
-            completion, answer = json.loads(line)
-            reply = {"ok": _check_math(completion, answer, inner_timeout)}
+            reply = {"ok": _work(json.loads(line), inner_timeout)}
         except BaseException as e:  # math-verify's TimeoutException is a BaseException
             reply = {"error": repr(e)[:200]}
         out.write(json.dumps(reply) + "\n")
@@ -506,20 +911,49 @@ def _pool() -> MathPool:
         return _POOL
 
 
-def judge_math(
-    completions: list[str], answers: list[str], timeout_s: float = DEFAULT_TIMEOUT_S
-) -> list[float | None]:
-    """1.0 where the completion's answer (boxed first) equals the gold under math-verify, 0.0 where not,
-    None where the gold cannot be parsed or the checker broke; the items run in parallel over the pool's
-    workers, each with a hard timeout."""
-    if len(completions) != len(answers):
-        raise ValueError(f"judge_math: {len(completions)} completions but {len(answers)} answers")
-    items = [(str(c), str(a)) for c, a in zip(completions, answers)]
+def _run(items: list[list], timeout_s: float) -> list[float | None]:
+    """Items for the workers (`_work`), each once, over the pool; None for all when the pool itself broke."""
     try:
         return _pool().map(items, timeout_s)
-    except Exception:  # the pool itself broke: infrastructure
+    except Exception:  # infrastructure
         return [None] * len(items)
 
+
+def judge_math(completions: list[str], answers: list[str],
+               timeout_s: float = DEFAULT_TIMEOUT_S) -> list[float | None]:
+    """The strict judge (docs/judge.md): 1.0 where every final answer of the completion equals the gold, 0.0 where
+    one does not, None where the gold cannot be read or the checker broke. The rules run here; what only sympy can
+    decide runs over the pool's workers (math-verify), each item with a hard timeout."""
+    if len(completions) != len(answers):
+        raise ValueError(f"judge_math: {len(completions)} completions but {len(answers)} answers")
+    verdicts: list[float | None] = []
+    needs: list[list[tuple[str, str]]] = []
+    for c, a in zip(completions, answers):
+        try:
+            verdict, pairs = _plan(c, a, numeral_only=False)
+        except _Unreadable:  # the gold could not even be normalised: not the model's fault
+            verdict, pairs = None, []
+        except Exception:  # the answer broke a rule's code: no answer the judge can read, never None
+            verdict, pairs = 0.0, []
+        verdicts.append(verdict)
+        needs.append(pairs)
+    todo = sorted({p for pairs in needs for p in pairs})
+    done = dict(zip(todo, _run([["equal", *p] for p in todo], timeout_s))) if todo else {}
+    for i, pairs in enumerate(needs):
+        if pairs:
+            got = [done[p] for p in pairs]
+            verdicts[i] = 0.0 if 0.0 in got else (None if None in got else 1.0)
+    return verdicts
+
+
+def judge_lenient(completions: list[str], answers: list[str],
+                  timeout_s: float = DEFAULT_TIMEOUT_S) -> list[float | None]:
+    """math-verify alone (`_math_verify_alone`), for eval.py's lenient score: what open-r1, lighteval and verl's
+    math_verify reward would credit. Not a reward: it pays approximations and hedges (docs/judge.md)."""
+    if len(completions) != len(answers):
+        raise ValueError(f"judge_lenient: {len(completions)} completions but {len(answers)} answers")
+    return _run([["alone", final_text(str(c))[-READ_CHARS:], str(a)] for c, a in zip(completions, answers)],
+                timeout_s)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--math-worker"]:

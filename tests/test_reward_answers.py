@@ -25,7 +25,7 @@ def test_number_reward_reads_adversarial_boxes_in_linear_time():
     ("<think>unfinished \\boxed{7}", "7", 1.0),  # no closed block: all of it answers
     ("\\boxed{1\\,000}", "1000", 1.0), ("\\boxed{1{,}000}", "1000", 1.0), ("\\boxed{1,\\!000}", "1000", 1.0),
     ("so 1\\,000 apples", "1000", 1.0), ("\\boxed{1\\,000}", "1", 0.0),
-    ("\\boxed{18\\%}", "18", 0.0), ("\\boxed{22 * 46 - 844}", "168", 0.0),
+    ("\\boxed{18\\%}", "18", 1.0), ("\\boxed{18\\%}", "0.18", 0.0), ("\\boxed{22 * 46 - 844}", "168", 0.0),
 ])
 def test_number_reward_answers(text, gold, want):
     assert number_reward(text, gold) == want
@@ -36,7 +36,7 @@ MATH_CASES = [
     (THINK_DRAFT, "204", 0.0), (THINK_DRAFT, "205", 1.0),
     ("\\boxed{203 = 204}", "204", 0.0), ("\\boxed{2 + 2 = 204}", "204", 0.0), ("\\boxed{205 \\to 204}", "204", 0.0),
     ("\\boxed{205 \\Rightarrow 204}", "204", 0.0), ("\\boxed{x = 204}", "204", 1.0), ("\\boxed{f(x) = 2x}", "2x", 1.0),
-    ("\\boxed{18\\%}", "18", 0.0), ("\\boxed{18\\%}", "0.18", 0.0), ("\\boxed{18\\%}", "18\\%", 1.0),
+    ("\\boxed{18\\%}", "18", 1.0), ("\\boxed{18\\%}", "0.18", 0.0), ("\\boxed{18\\%}", "18\\%", 1.0),
     ("\\boxed{0.333333}", "\\frac{1}{3}", 0.0), ("\\boxed{1.414214}", "\\sqrt{2}", 0.0),
     ("\\boxed{3.141593}", "\\pi", 0.0), ("\\boxed{204.000001}", "204", 0.0),
     ("\\boxed{0.5}", "\\frac{1}{2}", 1.0), ("\\boxed{-0.25}", "-\\frac{1}{4}", 1.0), ("\\boxed{204.0}", "204", 1.0),
@@ -77,3 +77,50 @@ def test_eval_scores_gsm8k_and_aime_as_the_number_reward_does():
         done = [Completion([1], [0.0], f"so \\boxed{{{gold}}}", "stop"), Completion([1], [0.0], expr, "stop")]
         assert score(task, done, task.rows * 2) == [1.0, 0.0]
     assert benchmarks.load_task("math500", limit=1).kind == "math"
+
+
+# ---- issue 46: the judge's rules, both directions (docs/judge.md); each case failed on the judge before it
+
+ISSUE_MATH = [
+    # right answers in common spellings
+    ("\\boxed{0.25}", "\\frac14", 1.0), ("\\boxed{0.75}", "\\frac 34", 1.0), ("\\boxed{0.5}", "2^{-1}", 1.0),
+    ("\\boxed{0.001}", "10^{-3}", 1.0), ("\\boxed{3.5}", "3\\frac{1}{2}", 1.0), ("\\boxed{1.5}", "\\tfrac32", 1.0),
+    ("\\boxed{1.2}", "\\frac65", 1.0), ("\\boxed{137.5}", "137 \\frac{1}{2}", 1.0),
+    ("\\boxed{a+b=5}", "5", 1.0), ("\\boxed{AB=12}", "12", 1.0), ("\\boxed{\\theta=\\frac{\\pi}{4}}", "\\frac{\\pi}{4}", 1.0),
+    ("\\boxed{\\angle ABC=30^\\circ}", "30^\\circ", 1.0), ("\\boxed{x=1 \\text{ or } x=2}", "1,2", 1.0),
+    ("\\boxed{50\\%}", "50", 1.0), ("\\boxed{(x, y) = (5, 8) \\quad\\text{and}\\quad (8, 5)}", "(5, 8), (8, 5)", 1.0),
+    ("\\boxed{x = 1, y = 2}", "(1, 2)", 1.0), ("\\boxed{\\$32,348}", "\\$32,\\!348", 1.0), ("\\boxed{52_8}", "52_{8}", 1.0),
+    # wrong answers math-verify credits
+    ("\\fbox{203 = 204}", "204", 0.0), ("\\fbox{1.570796}", "\\frac{\\pi}{2}", 0.0),
+    ("\\boxed {1.570796}", "\\frac{\\pi}{2}", 0.0), ("\\boxed{{0.333333}}", "\\frac13", 0.0),
+    ("\\boxed{\\left(1.570796\\right)}", "\\frac{\\pi}{2}", 0.0), ("\\boxed{+1.570796}", "\\frac{\\pi}{2}", 0.0),
+    ("\\boxed{1.570796\\,}", "\\frac{\\pi}{2}", 0.0), ("\\boxed{\\approx 1.570796}", "\\frac{\\pi}{2}", 0.0),
+    ("\\boxed{1.5707963\\ldots}", "\\frac{\\pi}{2}", 0.0), ("\\boxed{203 \\equiv 204}", "204", 0.0),
+    ("\\boxed{205 \\to 204}", "204", 0.0), ("\\boxed{205 \\coloneqq 204}", "204", 0.0),
+    ("\\boxed{90 \\text{ rad}}", "90^\\circ", 0.0), ("\\boxed{0." + "3" * 5000 + "}", "\\frac13", 0.0),
+    ("I think \\boxed{204} is wrong; final answer is 205", "204", 0.0),
+    ("I think \\boxed{204} is wrong; final answer is 205", "205", 0.0),
+    ("\\boxed{(3, 1.570796)}", "(3, \\frac{\\pi}{2})", 0.0), ("\\boxed{204} or \\boxed{205}", "204", 0.0),
+    ("\\boxed{x=6 = x=5}", "x=5", 0.0), ("\\boxed{52_9}", "52_8", 0.0), ("\\boxed{42}", "52_8", 0.0),
+    ("\\boxed{864 \\text{ inches}^3}", "864 \\mbox{ inches}^2", 0.0), ("\\boxed{0.5}", "50", 0.0),
+]
+
+
+def test_issue_46_math_cases():
+    got = math_rewards([c for c, _, _ in ISSUE_MATH], [g for _, g, _ in ISSUE_MATH])
+    wrong = [(c[:60], g, want, r) for (c, g, want), r in zip(ISSUE_MATH, got) if r != want]
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("text, gold, want", [
+    ("\\boxed{5 \\text{ cm}}", "5", 1.0), ("\\boxed{5 apples}", "5", 1.0), ("\\boxed{\\textbf{5}}", "5", 1.0),
+    ("\\boxed{x = 5}", "5", 1.0), ("\\boxed{k = 3}", "3", 1.0), ("\\boxed{\u22125}", "-5", 1.0),
+    ("\\boxed{1 000}", "1000", 1.0), ("\\boxed{35\\%}", "35", 1.0), ("\\boxed{30^\\circ}", "30", 1.0),
+    ("The answer is 1,250 dollars.", "1250", 1.0), ("#### 18", "18", 1.0), ("\\boxed{25}", "025", 1.0),
+    ("\\boxed{12} wait, \\boxed{13}", "13", 0.0), ("\\boxed{12} so \\boxed{13", "13", 0.0),
+    ("I think \\boxed{204} is wrong; final answer is 205", "204", 0.0), ("\\boxed{0.35}", "35", 0.0),
+    ("\\boxed{" + "9" * 5000 + "}", "9", 0.0), ("\\boxed{1." + "0" * 5000 + "1}", "1", 0.0),
+    ("\\boxed{204 \\approx 204}", "204", 0.0), ("\\boxed{203 = 204}", "204", 0.0),
+])
+def test_issue_46_number_cases(text, gold, want):
+    assert number_reward(text, gold) == want

@@ -88,18 +88,18 @@ def test_pathological_expression_times_out_as_zero_and_pool_recovers():
 
 def test_dead_worker_is_none_not_zero(monkeypatch):
     pool = answer._pool()
-    assert math_reward("\\boxed{1}", "1") == 1.0  # make sure worker 0 is up
+    assert math_reward("\\boxed{\\sqrt{1}}", "1") == 1.0  # make sure worker 0 is up (sympy decides: a worker item)
     for i, p in enumerate(pool.procs):
         if p is not None:
             p.kill()
             p.wait()
     # killed between items: the pool restarts them, nothing is lost
-    assert math_reward("\\boxed{2}", "2") == 1.0
+    assert math_reward("\\boxed{\\sqrt{4}}", "2") == 1.0
 
     # a worker that cannot start at all: infrastructure -> None
     monkeypatch.setattr(pool, "_start", lambda i: (_ for _ in ()).throw(OSError("no fork")))
     pool.close()
-    assert math_rewards(["\\boxed{1}", "\\boxed{2}"], ["1", "2"]) == [None, None]
+    assert math_rewards(["\\boxed{\\sqrt{1}}", "\\boxed{\\sqrt{4}}"], ["1", "2"]) == [None, None]
 
 
 def test_worker_killed_mid_item_is_none():
@@ -137,9 +137,9 @@ def test_exact_reward():
     ("\\boxed{\\$42}", "42", 1.0),
     ("\\boxed{1.50}", "1.5", 1.0),
     ("\\boxed{-3}", "-3", 1.0),
-    ("\\boxed{168 apples}", "168", 0.0),
+    ("\\boxed{168 apples}", "168", 1.0),  # a unit word is not part of the number
     ("\\boxed{\\frac{1}{2}}", "0.5", 0.0),
-    ("\\boxed{12} wait, \\boxed{13}", "13", 1.0),  # the last box
+    ("\\boxed{12} wait, \\boxed{13}", "13", 0.0),  # two different boxed answers: a hedge
     ("\\boxed{12} wait, \\boxed{13}", "12", 0.0),
     ("12 * 14 = 168\nThe answer is 168.", "168", 1.0),  # no box: the last number, as GSM8K's graders
     ("168 apples and 7 left", "168", 0.0),
