@@ -76,11 +76,14 @@ def load_benchmarks(cfg: C.Config) -> list:
 
 def run_benchmarks(tasks: list, sampler, model_dir: str, cfg: C.Config, step: int) -> dict:
     """eval.py's evaluate() (nanogrpo/evaluate.py) with the trainer's sampler (weights already synced)
-    -> {"eval/TASK/METRIC": value}. Sampling as eval.py's defaults, with the run's max_new_tokens; every
+    -> {"eval/TASK/METRIC": value} (strict: the reward's judge) and {"eval_lenient/TASK/METRIC": value} (math-verify
+    alone, math tasks; docs/eval.md). Sampling as eval.py's defaults, with the run's max_new_tokens; every
     sample in OUT_DIR/evals/."""
     res = evaluate(model_dir, tasks, n=cfg.eval_benchmarks_n, sampler=sampler, max_new_tokens=cfg.max_new_tokens,
                    out=str(Path(cfg.out_dir) / "evals" / f"step_{step:06d}.json"), seed=cfg.seed)
-    return {f"eval/{name}/{k}": v for name, t in res["tasks"].items() for k, v in t["metrics"].items()}
+    return {f"{prefix}/{name}/{k}": v for name, t in res["tasks"].items()
+            for prefix, metrics in (("eval", t["metrics"]), ("eval_lenient", t.get("metrics_lenient", {})))
+            for k, v in metrics.items()}
 
 
 def main(argv: list[str]) -> dict:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from nanogrpo import files, hub, rewards, tools
+from nanogrpo import answer, files, hub, rewards, tools
 from nanogrpo.log import ProgressLine
 from nanogrpo.tasks import TASKS, benchmarks, load_rows
 from nanogrpo.rollout import encode_prompts, make_sampler, row_kind, score_rollouts
@@ -139,6 +139,15 @@ def score(task: Task, completions: list, rows: list[dict]) -> list[float | None]
     return [None if c.failed else v for c, v in zip(completions, verdicts)]
 
 
+def score_lenient(task: Task, completions: list, rows: list[dict]) -> list[bool] | None:
+    """Math-verify alone on the same answers (nanogrpo/answer.py `judge_lenient`): the lenient score, as open-r1
+    and lighteval compute it, beside the strict one (docs/eval.md); None for code tasks."""
+    if task.kind not in ("math", "number"):
+        return None
+    got = answer.judge_lenient([c.answer_text for c in completions], [r.get("answer") for r in rows])
+    return [v == 1.0 and not c.failed for c, v in zip(completions, got)]
+
+
 def run_task(task, sampler, tokenizer, n, sampling, context, seed, rank, world, gather, *, encoded=None,
              recorded=None, show: ProgressLine | None = None, on_call=None):
     """Generate and score this rank's share of the task -> (per-problem results, sample records, token budget).
@@ -173,6 +182,7 @@ def run_task(task, sampler, tokenizer, n, sampling, context, seed, rank, world, 
         outs = sampler.generate([encoded[i][0] for i in idx], n, params, progress=show)
         flat = [c for group in outs for c in group]
         verdicts = score(task, flat, [task.rows[i] for i in idx for _ in range(n)])
+        lenient = score_lenient(task, flat, [task.rows[i] for i in idx for _ in range(n)])
         new = []
         for k, i in enumerate(idx):
             row = task.rows[i]
@@ -180,6 +190,7 @@ def run_task(task, sampler, tokenizer, n, sampling, context, seed, rank, world, 
                 c, v = flat[k * n + j], verdicts[k * n + j]
                 new.append({"task": task.name, "index": i, "id": row.get("id", str(i)), "sample": j,
                             "answer": row.get("answer"), "reward": v, "correct": v == 1.0,
+                            **({"lenient": lenient[k * n + j]} if lenient is not None else {}),
                             "finish_reason": c.finish_reason, "num_tokens": len(c.token_ids),
                             "completion": c.text, **({"tool_calls": c.calls} if tool_cfg else {})})
             records[i] = new[k * n : (k + 1) * n]
@@ -195,6 +206,7 @@ def run_task(task, sampler, tokenizer, n, sampling, context, seed, rank, world, 
 def problem_result(index: int, records: list[dict], prefilled: bool) -> dict:
     """One problem's results from its sample records (so a resumed problem counts exactly as a generated one)."""
     return {"index": index, "correct": [r["correct"] for r in records],
+            "lenient": [r.get("lenient") for r in records],  # None: a code task, or a record from before it
             "unscored": sum(r["reward"] is None for r in records),  # reward None: gold unparseable / sandbox failed
             "tokens": [r["num_tokens"] for r in records],
             "truncated": sum(r["finish_reason"] == "length" for r in records),
@@ -296,6 +308,7 @@ def evaluate(
             tokens = [t for p in problems for t in p["tokens"]]
             results["tasks"][task.name] = {
                 "metrics": benchmarks.task_metrics([p["correct"] for p in problems]),
+                **lenient_metrics(problems),
                 "problems": len(problems),
                 "n": task_n,
                 "max_new_tokens": budget,
@@ -467,9 +480,20 @@ def samples_args_path(out: Path) -> Path:
     return out.with_name(out.stem + ".samples.args.json")
 
 
+def lenient_metrics(problems: list[dict]) -> dict:
+    """{"metrics_lenient": pass@k by math-verify alone} where every sample has a lenient verdict, else {}."""
+    lenient = [p["lenient"] for p in problems]
+    if not lenient or any(v is None for vs in lenient for v in vs):
+        return {}
+    return {"metrics_lenient": benchmarks.task_metrics(lenient)}
+
+
 def markdown_table(results: dict) -> str:
-    lines = ["| task | problems | metric | value |", "| --- | --- | --- | --- |"]
+    """pass@k per task: strict (this judge, the reward's) and lenient (math-verify alone; docs/eval.md)."""
+    lines = ["| task | problems | metric | strict | lenient |", "| --- | --- | --- | --- | --- |"]
     for name, t in results["tasks"].items():
+        lenient = t.get("metrics_lenient", {})
         for metric, value in t["metrics"].items():
-            lines.append(f"| {name} | {t['problems']} | {metric} | {100 * value:.1f} |")
+            loose = f"{100 * lenient[metric]:.1f}" if metric in lenient else "-"
+            lines.append(f"| {name} | {t['problems']} | {metric} | {100 * value:.1f} | {loose} |")
     return "\n".join(lines)

@@ -184,6 +184,27 @@ def test_eval_counts_a_correct_answer(tiny_model_dir, tmp_path):
     assert res["tasks"]["five"]["metrics"] == {"pass@1:n=4": 0.5, "pass@4:n=4": 1.0}
 
 
+def test_eval_reports_strict_and_lenient_side_by_side(tiny_model_dir):
+    """A truncated decimal: math-verify alone (lenient, as open-r1 and lighteval score) credits 0.333333 for 1/3;
+    the strict judge (the reward's) does not. Both are reported, and the table shows both columns."""
+    pytest.importorskip("nanogrpo.sampler")
+    import eval as eval_cli
+    from nanogrpo.sampler import Completion
+
+    class Fake:
+        def generate(self, prompts, n, params, progress=None):
+            return [[Completion([1], [0.0], "\\boxed{\\frac{1}{3}}" if j % 2 == 0 else "\\boxed{0.333333}", "stop")
+                     for j in range(n)] for _ in prompts]
+
+    task = benchmarks.Task("third", "math", [{"id": "x", "problem": "1/3", "answer": "\\frac13"}] * 2, 2,
+                           lambda r: r["problem"])
+    res = eval_cli.evaluate(tiny_model_dir, [task], sampler=Fake(), max_new_tokens=4)
+    t = res["tasks"]["third"]
+    assert t["metrics"] == {"pass@1:n=2": 0.5, "pass@2:n=2": 1.0}
+    assert t["metrics_lenient"] == {"pass@1:n=2": 1.0, "pass@2:n=2": 1.0}
+    assert "| third | 2 | pass@1:n=2 | 50.0 | 100.0 |" in eval_cli.markdown_table(res)
+
+
 @pytest.mark.slow
 def test_model_by_hub_id_resolves_through_the_cache_and_bad_names_are_errors(tiny_model_dir, tmp_path, monkeypatch,
                                                                                capsys):
