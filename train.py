@@ -12,8 +12,8 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 from transformers import AutoConfig
@@ -24,8 +24,8 @@ from nanogrpo import model as M
 from nanogrpo.log import Logger
 from nanogrpo.optim import make_optimizer
 from nanogrpo.sampler import unwrap
-from nanogrpo.evaluate import evaluate, heldout_accuracy, heldout_rows
-from nanogrpo.rollout import (StepRollouts, code_opts, collect, encode_prompts, mean_valid, row_kind, task_template,
+from nanogrpo.evaluate import RunEvals, heldout_rows, load_benchmarks
+from nanogrpo.rollout import (StepRollouts, Worker, code_opts, encode_prompts, mean_valid, row_kind, task_template,
                               task_verifier, trainer_sampler)
 
 
@@ -61,60 +61,37 @@ def check_rewards_alive(history: list[float], cfg: C.Config) -> None:
                             f"learned, so the run stops. Likely cause: {NONE_CAUSES.get(judge, NONE_CAUSES['math'])}")
 
 
-def load_benchmarks(cfg: C.Config) -> list:
-    """eval.py tasks for `eval_benchmarks`, loaded now so a bad name or path stops the run before compute."""
-    from nanogrpo.tasks import benchmarks
-
-    tasks = []
-    for spec in filter(None, (s.strip() for s in cfg.eval_benchmarks.split(","))):
-        try:
-            tasks.append(benchmarks.load_task(spec, limit=cfg.eval_size))
-        except (ValueError, FileNotFoundError) as e:
-            raise C.ConfigError(f"config key 'eval_benchmarks': {e}") from None
-    return tasks
-
-
-def run_benchmarks(tasks: list, sampler, model_dir: str, cfg: C.Config, step: int) -> dict:
-    """eval.py's evaluate() (nanogrpo/evaluate.py) with the trainer's sampler (weights already synced)
-    -> {"eval/TASK/METRIC": value} (strict: the reward's judge) and {"eval_lenient/TASK/METRIC": value} (math-verify
-    alone, math tasks; docs/eval.md). Sampling as eval.py's defaults, with the run's max_new_tokens; every
-    sample in OUT_DIR/evals/."""
-    res = evaluate(model_dir, tasks, n=cfg.eval_benchmarks_n, sampler=sampler, max_new_tokens=cfg.max_new_tokens,
-                   out=str(Path(cfg.out_dir) / "evals" / f"step_{step:06d}.json"), seed=cfg.seed)
-    return {f"{prefix}/{name}/{k}": v for name, t in res["tasks"].items()
-            for prefix, metrics in (("eval", t["metrics"]), ("eval_lenient", t.get("metrics_lenient", {})))
-            for k, v in metrics.items()}
-
-
 def main(argv: list[str]) -> dict:
     """The run; its results (held-out accuracy and benchmarks at the start and the end), with
     "stopped_by": the signal's name when a stop signal ended it early (saved: resume=true continues)."""
     cfg = C.load(argv)  # bad keys / types stop here, before anything is loaded
-    # from here on a stop signal ends the run saved; `closing` closes the sampler however run() ends
+    # from here on a stop signal ends the run saved; `closing` closes the sampler however train() ends
     with checkpoint.StopSignals(cfg.stop_signal) as stop, contextlib.ExitStack() as closing:
-        return run(cfg, stop, closing)
+        return train(cfg, stop, closing)
 
 
-class Setup(NamedTuple):
+@dataclass
+class Run:
     """What the step loop uses, built by `setup` with every input checked before the first step."""
 
     rank: int
     start: int  # the first step: 0, or the resumed checkpoint's
     stream: data.PromptStream  # this rank's prompts, resumable
-    sampling: pipeline.Rollouts | placement.Remote  # each step's rollouts: sampled now or ahead, or by a sampler rank
+    sampling: pipeline.Rollouts | placement.Remote  # `take` a step's rollouts, `sync_weights` after the update
     tokenizer: object
     policy: M.Policy
-    ref: object  # the frozen reference when beta > 0, else None
+    ref: object | None  # the frozen reference when beta > 0
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
-    sampler: object  # None on a trainer rank of the split placement (sampler_ranks)
-    behaviour: object  # exact_logprobs: the sampler's weights as a policy (nanogrpo/parity.py), else None
+    sampler: object | None  # None on a trainer rank of the split placement (sampler_ranks)
+    behaviour: object | None  # exact_logprobs: the sampler's weights as a policy (nanogrpo/parity.py)
     gap_gate: parity.GapGate
     logger: Logger
-    evaluations: Callable[[int], dict] | None  # held-out accuracy and benchmarks after a step; None: no evals
+    evaluations: Callable[[int], dict] | None  # held-out accuracy and benchmarks after `version` updates; None: none
 
 
-class Inputs(NamedTuple):
+@dataclass
+class Inputs:
     """What both the trainer and a sampler rank read: the rows, the benchmarks, the tokenizer and the prompt format."""
 
     train_rows: list[dict]
@@ -140,34 +117,25 @@ def load_inputs(cfg: C.Config) -> Inputs:
     return Inputs(train_rows, eval_rows, bench_tasks, tokenizer, prefilled_think)
 
 
-def sampling_side(cfg: C.Config, inputs: Inputs, sampler, check: parity.SamplerCheck, model_dir: str,
-                  device: torch.device) -> tuple[Callable, Callable | None]:
-    """(sample, evaluations): one step's rollouts of a rank's prompt stream, sampled and scored, as the rollout thread
-    or a sampler rank runs it; and the held-out accuracy and benchmarks of the weights the sampler holds (None: the
-    run has no evaluation)."""
+def rollout_worker(cfg: C.Config, inputs: Inputs, sampler, check: parity.SamplerCheck, device) -> Worker:
+    """What samples and scores a rank's rollouts (nanogrpo/rollout.py), on a trainer rank or a sampler rank."""
     # async: the gap against the weights that sampled, through the trainer's forward (nanogrpo/parity.py)
     sampled_by = parity.SamplerPolicy(sampler, cfg.logprob_chunk, cfg.lm_head_fp32,
                                       M.pick_attention(cfg.attention, device)) if cfg.async_steps else None
-    tokenizer, prefilled_think, eval_rows, bench_tasks = (inputs.tokenizer, inputs.prefilled_think, inputs.eval_rows,
-                                                          inputs.bench_tasks)
+    return Worker(cfg, sampler, check, inputs.tokenizer, inputs.prefilled_think, sampled_by)
 
-    def sample(step: int, version: int, weights, stream: data.PromptStream, rank: int) -> StepRollouts:
-        batch = collect(step, version, stream, sampler, tokenizer, cfg, check, rank, prefilled_think,
-                        sleep=not cfg.async_steps)
-        if sampled_by is not None:
-            batch.gap = parity.sampled_gap(sampled_by, batch, cfg, tokenizer.pad_token_id, weights)
-        return batch
 
-    def evaluations(step: int) -> dict:  # held-out accuracy on the task's split, then eval.py's benchmarks
-        got = heldout_accuracy(sampler, tokenizer, eval_rows, cfg, prefilled_think) if eval_rows else {}
-        return {**got, **(run_benchmarks(bench_tasks, sampler, model_dir, cfg, step) if bench_tasks else {})}
-
-    return sample, evaluations if cfg.eval_every and (eval_rows or bench_tasks) else None
+def run_evals(cfg: C.Config, inputs: Inputs, sampler, model_dir: str) -> RunEvals | None:
+    """The run's evaluations with this sampler (nanogrpo/evaluate.py); None when it has none."""
+    if not (cfg.eval_every and (inputs.eval_rows or inputs.bench_tasks)):
+        return None
+    return RunEvals(cfg, sampler, inputs.tokenizer, inputs.eval_rows, inputs.bench_tasks, model_dir,
+                    inputs.prefilled_think)
 
 
 def serve_samples(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) -> dict:
     """A sampler rank of the split placement (sampler_ranks > 0): it samples every step for its trainer ranks, with the
-    weights they send, and runs the evaluations (nanogrpo/placement.py). Returns the evaluations, as `run`."""
+    weights they send, and runs the evaluations (nanogrpo/placement.py). Returns the evaluations, as `train`."""
     split = dist.SPLIT
     dtype = C.torch_dtype(cfg, device.type == "cuda")
     torch.manual_seed(cfg.seed)
@@ -176,13 +144,14 @@ def serve_samples(cfg: C.Config, closing: contextlib.ExitStack, device: torch.de
     closing.callback(sampler.close)
     hf = unwrap(sampler).model
     check = parity.SamplerCheck(sampler, dtype, hf, hf.named_parameters())
-    sample, evaluations = sampling_side(cfg, inputs, sampler, check, cfg.model, device)
+    evals = run_evals(cfg, inputs, sampler, cfg.model)
     streams = {r: data.PromptStream(inputs.train_rows, cfg.prompts_per_step, r, split.trainers, cfg.seed)
                for r in range(split.rank - split.trainers, split.trainers, split.samplers)}
-    return placement.serve(cfg, sample, streams, sampler, check, evaluations, lambda v: evaluates(v, cfg))
+    return placement.serve(cfg, rollout_worker(cfg, inputs, sampler, check, device), streams,
+                           evals and evals.run, lambda v: evaluates(v, cfg))
 
 
-def setup(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) -> Setup:
+def setup(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) -> Run:
     """Data, model, optimizer, sampler, checks, logger and resume: everything before the first step."""
     rank, world = dist.rank(), dist.world_size()  # with sampler_ranks: among the trainer ranks
     closing.callback(torch.set_num_threads, torch.get_num_threads())  # as it was, for a caller in this process
@@ -235,19 +204,14 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) ->
         evaluations = sampling.evaluations if evaluating else None
     else:
         sampler = trainer_sampler(cfg, weights, device, dtype)  # with tools=true, the tool loop (its sandbox starts now)
-        closing.callback(sampler.close)  # also when a check stops the run: see sampler.close() in run()
+        closing.callback(sampler.close)  # also when a check stops the run: see sampler.close() in train()
         behaviour = parity.SamplerPolicy.of(sampler, policy) if cfg.exact_logprobs else None  # nanogrpo/parity.py
         # after every generate: the sampler's weights and settings against the trainer's, exactly (nanogrpo/parity.py)
         sampler_check = parity.SamplerCheck(sampler, dtype, policy.hf, M.iter_full_params(policy))
-        sample, evaluations = sampling_side(cfg, inputs, sampler, sampler_check, weights, device)
-
-        def produce(step: int, version: int, weights) -> StepRollouts:  # async_steps: on the rollout thread
-            if weights is not None:  # the copy of the weights this step samples with (nanogrpo/pipeline.py)
-                sampler_check.sync(sampler, weights)
-            return sample(step, version, weights, stream, rank)
-
-        sampling = pipeline.Rollouts(produce, lambda w: sampler_check.sync(sampler, w), cfg.async_steps, start,
-                                     cfg.steps, queued)
+        evals = run_evals(cfg, inputs, sampler, weights)
+        evaluations = evals and evals.run
+        sampling = pipeline.Rollouts(rollout_worker(cfg, inputs, sampler, sampler_check, device), stream, rank,
+                                     cfg.async_steps, start, cfg.steps, queued)
     closing.callback(sampling.close)  # first: the rollout thread stops before the sampler closes
     # checked: the sampler check runs after every generate (here, or on the sampler ranks)
     gap_gate = parity.GapGate(cfg.max_logprob_gap, cfg.gap_patience, dtype, cfg.sampler,
@@ -262,8 +226,8 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) ->
     dist.print0(f"world size {world} | device {device} | {len(train_rows)} train / {len(eval_rows)} held-out rows"
                 + (f" | resumed from {resume_from}" if resume_from else ""))
     logger = Logger(cfg.out_dir, cfg.steps, start, cfg.wandb_project, cfg.wandb_run_name, vars(cfg))
-    return Setup(rank, start, stream, sampling, tokenizer, policy, ref, optimizer, scheduler, sampler,
-                 behaviour, gap_gate, logger, evaluations)
+    return Run(rank, start, stream, sampling, tokenizer, policy, ref, optimizer, scheduler, sampler, behaviour,
+               gap_gate, logger, evaluations)
 
 
 def rank_rollouts(batch: StepRollouts, cfg: C.Config) -> dict:
@@ -305,28 +269,27 @@ def async_metrics(everyone: list[dict], update: dict) -> dict:
             "logprob_gap_now": update["logprob_gap"]}  # the updates since sampling included: not a fault
 
 
-def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitStack) -> dict:
+def train(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitStack) -> dict:
     if cfg.sampler_ranks and int(os.environ.get("WORLD_SIZE", 1)) <= cfg.sampler_ranks:
         raise C.ConfigError(f"sampler_ranks={cfg.sampler_ranks} needs a torchrun with more ranks than that (WORLD_SIZE="
                             f"{os.environ.get('WORLD_SIZE', 1)}): the last sampler_ranks ranks sample, the others train")
     device = dist.init(cfg.device, cfg.cpu_allocator, cfg.sampler_ranks)  # with sampler_ranks: each side its own group
     if dist.SPLIT and dist.SPLIT.sampler:  # split placement: this rank only samples
         return serve_samples(cfg, closing, device)
-    (rank, start, stream, sampling, tokenizer, policy, ref, optimizer, scheduler, sampler, behaviour,
-     gap_gate, logger, evaluations) = setup(cfg, closing, device)
+    run = setup(cfg, closing, device)
     results = {}
-    if evaluations and start == 0:
-        start_evals = evaluations(0)
+    if run.evaluations and run.start == 0:
+        start_evals = run.evaluations(0)
         results.update({f"{k}_start": v for k, v in start_evals.items()})
-        logger.log(-1, start_evals)
+        run.logger.log(-1, start_evals)
 
     none_history: list[float] = []  # none_frac per step (check_rewards_alive)
     stopped = ""  # the stop signal's name, once one arrived (on any rank)
-    for step in range(start, cfg.steps):
+    for step in range(run.start, cfg.steps):
         t_step = time.time()
         # 1-2. this rank's prompts, a group of completions each, their rewards (None = could not be computed):
         # nanogrpo/rollout.py's collect, now or (async_steps = k) sampled up to k updates ago on the rollout thread
-        batch = sampling.take(step)
+        batch = run.sampling.take(step)
         parity.judge(step, batch.problems)  # stops the run if they were not the trainer's weights and settings
         times = {**batch.times, "time_wait": time.time() - t_step, "staleness": step - batch.version}
         if step - batch.version > cfg.async_steps:  # the queue's invariant (nanogrpo/pipeline.py)
@@ -336,51 +299,52 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitSta
         everyone = dist.all_gather_object(rank_rollouts(batch, cfg))
         adv = grpo.advantages([x for e in everyone for x in e["reward"]], cfg.group_size, cfg.scale, cfg.adv_eps)
         n = len(batch.total)  # every rank holds the same number of completions
-        rollouts = batch.for_update(adv[rank * n : (rank + 1) * n].tolist())
+        rollouts = batch.for_update(adv[run.rank * n : (run.rank + 1) * n].tolist())
 
         # 4. the update
         t0 = time.time()
-        lr = scheduler.get_last_lr()[0]
-        update = {**grpo.step(policy, ref, optimizer, scheduler, rollouts, cfg, tokenizer.pad_token_id, behaviour), "lr": lr}
+        lr = run.scheduler.get_last_lr()[0]
+        update = {**grpo.step(run.policy, run.ref, run.optimizer, run.scheduler, rollouts, cfg, run.tokenizer.pad_token_id,
+                              run.behaviour), "lr": lr}
         times["time_train"] = time.time() - t0
 
         # 5. the sampler gets the new weights (streamed, never the whole model at once): now, or (async_steps)
         # a copy queued with the step that will sample with them
         t0 = time.time()
         # while the sampler sleeps (GPU): its KV cache and the gathered weights are never in memory together
-        sampling.push(step + 1, M.iter_full_params(policy))
+        run.sampling.sync_weights(step + 1, M.iter_full_params(run.policy))
         times["time_sync"] = time.time() - t0
 
         # 6. metrics (and the evals, on their steps), the log, the run's guards
         metrics = step_metrics(everyone, update, times, t_step, cfg)
         last = step + 1 == cfg.steps
-        if evaluations and evaluates(step + 1, cfg):
-            sampling.drain()  # async: the sampler is free, and holds the newest weights (the last job synced them)
-            step_evals = evaluations(step + 1)
+        if run.evaluations and evaluates(step + 1, cfg):
+            run.sampling.drain()  # async: the sampler is free, and holds the newest weights (the last job synced them)
+            step_evals = run.evaluations(step + 1)
             metrics.update(step_evals)
             results.update({f"{k}_end": v for k, v in step_evals.items()})
-        logger.log(step, metrics, cfg.log_every)
+        run.logger.log(step, metrics, cfg.log_every)
         none_history.append(metrics["none_frac"])
         check_rewards_alive(none_history, cfg)
-        gap_gate(step, metrics["logprob_gap"])  # warns, and stops a run whose sampler and trainer drifted apart
+        run.gap_gate(step, metrics["logprob_gap"])  # warns, and stops a run whose sampler and trainer drifted apart
 
         # 7. checkpoint, and a stop signal
         stopped = "" if last else stop.requested()  # an all-reduce: every rank stops after the same step
         if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final) or stopped:
-            mine = sampling.state(stream)  # first: waits for the queued rollouts, which move the stream
-            path = checkpoint.save(cfg.out_dir, step + 1, policy, optimizer, scheduler, tokenizer,
+            mine = run.sampling.state(run.stream)  # first: waits for the queued rollouts, which move the stream
+            path = checkpoint.save(cfg.out_dir, step + 1, run.policy, run.optimizer, run.scheduler, run.tokenizer,
                                    {"data": mine["data"]}, cfg.keep_checkpoints, mine)
-            logger.event(f"saved {path}")
+            run.logger.event(f"saved {path}")
         if stopped:
-            logger.event(f"stopped by {stopped} after step {step + 1}/{cfg.steps}: exit code "
+            run.logger.event(f"stopped by {stopped} after step {step + 1}/{cfg.steps}: exit code "
                          f"{checkpoint.EXIT_STOPPED}; resume=true continues from {path}")
             break
-    sampling.close()
-    logger.close()
+    run.sampling.close()
+    run.logger.close()
     # the vLLM engine shuts down now, while the process group it tears down still exists (left to the
     # interpreter's exit, after dist.close(), its shutdown raised "Invalid process group specified")
-    if sampler is not None:
-        sampler.close()
+    if run.sampler is not None:
+        run.sampler.close()
     if results:
         dist.print0(" | ".join(f"{k} {v:.3f}" for k, v in results.items()))
     return {**results, "stopped_by": stopped} if stopped else results

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from nanogrpo import answer, files, hub, rewards, tools
+from nanogrpo.config import ConfigError
 from nanogrpo.log import ProgressLine
 from nanogrpo.tasks import TASKS, benchmarks, load_rows
 from nanogrpo.rollout import encode_prompts, make_sampler, row_kind, score_rollouts
@@ -55,6 +56,47 @@ def heldout_rows(cfg) -> list[dict]:
         return []
     kind, gold_check = row_kind(cfg)
     return load_rows(source, kind, split="test", seed=cfg.seed, gold_check=gold_check)[: cfg.eval_size]
+
+
+@dataclasses.dataclass
+class RunEvals:
+    """A training run's evaluations (`eval_every`) of the weights its sampler holds: held-out accuracy on `rows`,
+    then eval.py's benchmarks (`eval_benchmarks`) with the trainer's sampler; `run(version)` -> their metrics."""
+
+    cfg: object
+    sampler: object
+    tokenizer: object
+    rows: list[dict]  # held-out rows (heldout_rows)
+    benchmarks: list[Task]  # load_benchmarks
+    model_dir: str  # the weights the sampler loaded (eval.py's prompts read its tokenizer files)
+    prefilled_think: bool = False
+
+    def run(self, version: int) -> dict:
+        got = heldout_accuracy(self.sampler, self.tokenizer, self.rows, self.cfg, self.prefilled_think) if self.rows else {}
+        return {**got, **(self.run_benchmarks(version) if self.benchmarks else {})}
+
+    def run_benchmarks(self, version: int) -> dict:
+        """eval.py's evaluate() with the trainer's sampler (weights already synced) -> {"eval/TASK/METRIC": value}
+        (strict: the reward's judge) and {"eval_lenient/TASK/METRIC": value} (math-verify alone, math tasks;
+        docs/eval.md). Sampling as eval.py's defaults, with the run's max_new_tokens; every sample in OUT_DIR/evals/."""
+        cfg = self.cfg
+        res = evaluate(self.model_dir, self.benchmarks, n=cfg.eval_benchmarks_n, sampler=self.sampler,
+                       max_new_tokens=cfg.max_new_tokens, out=str(Path(cfg.out_dir) / "evals" / f"step_{version:06d}.json"),
+                       seed=cfg.seed)
+        return {f"{prefix}/{name}/{k}": v for name, t in res["tasks"].items()
+                for prefix, metrics in (("eval", t["metrics"]), ("eval_lenient", t.get("metrics_lenient", {})))
+                for k, v in metrics.items()}
+
+
+def load_benchmarks(cfg) -> list[Task]:
+    """eval.py tasks for `eval_benchmarks`, loaded now so a bad name or path stops the run before compute."""
+    loaded = []
+    for spec in filter(None, (s.strip() for s in cfg.eval_benchmarks.split(","))):
+        try:
+            loaded.append(benchmarks.load_task(spec, limit=cfg.eval_size))
+        except (ValueError, FileNotFoundError) as e:
+            raise ConfigError(f"config key 'eval_benchmarks': {e}") from None
+    return loaded
 
 
 def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg, prefilled_think: bool = False) -> dict:

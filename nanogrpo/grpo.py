@@ -180,79 +180,101 @@ def normaliser(rollouts: list[Rollout], loss_norm: str, mask_truncated: bool) ->
 
 
 def policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, sampler_logp=None, seq_w=None, z=None):
-    """The GRPO loss of one micro-batch: clipped surrogate (or CISPO), token or sequence (GSPO) ratios.
+    """The GRPO loss of one micro-batch: Σ_it w_i·mask·(pg + β·kl) / z, and token-summed stats for the metrics.
 
-    logp, old_logp, ref_logp, sampler_logp, mask: (B, T) aligned per completion token (ref_logp may be
-    None when beta = 0, sampler_logp None when tis_cap = 0); advantages: (B,); seq_w: (B,) per-token
-    weights (default 1); z: the step's normaliser (default: this micro-batch's valid token count).
-    Returns (loss, stats): loss = Σ_it w_i·mask·(pg + β·kl) / z; stats holds token-summed metrics.
-    """
+    logp, old_logp, ref_logp, sampler_logp, mask: (B, T) aligned per completion token (ref_logp may be None when
+    beta = 0, sampler_logp None when tis_cap = 0); advantages: (B,); seq_w: (B,) per-token weights (default 1);
+    z: the step's normaliser (default: this micro-batch's valid token count). The default path is the clipped
+    token ratio; each other knob is one small function below, called only when it is on."""
     mask = mask.to(logp.dtype)
-    if seq_w is None:
-        seq_w = torch.ones_like(advantages)
-    if z is None:
-        z = mask.sum().clamp(min=1)
+    seq_w = torch.ones_like(advantages) if seq_w is None else seq_w
+    z = mask.sum().clamp(min=1) if z is None else z
     adv = advantages.unsqueeze(1)  # (B, 1)
-    clamp = cfg.log_ratio_clamp
-    # A token whose log ratio ran past the clamp gets no gradient from the policy term, whatever the loss: the
-    # clamp's own derivative does that for the clipped token ratio, `inside` for GSPO and CISPO, whose gradients
-    # do not pass through the token's clamped ratio.
-    raw = logp - old_logp  # (B, T)
-    inside = raw.detach().abs() <= clamp
-    log_ratio = raw.clamp(-clamp, clamp)
+    raw = logp - old_logp  # (B, T) log ρ
+    # a token whose log ratio ran past the clamp gets no gradient from the policy term, whatever the loss: the
+    # clamp's own derivative does that for the token ratio, `inside` for GSPO and CISPO, which bypass it
+    inside = raw.detach().abs() <= cfg.log_ratio_clamp
+    log_ratio = raw.clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp)
     if cfg.ratio_level == "sequence":
-        # GSPO: s_i = exp(mean_t log_ratio), one per completion (mean over its counted tokens), in the
-        # stop-gradient form s_i·π_θ/sg(π_θ): the value is s_i at every token, each token's gradient s_i·∇logp.
-        # s_i is built from every token, so one token past the clamp stops the whole completion's gradient.
-        seq = (log_ratio * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)  # (B, 1)
-        ratio = torch.exp(seq.detach() + logp - logp.detach())  # (B, T)
-        inside = (inside | (mask == 0)).all(1, keepdim=True).expand_as(inside)
+        ratio, inside = gspo_ratio(log_ratio, logp, mask, inside)
     else:
-        ratio = torch.exp(log_ratio)  # (B, T)
-    if cfg.policy_loss == "cispo":
-        # CISPO: the weight is capped and detached, so every token keeps its gradient A·weight·∇logp
-        weight = ratio.clamp(min=1 - cfg.cispo_low, max=1 + cfg.cispo_high).detach()
-        pg = -weight * adv * logp
-        clip_low, clip_high = ratio < 1 - cfg.cispo_low, ratio > 1 + cfg.cispo_high
-    else:
-        clipped = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
-        pg = -torch.minimum(ratio * adv, clipped * adv)  # (B, T)
-        if cfg.dual_clip > 0:  # dual-clip PPO: with A < 0 a token's loss is capped at -dual_clip·A (no gradient there)
-            pg = torch.where(adv < 0, torch.minimum(pg, -cfg.dual_clip * adv), pg)
-        clip_low, clip_high = (ratio < 1 - cfg.clip_low) & (adv < 0), (ratio > 1 + cfg.clip_high) & (adv > 0)
+        ratio = torch.exp(log_ratio)  # (B, T) ρ
+    pg, clip_low, clip_high = (cispo(ratio, adv, logp, cfg) if cfg.policy_loss == "cispo" else
+                               clipped_surrogate(ratio, adv, cfg))  # (B, T) each
     is_weight = torch.exp(old_logp - sampler_logp).detach() if sampler_logp is not None else torch.ones_like(logp)
     if cfg.tis_cap > 0 and sampler_logp is not None:
-        pg = pg * is_weight.clamp(max=cfg.tis_cap)
+        pg = pg * is_weight.clamp(max=cfg.tis_cap)  # c_it, truncated importance sampling
     per_token = torch.where(inside, pg, pg.detach())
-    kl = None
-    if cfg.beta > 0:
-        raw_r = ref_logp - logp  # log π_ref/π_θ
-        log_r, kept = raw_r.clamp(-clamp, clamp), raw_r.detach().abs() <= clamp
-        estimator = cfg.kl_estimator
-        if estimator == "k2":
-            kl = 0.5 * log_r**2
-        else:
-            kl = torch.exp(log_r) - log_r - 1  # (B, T) k3, >= 0
-            if estimator == "k3_ratio":
-                # π_θ/π_old, not detached (see the module docstring); its gradient carries the k3 value, up to
-                # e^clamp, so the ratio must be inside the clamp too
-                kl = torch.exp(log_ratio) * kl
-                kept = kept & inside
-        kl = torch.where(kept, kl, kl.detach())  # a token past the clamp: its KL counts in value, not in gradient
-        if cfg.kl_clamp > 0:  # the estimate's value capped (verl, NeMo-RL: 10); no gradient past the cap
-            kl = kl.clamp(max=cfg.kl_clamp)
+    kl = kl_penalty(logp, ref_logp, log_ratio, inside, cfg) if cfg.beta > 0 else None
+    if kl is not None:
         per_token = per_token + cfg.beta * kl
     loss = (per_token * mask * seq_w.unsqueeze(1)).sum() / z
-    with torch.no_grad():
-        stats = {
-            "tokens": mask.sum(),
-            "clip_low": clip_low.to(mask.dtype).mul(mask).sum(),
-            "clip_high": clip_high.to(mask.dtype).mul(mask).sum(),
-            "kl": (kl * mask).sum() if kl is not None else torch.zeros((), dtype=mask.dtype),
-            "is_weight": (is_weight * mask).sum(),  # c_it before the cap: 1 on-policy, off 1 with staleness
-            "is_capped": ((is_weight > cfg.tis_cap) * mask).sum() if cfg.tis_cap > 0 else torch.zeros((), dtype=mask.dtype),
-        }
-    return loss, stats
+    return loss, loss_stats(mask, clip_low, clip_high, kl, is_weight, cfg.tis_cap)
+
+
+def clipped_surrogate(ratio, adv, cfg):
+    """PPO's clipped surrogate per token, -min(ρ·A, clip(ρ, 1 - clip_low, 1 + clip_high)·A), and the tokens each
+    clip bound holds (B, T): the low one where A < 0, the high one where A > 0."""
+    clipped = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
+    pg = -torch.minimum(ratio * adv, clipped * adv)  # (B, T)
+    if cfg.dual_clip > 0:
+        pg = dual_clip(pg, adv, cfg.dual_clip)
+    return pg, (ratio < 1 - cfg.clip_low) & (adv < 0), (ratio > 1 + cfg.clip_high) & (adv > 0)
+
+
+def dual_clip(pg, adv, cap: float):
+    """Dual-clip PPO: with A < 0 a token's loss is capped at -cap·A (no gradient there)."""
+    return torch.where(adv < 0, torch.minimum(pg, -cap * adv), pg)
+
+
+def gspo_ratio(log_ratio, logp, mask, inside):
+    """GSPO (`ratio_level = "sequence"`): s_i = exp(mean_t log ρ_it) over a completion's counted tokens, in the
+    stop-gradient form s_i·π_θ/sg(π_θ): the value is s_i at every token, each token's gradient s_i·∇logp. s_i is
+    built from every token, so one token past the clamp stops its whole completion's gradient (the new `inside`)."""
+    seq = (log_ratio * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)  # (B, 1)
+    ratio = torch.exp(seq.detach() + logp - logp.detach())  # (B, T)
+    return ratio, (inside | (mask == 0)).all(1, keepdim=True).expand_as(inside)
+
+
+def cispo(ratio, adv, logp, cfg):
+    """CISPO (`policy_loss = "cispo"`): the weight is capped and detached, so every token keeps its gradient
+    A·weight·∇logp; the clip fractions count the tokens whose weight the cap or the floor cut."""
+    weight = ratio.clamp(min=1 - cfg.cispo_low, max=1 + cfg.cispo_high).detach()
+    return -weight * adv * logp, ratio < 1 - cfg.cispo_low, ratio > 1 + cfg.cispo_high
+
+
+def kl_penalty(logp, ref_logp, log_ratio, inside, cfg):
+    """The per-token KL estimate to the reference (`beta` > 0): k3, k3_ratio or k2 (`kl_estimator`), capped at
+    `kl_clamp`. A token past the log-ratio clamp counts in value, not in gradient."""
+    raw_r = ref_logp - logp  # log π_ref/π_θ
+    log_r, kept = raw_r.clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp), raw_r.detach().abs() <= cfg.log_ratio_clamp
+    if cfg.kl_estimator == "k2":
+        kl = 0.5 * log_r**2
+    else:
+        kl = torch.exp(log_r) - log_r - 1  # (B, T) k3, >= 0
+        if cfg.kl_estimator == "k3_ratio":
+            # π_θ/π_old, not detached (see the module docstring); its gradient carries the k3 value, up to
+            # e^clamp, so the ratio must be inside the clamp too
+            kl = torch.exp(log_ratio) * kl
+            kept = kept & inside
+    kl = torch.where(kept, kl, kl.detach())
+    if cfg.kl_clamp > 0:  # the estimate's value capped (verl, NeMo-RL: 10); no gradient past the cap
+        kl = kl.clamp(max=cfg.kl_clamp)
+    return kl
+
+
+@torch.no_grad()
+def loss_stats(mask, clip_low, clip_high, kl, is_weight, tis_cap: float) -> dict:
+    """Token sums of one micro-batch for the step's metrics (grpo.step_metrics divides them by the tokens)."""
+    none = torch.zeros((), dtype=mask.dtype)
+    return {
+        "tokens": mask.sum(),
+        "clip_low": clip_low.to(mask.dtype).mul(mask).sum(),
+        "clip_high": clip_high.to(mask.dtype).mul(mask).sum(),
+        "kl": (kl * mask).sum() if kl is not None else none,
+        "is_weight": (is_weight * mask).sum(),  # c_it before the cap: 1 on-policy, off 1 with staleness
+        "is_capped": ((is_weight > tis_cap) * mask).sum() if tis_cap > 0 else none,
+    }
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,14 +1,14 @@
 """Rollouts ahead of the update (`async_steps = k`): the next steps' rollouts are generated while this step trains.
 
 The sampler and the trainer hold separate weights (nanogrpo/sampler.py), so the sampler can generate while the
-trainer updates. With k = 0 nothing overlaps: `take` samples the step's rollouts when asked, `push` syncs the new
-weights right after the update; train.py's loop then runs exactly as a synchronous one (the tests compare bits).
+trainer updates. With k = 0 nothing overlaps: `take` samples the step's rollouts when asked, `sync_weights` syncs the
+new weights right after the update; train.py's loop then runs exactly as a synchronous one (the tests compare bits).
 
 With k >= 1 one background thread (`rollouts`) owns the sampler and runs jobs in step order. The rollouts of
 step j are sampled with the weights of version max(start, j - k) (version = updates applied), so a batch trains at
 most k versions after it was sampled, and every batch is trained, in order: none is dropped for being late (which
 would favour short answers, whose rollouts finish first). At the start jobs start..start+k are queued on the
-weights the sampler loaded; after the update of step t `push` copies the new weights (version t + 1) and queues
+weights the sampler loaded; after the update of step t `sync_weights` copies the new weights (version t + 1) and queues
 step t + 1 + k on them: the thread syncs that copy into the sampler just before generating it. Copying is needed
 because the trainer goes on updating its own weights while the job waits, and on FSDP the gather of the full
 weights is a collective that only the main thread may run. The copy costs one model in the trainer's dtype per
@@ -27,7 +27,6 @@ the ratio is clipped against the trainer's current weights and weighted by min(Ï
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
@@ -37,14 +36,12 @@ from nanogrpo.config import ConfigError
 
 
 class Rollouts:
-    """The steps' rollouts in order: `take(step)` each step, `push(version, weights)` after each update.
+    """This rank's steps' rollouts in order: `take(step)` each step, `sync_weights(version, weights)` after each update.
+    `worker` (rollout.Worker) samples them from `stream` and syncs weights into the sampler."""
 
-    produce(step, version, weights) -> the step's rollouts (rollout.StepRollouts); `weights` = (name, tensor)
-    pairs to sync into the sampler first, or None to sample with what the sampler holds. sync(weights) puts weights
-    into the sampler now."""
-
-    def __init__(self, produce: Callable, sync: Callable, ahead: int, start: int, end: int, pending: list | None = None):
-        self.produce, self.sync, self.ahead, self.start, self.end = produce, sync, ahead, start, end
+    def __init__(self, worker, stream, rank: int, ahead: int, start: int, end: int, pending: list | None = None):
+        self.worker, self.stream, self.rank = worker, stream, rank
+        self.ahead, self.start, self.end = ahead, start, end
         self.jobs: dict[int, Future] = {}
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="rollouts") if ahead else None
         for batch in pending or []:  # a checkpoint's queued steps (resume): trained as they were sampled
@@ -53,20 +50,20 @@ class Rollouts:
     def take(self, step: int):
         """Step `step`'s rollouts: sampled now (k = 0), or the queued job's, waited for (its error raised here)."""
         if not self.ahead:
-            return self.produce(step, step, None)
+            return self.worker.rollouts(step, step, None, self.stream, self.rank)
         if not self.jobs:  # the first take of a run (or a resume without queued steps): the sampler's weights
             for j in range(step, min(step + self.ahead + 1, self.end)):
                 self._queue(j, self.start, None)
         return self.jobs.pop(step).result()
 
-    def push(self, version: int, weights) -> None:
+    def sync_weights(self, version: int, weights) -> None:
         """After the update that made weights `version` (the step that just trained was version - 1): k = 0 syncs
         them into the sampler now; k >= 1 copies them and queues step version + k on the copy."""
         if not self.ahead:
-            return self.sync(weights)
+            return self.worker.sync_weights(weights)
         if version + self.ahead >= self.end:  # no step left to sample with them: the sampler takes them for the evals
             self.drain()
-            return self.sync(weights)
+            return self.worker.sync_weights(weights)
         copy = [(name, t.detach().clone()) for name, t in weights]  # the trainer updates its own in place
         self._queue(version + self.ahead, version, copy)
 
@@ -91,7 +88,13 @@ class Rollouts:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
     def _queue(self, step: int, version: int, weights) -> None:
-        self.jobs[step] = self.pool.submit(self.produce, step, version, weights)
+        self.jobs[step] = self.pool.submit(self._sample, step, version, weights)
+
+    def _sample(self, step: int, version: int, weights):
+        """On the rollout thread: the copy of the weights this step samples with (None: what the sampler holds)."""
+        if weights is not None:
+            self.worker.sync_weights(weights)
+        return self.worker.rollouts(step, version, weights, self.stream, self.rank)
 
 
 def resumed(cfg, saved: dict, stream, ckpt) -> list:

@@ -112,7 +112,7 @@ def prune(sends: list) -> None:
 
 
 class Remote:
-    """The trainer side: pipeline.Rollouts' interface (`take`, `push`, `state`, `close`), the rollouts coming from
+    """The trainer side: pipeline.Rollouts' interface (`take`, `sync_weights`, `state`, `close`), the rollouts from
     this rank's sampler rank; `evaluations(version)` brings the sampler side's evaluation of that version."""
 
     def __init__(self, cfg, start: int, dtype: torch.dtype, due, stream, weights, pending: list):
@@ -130,7 +130,7 @@ class Remote:
     def take(self, step: int):
         return self._get(Rollouts, step).batch
 
-    def push(self, version: int, weights) -> None:
+    def sync_weights(self, version: int, weights) -> None:
         """After the update that made `version`: the weights to every sampler rank, if a step or evaluation uses them
         (every trainer rank runs the gather; rank 0 sends)."""
         self.version = version
@@ -191,13 +191,12 @@ class Remote:
         return msg
 
 
-def serve(cfg, sample, streams: dict, sampler, check, evaluations, due) -> dict:
+def serve(cfg, worker, streams: dict, evaluations, due) -> dict:
     """The sampler side's whole run, for each trainer rank in `streams` (rank -> its prompt stream, placed where the
-    trainer's stands by its Start): `sample(step, version, weights, stream, rank)` -> rollouts, with
-    the weights each step's version needs; `evaluations` (a function of the version, or None) on the versions `due`
+    trainer's stands by its Start): `worker` (rollout.Worker) samples each step with the weights its version needs; `evaluations` (a function of the version, or None) on the versions `due`
     says the run evaluates. Returns the evaluations, as train.run does."""
     split, ahead, results, sends = dist.SPLIT, cfg.async_steps, {}, []
-    device = unwrap(sampler).device
+    device = unwrap(worker.sampler).device
     for rank, stream in streams.items():  # where each trainer starts: a fresh run, or a checkpoint's step and queue
         begin = recv_object(split.to_samplers, rank)
         stream.load_state_dict(begin.data)
@@ -218,7 +217,7 @@ def serve(cfg, sample, streams: dict, sampler, check, evaluations, due) -> dict:
         for _, t in tensors:
             split.to_samplers.recv([t], 0, 0).wait()
         tensors = [(name, t.to(device)) for name, t in tensors]  # the gap's forward runs on the sampler's device
-        check.sync(sampler, tensors, head.prints)  # checked against what the trainer sent: the wire is checked too
+        worker.sync_weights(tensors, head.prints)  # checked against what the trainer sent: the wire is checked too
         return head.version, tensors
 
     got = receive()  # the trainers' weights of `start`, not what this rank loaded: checked from the first step on
@@ -239,7 +238,7 @@ def serve(cfg, sample, streams: dict, sampler, check, evaluations, due) -> dict:
             break
         prune(sends)
         for rank, stream in streams.items():
-            batch = sample(step, version, weights, stream, rank)
+            batch = worker.rollouts(step, version, weights, stream, rank)
             sends.extend(send_object(split.to_trainers, Rollouts(step, batch, stream.state_dict()), rank))
     while not stopped:  # versions for the evaluations after the last step sampled, until the trainers stop
         got = receive()

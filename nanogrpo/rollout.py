@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nanogrpo import answer, data, grpo, rewards, tools
+from nanogrpo import answer, data, grpo, parity, rewards, tools
 from nanogrpo.sampler import Completion, Sampler, SamplingParams
 from nanogrpo.torch_sampler import TorchSampler
 from nanogrpo.tasks import TASKS
@@ -145,6 +145,33 @@ class StepRollouts:
         """What grpo.step trains on: one Rollout per completion, in `flat` order, with its advantage."""
         return [grpo.Rollout(p, c.token_ids, c.logprobs, r, c.finish_reason == "length", float(a), c.mask)
                 for (p, _, c), r, a in zip(self.flat(), self.total, advantages)]
+
+
+@dataclass
+class Worker:
+    """What samples and scores a rank's rollouts: its sampler, the check that watches it, the prompt format. The
+    pipeline (nanogrpo/pipeline.py) calls it on the trainer's ranks, a sampler rank on its own (placement.py)."""
+
+    cfg: object
+    sampler: Sampler
+    check: parity.SamplerCheck  # after every generate: the sampler's weights and settings against the trainer's
+    tokenizer: object
+    prefilled_think: bool  # the prompt ends with "<think>" (R1-Distill chat templates): the format rewards must know
+    sampled_by: parity.SamplerPolicy | None = None  # async_steps: the gap against the weights that sampled
+
+    def sync_weights(self, weights, prints: dict | None = None) -> None:
+        """The trainer's (name, tensor) weights into the sampler, each fingerprinted as it passes (SamplerCheck.sync;
+        `prints`: the fingerprints a trainer rank took of what it sent)."""
+        self.check.sync(self.sampler, weights, prints)
+
+    def rollouts(self, step: int, version: int, weights, stream, rank: int) -> StepRollouts:
+        """Rank `rank`'s rollouts of `step` from `stream`, sampled with the weights of `version` (`weights`: those,
+        already synced, for the gap's forward; None: the ones both sides loaded)."""
+        batch = collect(step, version, stream, self.sampler, self.tokenizer, self.cfg, self.check, rank,
+                        self.prefilled_think, sleep=not self.cfg.async_steps)
+        if self.sampled_by is not None:
+            batch.gap = parity.sampled_gap(self.sampled_by, batch, self.cfg, self.tokenizer.pad_token_id, weights)
+        return batch
 
 
 def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, rank: int,
