@@ -152,6 +152,16 @@ def _last_number(text: str) -> tuple[int, str] | None:
     return None if found is None else (found.end(), found.group())
 
 
+def _value_of(box: str) -> tuple | None:
+    """The exact number a box holds with its marks (unit, angle, percent), or None (not a number, or too long)."""
+    try:
+        norm = normalise(box) if len(box) <= ANSWER_CHARS else None
+        value = exact_number(norm.core) if norm else None
+    except _TooLong:
+        return None
+    return None if value is None else (value, norm.unit, norm.angle, norm.percent)
+
+
 def _last_statement(text: str) -> re.Match | None:
     """The last "answer is" / `####` statement, found from the end."""
     lower = text.lower()
@@ -192,8 +202,12 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
         out.append(("box", text[m.end() : close]))
         end = close + 1
     boxed = list(dict.fromkeys(b.strip() for _, b in out))
-    if len(boxed) > 1:  # several different boxes are one answer: the list of them (a hedge for a single gold)
-        out = [("boxes", ", ".join(boxed))]
+    if len(boxed) > 1:
+        values = {_value_of(b) for b in boxed}
+        if len(values) == 1 and None not in values:  # one number spelled twice (`15\\frac{39}{40}`, `\\frac{639}{40}`)
+            out = [("box", boxed[-1])]
+        else:  # several different boxes are one answer: their list (a hedge against a single gold)
+            out = [("boxes", ", ".join(boxed))]
     if out:  # after a box only a "final answer" (or `####`) restates or changes it ("check our answer: .." does not)
         for m in _FINAL_STATEMENT.finditer(text, end):
             if len(out) == MAX_ANSWERS:

@@ -124,3 +124,9 @@ def test_issue_46_math_cases():
 ])
 def test_issue_46_number_cases(text, gold, want):
     assert number_reward(text, gold) == want
+
+
+def test_one_number_boxed_in_two_spellings_is_one_answer():
+    """MATH-500's own solution to number_theory/459 boxes 15 39/40 and 639/40: one answer, not a hedge."""
+    text = "$d = \\boxed{15\\frac{39}{40}},$ or $\\boxed{\\frac{639}{40}}$ inches."
+    assert math_rewards([text, text, "\\boxed{15.975} or \\boxed{16}"], ["\\frac{639}{40}", "16", "16"]) == [1.0, 0.0, 0.0]
