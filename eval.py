@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="samples per problem (default per task, docs/eval.md)")
     ap.add_argument("--limit", type=int, default=None, help="first K problems of each task")
     ap.add_argument("--out", default="results.json",
-                    help="results JSON; samples go to OUT's .samples.jsonl as each generate call ends (an existing "
-                         "samples file is replaced, unless --resume)")
+                    help="results JSON; samples go to OUT's .samples.jsonl as each generate call ends (a file "
+                         "already there is never replaced: choose a new OUT, or --resume a stopped eval)")
     ap.add_argument("--resume", action="store_true",
                     help="continue a stopped eval with the same arguments: the calls recorded in OUT's samples file "
                          "are kept, the rest generated (same seeds: the results equal an uninterrupted run's); "
@@ -80,8 +80,9 @@ def main(argv: list[str] | None = None) -> dict:
     specs = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if not specs:
         ap.error(f"--tasks {args.tasks!r} names no task (known: {','.join(benchmarks.TASKS)})")
-    if not (math.isfinite(args.temperature) and args.temperature >= 0):
-        ap.error(f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature}")
+    if not (math.isfinite(args.temperature) and (args.temperature == 0 or args.temperature >= 0.01)):
+        ap.error(f"--temperature must be 0 (greedy) or a finite number >= 0.01 (below, logits / T overflow: the "
+                 f"config's eval_temperature range), got {args.temperature}")
     if not (math.isfinite(args.top_p) and 0 < args.top_p <= 1):
         ap.error(f"--top-p must be in (0, 1], got {args.top_p}")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
@@ -93,11 +94,18 @@ def main(argv: list[str] | None = None) -> dict:
     data_dir = Path(args.data) if args.data else benchmarks.DEFAULT_DATA_DIR
     reads = ([t.partition("=")[2] for t in specs if "=" in t] + [args.tools_file]
              + [str(data_dir / f) for f in (*benchmarks.MATH_FILES.values(), "lcb.jsonl")])
-    for flag, path in (("--out", args.out), ("--out's samples file", str(samples_path(Path(args.out)))),
-                       ("--out's samples arguments", str(samples_args_path(Path(args.out))))):
-        problem = files.output_problem(path, reads)
+    # a file already there is another eval's (or not an eval's at all): never replaced, except the samples of a
+    # stopped eval by --resume, which continues it (its arguments checked against them); a stopped eval wrote no OUT
+    for flag, path, resumes in (("--out", args.out, False),
+                                ("--out's samples file", str(samples_path(Path(args.out))), args.resume),
+                                ("--out's samples arguments", str(samples_args_path(Path(args.out))), args.resume)):
+        problem = files.output_problem(path, reads, replaces=resumes)
+        if problem and args.resume and flag == "--out" and Path(path).is_file():
+            problem = ("already exists: the eval that wrote it finished (a stopped eval writes no results yet), so "
+                       "there is nothing to resume; it is never replaced: move it away, or choose another --out")
         if problem:
-            ap.error(f"{flag} {path!r}: {problem} (checked before generating, so no evaluation is lost)")
+            ap.error(f"{flag} {path!r}: {problem} (checked before generating, so no evaluation is lost; --resume "
+                     "continues a stopped eval there)")
     # a Hub id becomes its snapshot in the HF cache, as in train.py (after the cheap checks: a download can be
     # long); a local path is returned as it is and checked below
     try:
@@ -138,9 +146,11 @@ def main(argv: list[str] | None = None) -> dict:
         results = evaluate(args.model, loaded, n=args.n, limit=args.limit, sampler_kind=args.sampler,
                            device=args.device, temperature=args.temperature, top_p=args.top_p,
                            max_new_tokens=args.max_new_tokens, data_dir=args.data, out=args.out, seed=args.seed,
-                           tool_cfg=tool_cfg, sandbox=args.sandbox, resume=args.resume)
+                           tool_cfg=tool_cfg, sandbox=args.sandbox, resume=args.resume, exclusive=not args.resume)
     except ResumeMismatch as e:  # raised before the model is loaded
         ap.error(f"--resume: {e}")
+    except FileExistsError as e:  # another eval created the samples file meanwhile (evaluate's `exclusive`)
+        ap.error(f"--out {args.out!r}: {e.filename or e} was created by another run meanwhile: nothing was generated")
     if dist.is_main():
         print(markdown_table(results))
         print(f"\nresults: {args.out}\nsamples: {samples_path(Path(args.out))}", file=sys.stderr)

@@ -30,19 +30,19 @@ scored token of the step: summed over micro-batches and ranks, divided once by t
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from nanogrpo import checkpoint, data, dist, hub, packing, tasks
+from nanogrpo import checkpoint, data, dist, grpo, hub, packing, tasks
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.evaluate import heldout_accuracy, heldout_rows
 from nanogrpo.rollout import encode_prompts, task_template, trainer_sampler
-from nanogrpo.log import Logger
+from nanogrpo.log import Logger, LogError
 from nanogrpo.optim import make_optimizer
 
 
@@ -196,11 +196,9 @@ def sft_step(policy, optimizer, scheduler, examples: list[tuple[list[int], list[
              pad_id: int) -> dict[str, float]:
     """One optimizer step on this rank's examples."""
     loss, z = accumulate(policy, examples, cfg, pad_id)
-    grad_norm = dist.finish_grads(policy, cfg.grad_clip)  # a rank with no tokens still steps with the others
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-    return {"sft_loss": loss, "grad_norm": grad_norm, "train_tokens": z}
+    # a rank with no tokens still steps with the others; a non-finite loss or gradient norm: no step (grpo.py)
+    grad_norm, applied = grpo.apply_update(policy, optimizer, scheduler, cfg.grad_clip, math.isfinite(loss))
+    return {"sft_loss": loss, "grad_norm": grad_norm, "train_tokens": z, "updates_skipped": int(not applied)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -250,6 +248,7 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
     tokenizer = M.load_tokenizer(cfg.model)
     cfg.template = task_template(cfg, tokenizer, records[0][1])  # "" -> the task's own (as train.py)
     encode_row(records[0][1], tokenizer, cfg, records[0][0])  # template problems show up now, not mid-run
+    checkpoint.check_resume(resume_from, cfg, tokenizer)  # its steps and model fit the checkpoint
     # LoRA (lora_rank > 0), as in train.py: the frozen base is always cfg.model (a checkpoint's HF files hold
     # merged weights), the adapters come from the checkpoint on resume; the optimizer then sees only them
     policy = M.make_policy(cfg.model if cfg.lora_rank else str(resume_from or cfg.model), device, dtype,
@@ -269,13 +268,13 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
         return heldout_accuracy(sampler, tokenizer, eval_rows, cfg)
 
     if dist.is_main():
-        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
-        (Path(cfg.out_dir) / "config.toml").write_text(C.to_toml(cfg))
+        checkpoint.write_config(cfg.out_dir, C.to_toml(cfg))
     dist.print0(C.to_toml(cfg), end="")
     dist.print0(f"sft | world size {world} | device {device} | {len(records)} rows"
                 + (f" | resumed from {resume_from}" if resume_from else ""))
     logger = Logger(cfg.out_dir, cfg.steps, start, cfg.wandb_project, cfg.wandb_run_name, vars(cfg))
     last_metrics: dict = {}
+    skipped: list[int] = []  # updates_skipped per step (grpo.check_finite)
     stopped = ""  # the stop signal's name, once one arrived (on any rank)
     if sampler is not None and start == 0:
         logger.log(-1, evaluate_now())
@@ -299,10 +298,12 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
                 logger.event(f"held-out accuracy {last_metrics['heldout_accuracy']:.3f} reached sft_stop_accuracy "
                              f"{cfg.sft_stop_accuracy} after step {step + 1}: stopping")
         logger.log(step, last_metrics, cfg.log_every)
+        skipped.append(stats["updates_skipped"])
+        grpo.check_finite(skipped)
         stopped = "" if last else stop.requested()  # an all-reduce: every rank stops after the same step
         if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final) or stopped:
             path = checkpoint.save(cfg.out_dir, step + 1, policy, optimizer, scheduler, tokenizer,
-                                   {"data": stream.state_dict()}, cfg.keep_checkpoints)
+                                   {"data": stream.state_dict()}, cfg.keep_checkpoints, model=cfg.model)
             logger.event(f"saved {path}")
         if stopped:
             logger.event(f"stopped by {stopped} after step {step + 1}/{cfg.steps}: exit code "
@@ -325,7 +326,7 @@ if __name__ == "__main__":
     except (C.ConfigError, FileNotFoundError, data.DataError, M.ModelError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    except checkpoint.CheckpointError as e:
+    except (checkpoint.CheckpointError, grpo.NonFiniteError, LogError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
     finally:

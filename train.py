@@ -21,11 +21,12 @@ from transformers import AutoConfig
 from nanogrpo import checkpoint, data, dist, grpo, hub, lora, memory, parity, pipeline, placement, tasks, tools
 from nanogrpo import config as C
 from nanogrpo import model as M
-from nanogrpo.log import Logger
+from nanogrpo.log import Logger, LogError
+from nanogrpo.rewards import RewardError
 from nanogrpo.optim import make_optimizer
 from nanogrpo.sampler import unwrap
-from nanogrpo.evaluate import RunEvals, heldout_rows, load_benchmarks
-from nanogrpo.rollout import (StepRollouts, Worker, code_opts, encode_prompts, mean_valid, row_kind, task_template,
+from nanogrpo.evaluate import RunEvals, context_length, heldout_rows, load_benchmarks
+from nanogrpo.rollout import (StepRollouts, Worker, check_prompts, code_opts, mean_valid, row_kind, task_template,
                               task_verifier, trainer_sampler)
 
 
@@ -167,8 +168,10 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) ->
     # --- data, model, optimizer, sampler: every input is checked before the first step ---
     inputs = load_inputs(cfg)
     train_rows, eval_rows, tokenizer = inputs.train_rows, inputs.eval_rows, inputs.tokenizer
+    checkpoint.check_resume(resume_from, cfg, tokenizer)  # its steps and model fit the checkpoint
+    # the longest prompt; each one fits in the context with max_new_tokens (a ConfigError naming the row)
+    longest = check_prompts({"task": train_rows, "held-out": eval_rows}, tokenizer, cfg, context_length(cfg.model))
     # what the run will hold per process, before any of it is allocated (nanogrpo/memory.py)
-    longest = max(len(p) for p in encode_prompts(train_rows[:256], tokenizer, cfg))
     plan = memory.plan(cfg, memory.shape_of(AutoConfig.from_pretrained(cfg.model)), world, device.type, longest,
                        gpu_mem=memory.device_budget(device), sampler=not dist.SPLIT)  # split: a trainer rank holds none
     dist.print0(f"memory plan: {plan.summary()}")
@@ -218,10 +221,8 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) ->
                               sampler and parity.sampler_dtype(sampler), cfg.exact_logprobs,
                               bool(dist.SPLIT) or sampler_check.on)
 
-    out = Path(cfg.out_dir)
     if dist.is_main():
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.toml").write_text(C.to_toml(cfg))
+        checkpoint.write_config(cfg.out_dir, C.to_toml(cfg))
     dist.print0(C.to_toml(cfg), end="")
     dist.print0(f"world size {world} | device {device} | {len(train_rows)} train / {len(eval_rows)} held-out rows"
                 + (f" | resumed from {resume_from}" if resume_from else ""))
@@ -284,6 +285,7 @@ def train(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitS
         run.logger.log(-1, start_evals)
 
     none_history: list[float] = []  # none_frac per step (check_rewards_alive)
+    skipped: list[int] = []  # updates_skipped per step: a non-finite loss or gradient (grpo.check_finite)
     stopped = ""  # the stop signal's name, once one arrived (on any rank)
     for step in range(run.start, cfg.steps):
         t_step = time.time()
@@ -326,6 +328,8 @@ def train(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitS
         run.logger.log(step, metrics, cfg.log_every)
         none_history.append(metrics["none_frac"])
         check_rewards_alive(none_history, cfg)
+        skipped.append(update["updates_skipped"])
+        grpo.check_finite(skipped)
         run.gap_gate(step, metrics["logprob_gap"])  # warns, and stops a run whose sampler and trainer drifted apart
 
         # 7. checkpoint, and a stop signal
@@ -333,7 +337,7 @@ def train(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitS
         if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final) or stopped:
             mine = run.sampling.state(run.stream)  # first: waits for the queued rollouts, which move the stream
             path = checkpoint.save(cfg.out_dir, step + 1, run.policy, run.optimizer, run.scheduler, run.tokenizer,
-                                   {"data": mine["data"]}, cfg.keep_checkpoints, mine)
+                                   {"data": mine["data"]}, cfg.keep_checkpoints, mine, cfg.model)
             run.logger.event(f"saved {path}")
         if stopped:
             run.logger.event(f"stopped by {stopped} after step {step + 1}/{cfg.steps}: exit code "
@@ -352,14 +356,15 @@ def train(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitS
 
 if __name__ == "__main__":
     # exit codes: 0 done; 2 bad input (named, before any compute); 75 stopped by a stop signal, saved
-    # (run again with resume=true); 1 anything else (a checkpoint that could not be written is named)
+    # (run again with resume=true); 1 anything else (a checkpoint that could not be written, updates that stayed
+    # non-finite: named)
     try:
         if main(sys.argv[1:]).get("stopped_by"):
             sys.exit(checkpoint.EXIT_STOPPED)
-    except (C.ConfigError, FileNotFoundError, data.DataError, M.ModelError) as e:
+    except (C.ConfigError, FileNotFoundError, data.DataError, M.ModelError, RewardError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    except checkpoint.CheckpointError as e:
+    except (checkpoint.CheckpointError, grpo.NonFiniteError, LogError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
     finally:

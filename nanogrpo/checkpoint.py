@@ -7,15 +7,20 @@
         optim/                                            <- optimizer state, sharded (torch.distributed.checkpoint)
         trainer_state.pt                                  <- step, scheduler, data position, config
         rng_rank{r}.pt                                    <- each rank's RNG states
-        manifest.json                                     <- every file's size, written last
+        manifest.json                                     <- every file's size and SHA-256, the model it was
+                                                             made from; written last
 
-Weights are written in fp32 (the trainer's master copy), so a resumed run continues exactly.
+Weights are written in fp32 (the trainer's master copy), so a resumed run continues exactly; a weight
+that is not finite (NaN, inf) is never written: the save stops with a CheckpointError naming it.
 A checkpoint is written to `.tmp_step_N/` and renamed to `step_N/` only when every rank has
 finished: a crash mid-write leaves the previous checkpoints untouched, and `latest()` never sees a
 partial one. A write that fails (a full disk) removes `.tmp_step_N/` and raises CheckpointError on
 every rank, naming the file and the checkpoint still intact. A checkpoint whose files no longer match
-its manifest (truncated or missing since it was saved) is skipped, with a warning naming the file:
-the run resumes from the one before it.
+its manifest (truncated, missing, or bytes changed since it was saved: `open_run` checks every file's
+SHA-256, each rank its own share) is skipped, with a warning naming the file: the run resumes from the
+one before it. The hashes find damage (a disk, a copy, an edit), not an adversary: whoever can write the
+checkpoint can write its manifest too, and trainer_state.pt and rng_rank{r}.pt are pickles (docs/sandbox.md,
+"Trust boundaries"). `check_resume` refuses a resume whose `model` or `steps` do not fit the checkpoint.
 
 The stop signals (config key `stop_signal`, StopSignals) end a run cleanly: the step finishes, a
 checkpoint is saved, and the process exits with EXIT_STOPPED (75) so a wrapper can requeue it.
@@ -24,6 +29,7 @@ checkpoint is saved, and the process exits with EXIT_STOPPED (75) so a wrapper c
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import random
@@ -41,7 +47,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
 from nanogrpo import dist, files, lora
-from nanogrpo.config import ConfigError, stop_signals
+from nanogrpo.config import Config, ConfigError, stop_signals
 from nanogrpo.model import full_state_dict_cpu
 
 EXIT_STOPPED = 75  # sysexits.h EX_TEMPFAIL: stopped by a stop signal after saving; run again with resume=true
@@ -130,11 +136,28 @@ def _agree(failure: str | None, out_dir: str, step: int, tmp: Path, sizes: dict 
     return {rel: size for _, mine in everyone for rel, size in mine.items()}
 
 
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _nonfinite(tensors: dict) -> str | None:
+    """What is not finite among the tensors about to be saved (None: all finite)."""
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            n = int((~torch.isfinite(t)).sum())
+            return (f"the weight {name!r} holds {n} value(s) that are not finite (NaN or inf): a checkpoint never "
+                    "holds one, so none was written")
+    return None
+
+
 def save(out_dir: str, step: int, policy, optimizer, scheduler, tokenizer, trainer_state: dict, keep: int = 2,
-         rank_state: dict | None = None) -> Path:
+         rank_state: dict | None = None, model: str = "") -> Path:
     """Write checkpoint `step` (all ranks call this). `trainer_state` holds small picklable state (rank 0's);
-    `rank_state` this rank's own (async_steps: its queued rollouts), beside its RNG state (read by `rank_state`).
-    A failed write (a full disk) raises CheckpointError on every rank and leaves no partial checkpoint."""
+    `rank_state` this rank's own (async_steps: its queued rollouts), beside its RNG state (read by `rank_state`);
+    `model`: the model directory the run was started from (config key `model`), for `check_resume`.
+    A failed write (a full disk) or a weight that is not finite raises CheckpointError on every rank and leaves
+    no partial checkpoint."""
     root = Path(out_dir) / "checkpoints"
     final, tmp = root / f"step_{step:06d}", root / f".tmp_step_{step:06d}"
     main, rank = dist.is_main(), dist.rank()
@@ -146,6 +169,7 @@ def save(out_dir: str, step: int, policy, optimizer, scheduler, tokenizer, train
     _agree(_attempt(tmp, start) if main else None, out_dir, step, tmp)
     weights = full_state_dict_cpu(policy)  # collective; rank 0 holds the tensors
     adapters = lora.adapter_state(policy.hf)  # collective; {} without LoRA
+    _agree(_nonfinite({**weights, **adapters}) if main else None, out_dir, step, tmp)
 
     def hf_files():
         policy.hf.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
@@ -166,14 +190,17 @@ def save(out_dir: str, step: int, policy, optimizer, scheduler, tokenizer, train
         state = tmp / "trainer_state.pt"
         failure = _attempt(state, lambda: torch.save({"step": step, "scheduler": scheduler.state_dict(),
                                                       **trainer_state}, state))
-    mine = {}  # the sizes of the files this rank wrote, for the manifest
+    mine = {}  # (size, SHA-256) of each file this rank wrote, for the manifest
     for f in [] if failure else tmp.rglob("*"):
         rel = f.relative_to(tmp).as_posix()
         if f.is_file() and _owner(rel) == rank:
-            mine[rel] = f.stat().st_size
-    sizes = _agree(failure, out_dir, step, tmp, mine)
+            mine[rel] = (f.stat().st_size, _sha256(f))
+    made = _agree(failure, out_dir, step, tmp, mine)
     manifest = tmp / MANIFEST
-    write = lambda: manifest.write_text(json.dumps({"step": step, "files": dict(sorted(sizes.items()))}, indent=1))  # noqa: E731
+    record = {"step": step, "model": str(Path(model).absolute()) if model else "",
+              "files": {rel: size for rel, (size, _) in sorted(made.items())},
+              "sha256": {rel: digest for rel, (_, digest) in sorted(made.items())}}
+    write = lambda: manifest.write_text(json.dumps(record, indent=1))  # noqa: E731
     _agree(_attempt(manifest, write) if main else None, out_dir, step, tmp)
     if main:
         if final.exists():  # re-saving the same step (e.g. after a resume): replace it
@@ -187,18 +214,28 @@ def save(out_dir: str, step: int, policy, optimizer, scheduler, tokenizer, train
     return final
 
 
-def problem(ckpt: Path) -> str:
+def manifest(ckpt: Path) -> dict:
+    """The checkpoint's manifest.json ({} when it has none or it cannot be read: `problem` says which)."""
+    try:
+        got = files.loads((Path(ckpt) / MANIFEST).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+def problem(ckpt: Path, hashed=None) -> str:
     """Why checkpoint directory `ckpt` cannot be resumed from, or "" when it is complete: a file missing
-    or of another size than its manifest says (truncated). A checkpoint written before manifests
-    existed is complete when its trainer_state.pt is there, as then."""
+    or of another size than its manifest says (truncated), or, for the files `hashed(rel)` picks, bytes
+    whose SHA-256 is not the one saved (changed in place). A checkpoint written before manifests (or
+    hashes) existed is complete when its trainer_state.pt is there (and its sizes match), as then."""
     man = ckpt / MANIFEST
     if not man.is_file():
         return "" if (ckpt / "trainer_state.pt").is_file() else "no trainer_state.pt (and no manifest.json)"
-    try:
-        sizes = json.loads(man.read_text()).get("files")
-    except (ValueError, AttributeError, OSError) as e:
-        return f"{MANIFEST} is unreadable ({type(e).__name__})"
-    if not isinstance(sizes, dict) or "trainer_state.pt" not in sizes:
+    record = manifest(ckpt)
+    sizes, digests = record.get("files"), record.get("sha256") or {}
+    if not record:
+        return f"{MANIFEST} is unreadable"
+    if not isinstance(sizes, dict) or "trainer_state.pt" not in sizes or not isinstance(digests, dict):
         return f"{MANIFEST} does not list the checkpoint's files"
     for rel, size in sizes.items():
         f = ckpt / rel
@@ -207,20 +244,45 @@ def problem(ckpt: Path) -> str:
         got = f.stat().st_size
         if got != size:
             return f"{rel} is {got} bytes, {size} when saved ({'truncated' if got < size else 'changed'})"
+    for rel, digest in digests.items() if hashed else ():
+        if rel not in sizes:
+            return f"{MANIFEST} hashes {rel}, a file it does not list"
+        if hashed(rel) and _sha256(ckpt / rel) != digest:
+            return f"{rel} is not the file that was saved (its SHA-256 differs from the manifest's: bytes changed)"
     return ""
 
 
 def latest(out_dir: str, warn: bool = False) -> Path | None:
-    """The newest complete checkpoint directory, or None. `warn`: name each newer one that is skipped
-    because it is damaged (see problem)."""
+    """The newest complete checkpoint directory (sizes checked), or None. `warn`: name each newer one that is
+    skipped because it is damaged (see problem). `verified` checks the contents too (what resume reads)."""
     root = Path(out_dir) / "checkpoints"
     for p in sorted(root.glob("step_*"), reverse=True):
         why = problem(p) if p.is_dir() else "not a directory"
         if not why:
             return p
         if warn:
-            print(f"warning: checkpoint {p} is damaged: {why}; it is skipped (left as it is) and the run resumes "
-                  "from the checkpoint before it", file=sys.stderr, flush=True)
+            _skipped(p, why)
+    return None
+
+
+def _skipped(ckpt: Path, why: str) -> None:
+    print(f"warning: checkpoint {ckpt} is damaged: {why}; it is skipped (left as it is) and the run resumes "
+          "from the checkpoint before it", file=sys.stderr, flush=True)
+
+
+def verified(out_dir: str) -> Path | None:
+    """The newest checkpoint whose every file has its saved size and SHA-256 (a collective: each rank hashes its
+    own share, rank 0 the files of ranks this run does not have), or None; each newer one is named, skipped."""
+    root = Path(out_dir) / "checkpoints"
+    found = sorted((p for p in root.glob("step_*") if p.is_dir()), reverse=True) if dist.is_main() else []
+    rank, world = dist.rank(), dist.world_size()
+    for p in map(Path, dist.broadcast_object([str(p) for p in found])):  # rank 0's listing: one list everywhere
+        mine = problem(p, lambda rel: _owner(rel) % world == rank)
+        why = next((w for w in dist.all_gather_object(mine) if w), "")
+        if not why:
+            return p
+        if dist.is_main():
+            _skipped(p, why)
     return None
 
 
@@ -228,20 +290,84 @@ def open_run(out_dir: str, resume: bool) -> Path | None:
     """Check out_dir before anything is loaded, and return the checkpoint to resume from (None: step 0),
     the same on every rank (rank 0 decides). Nothing in out_dir is ever overwritten by surprise: a run
     already there needs resume=true, and resume=true with a metrics.jsonl but no complete checkpoint
-    (which would start again from step 0 and replace that log) is refused. train.py and sft.py call this."""
-    why = files.dir_problem(out_dir)
+    (which would start again from step 0 and replace that log) is refused, and so is a config.toml there that
+    a run did not write (the run's resolved config goes there: `write_config`). train.py and sft.py call this."""
+    why = files.dir_problem(out_dir) or files.owned_problem(Path(out_dir) / "config.toml")  # the run writes it
     if why:
         raise ConfigError(f"config key 'out_dir': {why}")
     logged = (Path(out_dir) / "metrics.jsonl").exists()
     if not resume and (logged or any((Path(out_dir) / "checkpoints").glob("step_*"))):
         raise ConfigError(f"out_dir {out_dir!r} already holds a run: pass resume=true to continue it, "
                           "or choose another out_dir (nothing there is overwritten)")
-    ckpt = dist.broadcast_object(str(latest(out_dir, warn=dist.is_main()) or "") if resume else "")
+    ckpt = str(verified(out_dir) or "") if resume else ""
     if resume and logged and not ckpt:
         raise ConfigError(f"resume=true, but out_dir {out_dir!r} has a metrics.jsonl and no complete "
                           "checkpoint to resume from. To start over there, move or delete its metrics.jsonl "
                           "first (it is not overwritten silently), or choose another out_dir")
     return Path(ckpt) if ckpt else None
+
+
+# what makes a model the same architecture for a checkpoint's weights (config.json keys, read where present)
+ARCHITECTURE = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
+                "tie_word_embeddings", "rope_theta", "rope_parameters", "rope_scaling")
+
+
+def _architecture(model_dir) -> dict | str:
+    """The ARCHITECTURE keys of a model directory's config.json, or why it cannot be read."""
+    try:
+        cfg = files.loads((Path(model_dir) / "config.json").read_bytes())
+    except (OSError, ValueError) as e:
+        return f"{Path(model_dir) / 'config.json'} cannot be read ({e})"
+    cfg = cfg.get("text_config", cfg) if isinstance(cfg, dict) else cfg
+    if not isinstance(cfg, dict):
+        return f"{Path(model_dir) / 'config.json'} is not a JSON object"
+    return {k: cfg[k] for k in ARCHITECTURE if k in cfg}
+
+
+def check_resume(ckpt: Path | None, cfg: Config, tokenizer) -> None:
+    """Refuse, before the model is built, a resume that cannot continue checkpoint `ckpt` (ConfigError naming the
+    key): `steps` below its step (at its step: said, and the run ends at once, as finished); `model` naming another
+    existing directory than the one it was made from (the tokenizer, and with LoRA or beta > 0 the base's weights,
+    would not be the checkpoint's); a model whose architecture (config.json) or tokenizer differs from the
+    checkpoint's own files. A model directory that moved (the recorded one is gone) is accepted when those agree."""
+    if ckpt is None:
+        return
+    record = manifest(ckpt)
+    step = record.get("step")
+    if isinstance(step, int) and cfg.steps < step:
+        raise ConfigError(f"config key 'steps': steps={cfg.steps}, but checkpoint {ckpt} is at step {step}: a resumed run "
+                          f"trains up to `steps`, so nothing would run. Pass steps > {step} to train on")
+    if isinstance(step, int) and cfg.steps == step:
+        dist.print0(f"resume: checkpoint {ckpt} is at step {step} = steps: this run is finished, nothing to train")
+    made_from = str(record.get("model") or "")
+    if made_from and Path(made_from).exists() and not files.same_file(made_from, cfg.model):
+        raise ConfigError(f"config key 'model': checkpoint {ckpt} was made from model {made_from!r}, and model="
+                          f"{cfg.model!r} is another directory: its tokenizer (and, with LoRA or beta > 0, its weights) "
+                          f"would be paired with the checkpoint's weights. Resume with model={made_from!r}")
+    mine, theirs = _architecture(cfg.model), _architecture(ckpt)
+    for why in (mine, theirs):
+        if isinstance(why, str):
+            raise ConfigError(f"resume from {ckpt}: {why}")
+    diff = [f"{k} {theirs.get(k)!r} in the checkpoint, {mine.get(k)!r} in model={cfg.model!r}"
+            for k in ARCHITECTURE if theirs.get(k) != mine.get(k)]
+    if not diff:
+        from transformers import AutoTokenizer
+
+        saved = AutoTokenizer.from_pretrained(str(ckpt))
+        if saved.get_vocab() != tokenizer.get_vocab() or saved.all_special_tokens != tokenizer.all_special_tokens:
+            diff = [f"the tokenizer (vocabulary or special tokens) of model={cfg.model!r} is not the checkpoint's"]
+    if diff:
+        raise ConfigError(f"config key 'model': checkpoint {ckpt} was not made from this model: {'; '.join(diff)}. "
+                          f"Resume with the model it was made from{f' ({made_from!r})' if made_from else ''}")
+    if made_from and not Path(made_from).exists():
+        dist.print0(f"resume: checkpoint {ckpt} was made from {made_from!r}, which is gone; model={cfg.model!r} has its "
+                    "architecture and tokenizer, so the run goes on with it")
+
+
+def write_config(out_dir: str, toml: str) -> None:
+    """OUT_DIR/config.toml: the resolved config, under files.MARK (never over a file a run did not write)."""
+    files.write_owned(Path(out_dir) / "config.toml", toml, "the resolved config of the run in this directory")
 
 
 class StopSignals:

@@ -14,6 +14,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nanogrpo import files
+
 
 def ranged(default, interval: str):
     """A numeric key's default and the interval its value must lie in ("[" includes the end, "(" excludes it),
@@ -27,11 +29,17 @@ def one_of(default: str, choices: tuple[str, ...]):
     return field(default=default, metadata={"choices": choices})
 
 
+def listed(default_factory, each: str):
+    """A list key's default and what each item must be, checked at load: "text" (a non-empty string), "name" (a
+    Python identifier: a layer's attribute name), or an interval (a number in it, as `ranged`)."""
+    return field(default_factory=default_factory, metadata={"each": each})
+
+
 @dataclass
 class Config:
     # --- run ---
     out_dir: str = "runs/tiny-arithmetic"  # metrics.jsonl, config.toml and checkpoints/ go here
-    seed: int = 0  # seeds init, data order and sampling (sampling seed = f(seed, step, rank))
+    seed: int = ranged(0, "[0, 2147483647]")  # seeds init, data order and sampling (sampling seed = f(seed, step, rank) mod 2^31: a larger seed would repeat a smaller one's samples)
     steps: int = ranged(1500, "[1, inf)")  # GRPO steps (optimizer steps = steps * mu); the default run: ~6-9 min on 2 cores (docs/results.md)
     resume: bool = False  # continue from the last complete checkpoint in out_dir/checkpoints
 
@@ -55,7 +63,7 @@ class Config:
     system_prompt: str = ""  # chat template only; "" = the data module's default instruction
     template: str = one_of("", ("", "raw", "chat", "math_eval"))  # raw (problem text as is) | chat (tokenizer chat template) | math_eval (chat + eval.py's math prompt); "" = the task's own (nanogrpo/tasks: built-ins say; math datasets math_eval, code datasets chat; raw for a model without a chat template)
     rewards: list[str] = field(default_factory=list)  # summed with reward_weights; [] = ["accuracy"]. accuracy (the task's own verifier: arithmetic/multiply exact, word_problems number, math rows math, code rows code) | exact | number (the boxed / last number, GSM8K-style) | math (math-verify) | code (sandbox tests) | think_format (<think>..</think>answer) | open-r1's format, tag_count, reasoning_steps, cosine, repetition_penalty, length, soft_overlong_punishment, code_format (nanogrpo/shaping.py); at most one verifier
-    reward_weights: list[float] = field(default_factory=list)  # one per reward; [] = 1.0 each
+    reward_weights: list[float] = listed(list, "[-1000000, 1000000]")  # one per reward; [] = 1.0 each
     cosine_min_value_wrong: float = ranged(-1.0, "[-1000, 1000]")  # cosine: a wrong answer's reward at length 0 (open-r1's names; its config default 0.0 makes short wrong answers the best wrong ones)
     cosine_max_value_wrong: float = ranged(-0.5, "[-1000, 1000]")  # cosine: a wrong answer's reward at cosine_max_len characters
     cosine_min_value_correct: float = ranged(0.5, "[-1000, 1000]")  # cosine: a correct answer's reward at cosine_max_len characters
@@ -75,9 +83,9 @@ class Config:
     prompts_per_step: int = ranged(16, "[1, inf)")  # prompts per step across all ranks (divisible by world size)
     group_size: int = ranged(8, "[1, inf)")  # completions per prompt (G)
     max_new_tokens: int = ranged(6, "[1, inf)")  # completion length cap; longer completions are truncated
-    temperature: float = ranged(1.0, "[0, inf)")  # applied identically by the sampler and the trainer's log-probs
+    temperature: float = ranged(1.0, "[0.01, inf)")  # applied identically by the sampler and the trainer's log-probs; not 0 (greedy: every member of a group would be the same completion), nor below 0.01 (logits / 1e-300 overflow to inf: NaN log-probs)
     top_p: float = ranged(1.0, "(0, 1]")
-    stop: list[str] = field(default_factory=list)  # stop strings (EOS always stops)
+    stop: list[str] = listed(list, "text")  # stop strings (EOS always stops); "" would stop at once
 
     # --- tools (nanogrpo/tools.py): rollouts in which the model runs code mid-answer ---
     tools: bool = False  # run code blocks in the sandbox (backend: `sandbox`) and feed their output back
@@ -87,7 +95,7 @@ class Config:
     tool_output_close: str = "\n```\n"
     max_tool_calls: int = ranged(4, "[0, inf)")  # per rollout; one more closed block ends the rollout unrun
     tool_output_tokens: int = ranged(256, "[1, inf)")  # tool output is cut to this many tokens
-    tool_timeout_s: float = ranged(5.0, "(0, 600]")  # CPU seconds per cell; over it the model reads a TimeoutError
+    tool_timeout_s: float = ranged(5.0, "(0, 600]")  # seconds per cell (CPU, and wall clock by SIGALRM); over it the model reads a TimeoutError. A cell that ignores or blocks SIGALRM runs to the sandbox's wall backstop: 2 x (cells the call replays x tool_timeout_s) + 2 s (docs/tools.md)
     tools_file: str = ""  # a Python file run in every session before the first cell; its functions go in the system prompt
 
     # --- GRPO (see nanogrpo/grpo.py for what each knob does) ---
@@ -120,7 +128,7 @@ class Config:
     # --- LoRA (lora_rank = 0: full fine-tuning) ---
     lora_rank: int = ranged(0, "[0, inf)")  # rank r of the adapters; > 0 trains only them (base frozen), see nanogrpo/lora.py
     lora_alpha: float = ranged(16.0, "(0, inf)")  # the adapter update is B·A·alpha/r
-    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])  # linear layers (by name) that get adapters
+    lora_targets: list[str] = listed(lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "name")  # linear layers (by name) that get adapters; a name that matches none of the model's is an error at load
 
     # --- optimisation ---
     lr: float = ranged(2e-4, "(0, inf)")  # peak learning rate (AdamW); 1e-4 left the slowest warm start at +22 pts (docs/learning.md)
@@ -148,7 +156,7 @@ class Config:
     log_every: int = ranged(1, "[1, inf)")  # print a line every N steps (metrics.jsonl gets every step)
     eval_every: int = ranged(100, "[0, inf)")  # held-out accuracy (and eval_benchmarks) every N steps, at the start and the end; 0 = never
     eval_size: int = ranged(500, "[1, inf)")  # held-out problems per eval
-    eval_temperature: float = ranged(1.0, "[0, inf)")  # sampling temperature for held-out accuracy (0 = greedy)
+    eval_temperature: float = ranged(1.0, "[0, 0] | [0.01, inf)")  # sampling temperature for held-out accuracy (0 = greedy; not in (0, 0.01): see temperature)
     eval_benchmarks: str = ""  # eval.py tasks run with the trainer's sampler at each eval, e.g. "gsm8k,math500" or "name=PATH.jsonl"; eval_size problems each, results in OUT_DIR/evals/
     eval_benchmarks_n: int = ranged(1, "[1, inf)")  # samples per problem for eval_benchmarks (eval.py's sampling: T=0.6, top-p 0.95, max_new_tokens)
     save_every: int = ranged(0, "[0, inf)")  # checkpoint every N steps (and at the end); 0 = only at the end
@@ -166,6 +174,7 @@ class ConfigError(ValueError):
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 CHOICES = {k: f.metadata["choices"] for k, f in FIELDS.items() if "choices" in f.metadata}
 RANGES = {k: f.metadata["range"] for k, f in FIELDS.items() if "range" in f.metadata}
+EACH = {k: f.metadata["each"] for k, f in FIELDS.items() if "each" in f.metadata}
 
 
 # keys that were replaced: a config that still has one is told what to write instead
@@ -181,6 +190,12 @@ def _unknown(key: str) -> ConfigError:
     return ConfigError(f"unknown config key '{key}'{hint}")
 
 
+def _short(value) -> str:
+    """A value as an error message shows it: its repr, cut to 100 characters (a 200,000-deep list is not echoed)."""
+    text = repr(value)
+    return text if len(text) <= 100 else f"{text[:100]}... ({len(text)} characters)"
+
+
 def _coerce(key: str, value, from_string: bool):
     """Check (or, for command-line strings, parse) a value against the field's type."""
     typ = FIELDS[key].type  # annotations are strings under `from __future__ import annotations`
@@ -192,13 +207,13 @@ def _coerce(key: str, value, from_string: bool):
                     raise ValueError
                 value = value.lower() in ("true", "1")
             elif want is list:
-                value = json.loads(value) if value.startswith("[") else [s.strip() for s in value.split(",") if s.strip()]
+                value = files.loads(value) if value.startswith("[") else [s.strip() for s in value.split(",") if s.strip()]
                 if typ == "list[float]":
                     value = [float(v) for v in value]
             elif want is not str:
                 value = want(value)
         except ValueError:
-            raise ConfigError(f"config key '{key}' expects {typ}, got {value!r}") from None
+            raise ConfigError(f"config key '{key}' expects {typ}, got {_short(value)}") from None
     if want is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     ok = isinstance(value, want) and not (want in (int, float) and isinstance(value, bool))
@@ -208,15 +223,29 @@ def _coerce(key: str, value, from_string: bool):
     elif want is list:
         ok = ok and all(isinstance(v, str) for v in value)
     if not ok:
-        raise ConfigError(f"config key '{key}' expects {typ}, got {value!r} ({type(value).__name__})")
+        raise ConfigError(f"config key '{key}' expects {typ}, got {_short(value)} ({type(value).__name__})")
     if key in CHOICES and value not in CHOICES[key]:
-        raise ConfigError(f"config key '{key}' must be one of {', '.join(CHOICES[key])}; got {value!r}")
+        raise ConfigError(f"config key '{key}' must be one of {', '.join(CHOICES[key])}; got {_short(value)}")
     return value
 
 
 def _in_interval(v, spec: str) -> bool:
+    """Whether v lies in the interval `spec`, or in one of several joined by " | "."""
+    if "|" in spec:
+        return any(_in_interval(v, part.strip()) for part in spec.split("|"))
     lo, hi = (float(x) for x in spec[1:-1].split(","))
     return (lo <= v if spec[0] == "[" else lo < v) and (v <= hi if spec[-1] == "]" else v < hi)
+
+
+def _item_ok(v, each: str) -> bool:
+    if each == "text":
+        return v != ""
+    if each == "name":
+        return v.isidentifier()
+    return _in_interval(v, each)
+
+
+ITEM_RULES = {"text": "a non-empty string", "name": "a name (a Python identifier)"}
 
 
 STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGXCPU")
@@ -241,6 +270,10 @@ def _check_ranges(cfg: Config) -> None:
             raise ConfigError(f"config key '{key}' must be a finite number; got {v}")
         if key in RANGES and not _in_interval(v, RANGES[key]):
             raise ConfigError(f"config key '{key}' must be in {RANGES[key]}; got {v}")
+        bad = [x for x in v if not _item_ok(x, EACH[key])] if key in EACH else []
+        if bad:
+            raise ConfigError(f"config key '{key}': each item must be {ITEM_RULES.get(EACH[key], 'in ' + EACH[key])}; "
+                              f"got {_short(bad[0])}")
 
 
 def validate(cfg: Config, here: bool = True) -> Config:
@@ -260,8 +293,6 @@ def validate(cfg: Config, here: bool = True) -> Config:
                 f"{torch.version.cuda} build, but torch cannot use the GPU (torch.cuda.is_available() is False; "
                 "most often the driver is older than that CUDA version needs: compare `nvidia-smi`). Fix the "
                 "driver or install a torch built for it, or set device=cpu to train on the CPU on purpose")
-    if cfg.temperature == 0:
-        raise ConfigError("temperature 0 (greedy) gives every member of a group the same completion; use > 0")
     if cfg.group_size < 2:
         raise ConfigError("group_size must be >= 2: GRPO's baseline is the mean of the group")
     if cfg.tools:
@@ -349,8 +380,11 @@ def _check_tools(cfg: Config) -> None:
             raise ConfigError(f"config key 'tools_file': {cfg.tools_file!r} is not a file")
         try:
             ast.parse(path.read_text(), str(path))
-        except (SyntaxError, UnicodeDecodeError) as e:
+        except (SyntaxError, ValueError) as e:  # ValueError: not UTF-8, a NUL byte
             raise ConfigError(f"config key 'tools_file': {cfg.tools_file!r} is not valid Python ({e})") from None
+        except (RecursionError, MemoryError):  # what the parser raises on code nested thousands of levels deep
+            raise ConfigError(f"config key 'tools_file': {cfg.tools_file!r} is nested too deep for Python's parser "
+                              "(it could not be run either)") from None
 
 
 def load(argv: list[str], here: bool = True) -> Config:
@@ -366,6 +400,11 @@ def load(argv: list[str], here: bool = True) -> Config:
                 table = tomllib.load(f)
             except tomllib.TOMLDecodeError as e:
                 raise ConfigError(f"{path}: {e}") from None
+            except UnicodeDecodeError as e:  # TOML is UTF-8
+                raise ConfigError(f"{path}: not UTF-8 text (byte {e.start} is {e.object[e.start:e.start + 1]!r}); a TOML "
+                                  "file must be UTF-8") from None
+            except RecursionError:
+                raise ConfigError(f"{path}: arrays nested too deep to read (the config is flat)") from None
         for key, value in table.items():
             if isinstance(value, dict):
                 raise ConfigError(f"{path}: the config is flat; '{key}' is a table")

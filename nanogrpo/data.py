@@ -9,12 +9,15 @@ The built-in tasks (arithmetic, word_problems, word_problems_large, multiply: na
 
 from __future__ import annotations
 
-import json
+import math
 import random
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Callable
+
+from nanogrpo import files
 
 
 # ----------------------------------------------------------------------------------------------
@@ -37,9 +40,9 @@ def _read_jsonl(path: Path) -> list[tuple[str, dict]]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+                row = files.loads(line)
+            except files.JSONError as e:  # broken, nested too deep, a 5,000-digit integer
+                raise DataError(f"{path}:{i}: {e}") from None
             if not isinstance(row, dict):
                 raise DataError(f"{path}:{i}: expected a JSON object, got {type(row).__name__}")
             out.append((f"{path}:{i}", row))
@@ -56,7 +59,11 @@ def _read_parquet(path: Path) -> list[tuple[str, dict]]:
             raise DataError(f"{path}: reading parquet needs pyarrow or pandas (pip install pyarrow)") from None
         records = pd.read_parquet(path).to_dict(orient="records")
     else:
-        records = pq.read_table(path).to_pylist()
+        try:
+            records = pq.read_table(path).to_pylist()
+        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid / ArrowIOError are these
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {first})") from None
     return [(f"{path}:row {i}", dict(r)) for i, r in enumerate(records, 1)]
 
 
@@ -75,6 +82,17 @@ def last_boxed(text: str) -> str | None:
             if depth == 0:
                 return text[i:j].strip()
     return None  # unbalanced: the caller reports the row
+
+
+def gold_type_problem(value) -> str:
+    """Why a row's `answer` cannot be a gold by its type ("" if it can): text or a finite number only. NaN and
+    Infinity (JSON allows neither, Python's reader both), an object or a list would become the text "nan" or
+    "{'a': 1}", which no answer should match."""
+    if isinstance(value, (str, bool, int)):
+        return ""
+    if isinstance(value, (float, Decimal)):
+        return "" if math.isfinite(value) else f"the number {value} is no answer (a gold is text or a finite number)"
+    return f"a gold is text or a finite number, not {type(value).__name__} {str(value)[:60]!r}"
 
 
 def _answer_text(value) -> str:
@@ -98,6 +116,8 @@ def normalise_math_row(row: dict, where: str = "row") -> tuple[dict, str]:
         raise DataError(f"{where}: math row has an empty 'problem'")
 
     ans = row.get("answer")
+    if gold_type_problem(ans) and ans is not None:
+        raise DataError(f"{where}: math row's 'answer': {gold_type_problem(ans)}")
     if isinstance(ans, str) and "####" in ans:
         # GSM8K: the worked solution, then "#### 1,234".
         answer, a_map = ans.rsplit("####", 1)[1].strip().replace(",", ""), "answer<-text after '####'"
@@ -124,7 +144,7 @@ def normalise_rows(records: list[tuple[str, dict]], kind: str, source: str, verb
         for where, rec in records:
             try:
                 validate_problem(rec)
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:  # RecursionError: a test's JSON nested too deep
                 raise DataError(f"{where}: not a code row the sandbox can score ({e}); convert dataset forms "
                                 "with nanogrpo.tasks.convert.to_schema") from None
         return [r for _, r in records]
@@ -251,8 +271,9 @@ def format_prompt(row: dict, tokenizer, template: str = "raw", system_prompt: st
         return row["problem"]
     if template not in ("chat", "math_eval"):
         raise ValueError(f"unknown prompt template {template!r} (expected 'raw', 'chat' or 'math_eval')")
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError(f"prompt template {template!r} needs a tokenizer with a chat template; use template='raw'")
+    if getattr(tokenizer, "chat_template", None) is None:  # DataError: a bad input, named before any compute
+        raise DataError(f"config key 'template': {template!r} needs a tokenizer with a chat template, and this "
+                        "model's tokenizer has none: use template=raw (or \"\" for the task's own)")
     messages = prompt_messages(row, template, system_prompt, instruction)
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 

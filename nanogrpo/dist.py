@@ -56,7 +56,10 @@ def init(device: str = "auto", cpu_allocator: str = "system", sampler_ranks: int
         if sampler_ranks:
             _init_split(backend, sampler_ranks, torch.device("cuda", local_rank) if use_cuda else None)
         elif "RANK" in os.environ:
-            dist.init_process_group(backend, device_id=torch.device("cuda", local_rank) if use_cuda else None)
+            store = loopback_store()  # one node: on 127.0.0.1 (None: more nodes, torchrun's store)
+            dist.init_process_group(backend, device_id=torch.device("cuda", local_rank) if use_cuda else None,
+                                    **({"store": store, "rank": int(os.environ["RANK"]),
+                                        "world_size": int(os.environ["WORLD_SIZE"])} if store else {}))
         else:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     return torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
@@ -65,13 +68,53 @@ def init(device: str = "auto", cpu_allocator: str = "system", sampler_ranks: int
 def _init_split(backend: str, samplers: int, device_id) -> None:
     """The two sides' own default groups and the two groups between them, on torchrun's store (prefixed apart)."""
     global SPLIT
-    store, rank, world = next(dist.rendezvous("env://"))
+    store = loopback_store()  # one node: on 127.0.0.1 (None: more nodes, torchrun's store)
+    store, rank, world = ((store, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if store
+                          else next(dist.rendezvous("env://")))
     trainers = world - samplers
     side, mine, size = ("samplers", rank - trainers, samplers) if rank >= trainers else ("trainers", rank, trainers)
     dist.init_process_group(backend, store=dist.PrefixStore(side, store), rank=mine, world_size=size,
                             device_id=device_id)
     bridge = lambda name: dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, world)  # noqa: E731
     SPLIT = Split(rank, trainers, samplers, bridge("to_samplers"), bridge("to_trainers"))
+
+
+def loopback_store() -> dist.Store | None:
+    """A job on one node (torchrun's LOCAL_WORLD_SIZE = WORLD_SIZE): the store every process group of the run meets
+    on, a TCPStore of rank 0's listening on 127.0.0.1 only, and gloo's and NCCL's sockets on the loopback interface
+    (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, where not set). None on more nodes: torchrun's store, as env:// has it.
+
+    Why: torchrun's TCPStore listens on every interface, --standalone too (torch offers no address to bind it to;
+    `master_listen_fd` lets the process that creates one choose), and the groups' gloo pairs on the host's address:
+    a process on another machine could set the keys the ranks read, the addresses of the pairs over which the split
+    placement's bridge receives what it unpickles. The port of this store reaches the other ranks through torchrun's
+    store (or is MASTER_PORT itself when torchrun does not share its store): a key anyone could rewrite, but it
+    can only point them at another port of 127.0.0.1. What stays open, and what trusts whom: docs/sandbox.md."""
+    import socket
+    from datetime import timedelta
+
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    if int(os.environ.get("LOCAL_WORLD_SIZE", -1)) != world:
+        return None
+    if "lo" in {name for _, name in socket.if_nameindex()}:
+        for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            os.environ.setdefault(var, "lo")
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # torchrun's store serves the workers
+    agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False,
+                          timedelta(minutes=10)) if shared else None
+    key = f"nanogrpo/loopback_store/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)}"
+    if rank == 0:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0 if shared else int(os.environ["MASTER_PORT"])))
+        listener.listen(world * 4)
+        port = listener.getsockname()[1]
+        store = dist.TCPStore("127.0.0.1", port, world, True, wait_for_workers=False,
+                              master_listen_fd=listener.detach())  # the store owns the socket now
+        if agent is not None:
+            agent.set(key, str(port))
+        return store
+    port = int(agent.get(key)) if agent is not None else int(os.environ["MASTER_PORT"])
+    return dist.TCPStore("127.0.0.1", port, world, False)
 
 
 def huge_pages() -> bool:

@@ -12,6 +12,7 @@ import dataclasses
 import glob
 import hashlib
 import json
+import math
 import os
 import sys
 import time
@@ -147,7 +148,7 @@ def context_problem(model_dir: str, loaded: list[Task], tool_cfg: tools.ToolConf
 
 
 def context_length(model_dir: str) -> int:
-    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    cfg = files.loads((Path(model_dir) / "config.json").read_bytes())
     cfg = cfg.get("text_config", cfg)
     return int(cfg.get("max_position_embeddings") or cfg.get("max_sequence_length") or 4096)
 
@@ -275,6 +276,7 @@ def evaluate(
     sandbox: str = "local",
     resume: bool = False,
     shorten: str = SHORTEN,
+    exclusive: bool = False,
 ) -> dict:
     """Run the tasks and return the results dict (on every rank); rank 0 writes `out` and its samples.
 
@@ -285,7 +287,9 @@ def evaluate(
     `max_new_tokens`: None = the reference budget on GPU, the task's default on CPU (task_budget).
     Samples are appended to OUT's .samples.jsonl as each generate call ends (SampleFile); `resume` keeps the
     calls recorded there and generates the rest, or raises ResumeMismatch (before the model is loaded) when
-    the file was written with other arguments. `shorten`: the options the long-run warning names.
+    the file was written with other arguments. `shorten`: the options the long-run warning names. `exclusive`
+    (eval.py without --resume): the samples file and its arguments are created new, never over a file (another
+    eval's, started meanwhile on the same OUT): FileExistsError before anything is generated.
     """
     rank, world, gather = ndist.rank(), ndist.world_size(), ndist.all_gather_object
     model_dir = hub.model_dir(model_dir)  # a Hub id: its snapshot in the HF cache
@@ -311,7 +315,7 @@ def evaluate(
         plans.append((task, n or task.default_n, encoded, budget, why))
     args = run_args(model_dir, plans, temperature, top_p, seed, world, str(device).split(":")[0],
                     type(sampler).__name__ if sampler is not None else sampler_kind, prompt_tools)
-    sample_file = SampleFile(Path(out), args, resume, rank, world) if out else None  # ResumeMismatch here
+    sample_file = SampleFile(Path(out), args, resume, rank, world, exclusive) if out else None  # ResumeMismatch
     if any(t.kind == "code" for t in loaded):
         # Check the sandbox now (SandboxUnavailable says how to fix it), not after hours of generation,
         # when every code reward would come back None (unscored) and pass@1 would read as 0.
@@ -418,8 +422,9 @@ class SampleFile:
     a resumed one reads them all, raises ResumeMismatch when the arguments differ, and keeps the records of the
     calls that finished (`start`): a call cut short by the stop is generated again, with its own seed."""
 
-    def __init__(self, out: Path, args: dict, resume: bool, rank: int, world: int):
+    def __init__(self, out: Path, args: dict, resume: bool, rank: int, world: int, exclusive: bool = False):
         self.path, self.args, self.rank, self.world = samples_path(out), args, rank, world
+        self.exclusive = exclusive  # `start` creates the files new (evaluate's `exclusive`)
         self.args_path = samples_args_path(out)
         self.part = self.path if rank == 0 else self._part(rank)
         self.recorded: dict[tuple, dict[int, dict]] = {}  # (task, index) -> {sample: record}
@@ -450,7 +455,9 @@ class SampleFile:
                         "to start over")
             return ""  # nothing recorded: the run starts from the beginning
         try:
-            before = json.loads(self.args_path.read_text())
+            before = files.loads(self.args_path.read_bytes())
+            if not isinstance(before, dict):
+                raise ValueError(f"not a JSON object ({type(before).__name__})")
         except ValueError as e:
             return f"{self.args_path} is unreadable ({e}): run without --resume to start over"
         diff = [f"{k}: {before.get(k)!r} in the samples file, {v!r} now" for k, v in self.args.items()
@@ -464,12 +471,13 @@ class SampleFile:
     def start(self, kept: list[dict]) -> None:
         """Begin writing: each rank's part holds exactly `kept` (its recorded calls), then what it appends."""
         ndist.barrier()  # every rank has read the old files
+        write = files.write_new if self.exclusive else files.write_atomic
         if self.rank == 0:
             for part in self._parts():
                 part.unlink(missing_ok=True)
-            files.write_atomic(self.args_path, json.dumps(self.args, indent=1) + "\n")
+            write(self.args_path, json.dumps(self.args, indent=1) + "\n")
         ndist.barrier()
-        files.write_atomic(self.part, "".join(json.dumps(r) + "\n" for r in kept))
+        write(self.part, "".join(json.dumps(r) + "\n" for r in kept))
         self.file = open(self.part, "a", encoding="utf-8")
 
     def append(self, records: list[dict]) -> None:
@@ -490,18 +498,45 @@ class SampleFile:
             self.args_path.unlink(missing_ok=True)
 
 
+# what run_task writes in a sample record, and what a resumed eval reads back (`_read_records` checks each)
+RECORD = {"task": str, "index": int, "sample": int, "correct": bool, "reward": (float, int, type(None)),
+          "finish_reason": str, "num_tokens": int, "completion": str}
+
+
+def _record_problem(rec) -> str:
+    """Why a line of a samples file is not a sample record a resumed eval can count ("" if it is)."""
+    if not isinstance(rec, dict):
+        return f"not a JSON object ({type(rec).__name__})"
+    for key, want in {**RECORD, **({"tool_calls": int} if "tool_calls" in rec else {})}.items():
+        if key not in rec:
+            return f"no {key!r}"
+        v = rec[key]
+        if not isinstance(v, want) or (isinstance(v, bool) and want is not bool):
+            return f"{key!r} is {v!r} ({type(v).__name__})"
+        if (want is int and v < 0) or (key == "reward" and v is not None and not math.isfinite(v)):
+            return f"{key!r} is {v!r}"
+    return ""
+
+
 def _read_records(path: Path) -> list[dict]:
-    """The sample records of a samples file or part; a line torn by a kill mid-write is left out."""
+    """The sample records of a samples file or part; a last line torn by a kill mid-write is left out. Any other
+    line that is not a record as run_task writes it (edited by hand, another file) is a ResumeMismatch naming it."""
     if not path.is_file():
         return []
     out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for i, line in enumerate(lines, 1):
         try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and {"task", "index", "sample"} <= rec.keys():
-            out.append(rec)
+            rec = files.loads(line)
+        except ValueError as e:
+            if i == len(lines):  # torn by a kill: that call is generated again
+                continue
+            raise ResumeMismatch(f"{path}:{i}: {e}: run without --resume to start over") from None
+        why = _record_problem(rec)
+        if why:
+            raise ResumeMismatch(f"{path}:{i}: not a sample record this eval wrote ({why}): run without --resume to "
+                                 "start over (move the samples file away first)")
+        out.append(rec)
     return out
 
 

@@ -1,14 +1,21 @@
-"""The paths an entry point writes: checked before any work, written whole.
+"""The files an entry point reads and writes: JSON read within bounds, outputs checked before any work and
+written whole, and never over a file the run did not create.
 
 Every entry point (train.py, sft.py, eval.py, scripts/generate.py, scripts/decontaminate.py,
 scripts/validate_code_data.py) asks `output_problem` about each file it will write before it loads a
-model or reads the data, so a bad path costs nothing and an output never replaces an input; then
-`atomic_open` writes each file under a temporary name beside it and renames it into place, so a
-crash leaves the old file or the new one, never part of one.
+model or reads the data, so a bad path costs nothing, an output never replaces an input, and a file that
+is already there is refused unless the run made it (a resumed run's own files; `config.toml` files that carry
+`MARK`, the line a run writes first); then `atomic_open` writes each file under a temporary name beside it and
+renames it into place, so a crash leaves the old file or the new one, never part of one.
+
+Every JSON a user can hand in (dataset rows, eval task files, `eval.py --resume` records, manifests, model
+configs) is read by `loads`: nesting and integer sizes are bounded, and what is refused is a JSONError (a
+ValueError) saying why, for the caller to name the file and line.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from contextlib import contextmanager
@@ -39,15 +46,19 @@ def dir_problem(path) -> str:
     return ""
 
 
-def output_problem(path, inputs=()) -> str:
+def output_problem(path, inputs=(), replaces: bool = False) -> str:
     """Why `path` cannot take an output file, or "" if it can: it is one of `inputs` (paths the run
-    reads), a directory, or somewhere this process cannot create files."""
+    reads), a directory, a file already there (unless `replaces`: the run made it, e.g. a resumed run's own
+    output), or somewhere this process cannot create files."""
     for source in inputs:
         if source and same_file(path, source):
             return f"is the input {str(source)!r}: writing it would destroy what is read (choose another path)"
     p = Path(path)
     if p.is_dir():
         return "is a directory"
+    if (p.exists() or p.is_symlink()) and not replaces:
+        return ("already exists, and a run never writes over a file it did not create: choose another path, or "
+                "move that file away first")
     if p.exists() and not os.access(p, os.W_OK):
         return "is read-only"
     return dir_problem(p.absolute().parent)
@@ -72,3 +83,94 @@ def atomic_open(path, mode: str = "w", encoding: str = "utf-8"):
 def write_atomic(path, text: str) -> None:
     with atomic_open(path) as f:
         f.write(text)
+
+
+def write_new(path, text: str) -> None:
+    """Write `text` to `path` whole, only if no file is there: FileExistsError otherwise, even when another process
+    made it a moment ago (a temporary file hard-linked into place: the link is atomic and never replaces)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.link(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Files a run owns: the first line says so
+
+
+MARK = "# written by nanogrpo"  # the first line of a config.toml a run writes; a file without it is the user's
+
+
+def marked(path) -> bool:
+    """Whether `path` is a file whose first line is MARK (a run wrote it, and a run may write it again)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MARK)) == MARK.encode()
+    except OSError:
+        return False
+
+
+def owned_problem(path) -> str:
+    """Why a run may not (re)write `path` ("" if it may): a file there that a run did not write (no MARK)."""
+    p = Path(path)
+    if (p.exists() or p.is_symlink()) and not marked(p):
+        return (f"{str(p)!r} is not a file a run wrote (its first line is not {MARK!r}): a run never writes over a "
+                "file it did not create; move it away, or choose another out_dir")
+    return ""
+
+
+def write_owned(path, text: str, what: str) -> None:
+    """Write `text` under MARK (+ `what`: a line saying what the file is) to `path`, whole; refused (FileExistsError)
+    when a file there is not one a run wrote (owned_problem: checked before any work, this is the last word)."""
+    problem = owned_problem(path)
+    if problem:
+        raise FileExistsError(problem)
+    write_atomic(path, f"{MARK}: {what}\n{text}")
+
+
+# ----------------------------------------------------------------------------------------------
+# JSON within bounds
+
+
+MAX_JSON_DEPTH = 100  # arrays and objects inside each other; deeper data is refused (nothing here nests that far)
+
+
+class JSONError(ValueError):
+    """JSON that is not read: broken, nested deeper than MAX_JSON_DEPTH, or an integer past Python's digit limit."""
+
+
+def loads(text: str | bytes):
+    """`json.loads`, bounded: what Python's reader would turn into a RecursionError (about 1,000 levels) or an
+    integer of more digits than `int` converts (4,300), and anything nested deeper than MAX_JSON_DEPTH (code that
+    walks the value recursively could not), is a JSONError saying so. NaN and Infinity are read (as Python does:
+    metrics.jsonl writes them); refusing them where they are no value is the caller's check."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise JSONError(f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects") from None
+    except json.JSONDecodeError as e:
+        raise JSONError(f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except ValueError as e:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+        raise JSONError(f"a number too large to read ({str(e).split(':')[0]})") from None
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:  # few brackets: shallow
+        raise JSONError(f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects")
+    return value
+
+
+def _depth(value) -> int:
+    """The nesting depth of a parsed JSON value, without recursion (a stack of (container, depth))."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        x, d = todo.pop()
+        if isinstance(x, (list, dict)):
+            deepest = max(deepest, d)
+            if deepest > MAX_JSON_DEPTH:
+                return deepest
+            todo += [(v, d + 1) for v in (x.values() if isinstance(x, dict) else x)]
+    return deepest

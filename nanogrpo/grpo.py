@@ -34,6 +34,9 @@ Every choice is a config knob (default in brackets); docs/grpo.md derives each o
 - `exact_logprobs` [off] (nanogrpo/parity.py): logp_sampler recomputed from the sampler's own weights
   through this forward (`step`'s `behaviour`): bit-equal while the weights are, so c_it = 1 and the gap 0.
 - `skip_zero_advantage` [on]: completions with A = 0 are not run (they add exactly 0 when beta = 0).
+- A pass whose loss or gradient norm is not finite (NaN, inf: on any rank) makes no optimizer step: no weight,
+  Adam moment or schedule moves (`apply_update`); `updates_skipped` counts them, and NONFINITE_PATIENCE steps in
+  a row with one stop the run (`check_finite`): a non-finite number never reaches the weights.
 
 FAQ: why is the loss about 0 at step 0 (and near 0 throughout)?
 With mu = 1, ρ = 1 in value, so the loss is -Σ w·A / Z. The advantages of each group have mean zero,
@@ -334,9 +337,10 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
 
     sums = {k: torch.zeros((), dtype=torch.float64)
             for k in ("tokens", "clip_low", "clip_high", "kl", "is_weight", "is_capped", "entropy", "gap", "loss")}
-    grad_norms = []
+    grad_norms, skipped = [], 0
     world = float(dist.world_size())
     for p in range(cfg.mu):
+        nonfinite = torch.zeros((), device=device)  # micro-batches of this pass whose loss is not finite (this rank)
         for i, b in dist.syncing_grads(policy, batches, cfg.grad_accumulation):
             logp, ent = logprobs(policy, b, entropy=p == 0)
             old_logp = old[i] if old[i] is not None else logp.detach()
@@ -344,19 +348,52 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
             sampler_logp = to(b.sampler_logp) if behaved[i] is None else behaved[i]
             loss, st = policy_loss(logp, old_logp, ref[i], to(b.advantages), mask, cfg, sampler_logp, to(b.seq_weight), z)
             (loss * world).backward()  # FSDP averages gradients over ranks, but z already counts every rank's tokens
+            nonfinite += ~torch.isfinite(loss.detach())
             if p == 0:  # metrics describe the rollouts under the weights that sampled them
                 for k, v in st.items():
                     sums[k] += v.double().cpu()
                 sums["loss"] += loss.detach().double().cpu()
                 sums["entropy"] += (ent * mask).sum().double().cpu()
                 sums["gap"] += ((logp.detach() - sampler_logp).abs() * mask).sum().double().cpu()
-        grad_norms.append(dist.finish_grads(policy, cfg.grad_clip))  # clipped to grad_clip when > 0
+        norm, applied = apply_update(policy, optimizer, scheduler, cfg.grad_clip, nonfinite.item() == 0)
+        grad_norms.append(norm)
+        skipped += not applied
+
+    metrics = {**step_metrics(sums, grad_norms), "updates_skipped": skipped}
+    return {**metrics, "time_recompute": t_recompute} if behaviour is not None else metrics  # exact_logprobs' cost
+
+
+NONFINITE_PATIENCE = 3  # steps in a row with a skipped update (apply_update) stop the run
+
+
+class NonFiniteError(RuntimeError):
+    """NONFINITE_PATIENCE steps in a row had a loss or gradient norm that is not finite: the run stops."""
+
+
+def apply_update(policy, optimizer, scheduler, grad_clip: float, loss_finite: bool = True) -> tuple[float, bool]:
+    """The optimizer step after a pass's backward -> (gradient norm, applied). A loss (`loss_finite`, this rank's)
+    or a gradient norm that is not finite, on any rank, skips it: the gradients are dropped and no weight, Adam
+    moment or schedule moves (AdamW would carry a NaN into every weight and into its moments for good)."""
+    norm = dist.finish_grads(policy, grad_clip)  # over every rank: the same on each
+    bad = dist.all_reduce(torch.tensor([0.0 if loss_finite else 1.0], dtype=torch.float64), "max").item()
+    applied = math.isfinite(norm) and not bad
+    if applied:
         optimizer.step()
         scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad(set_to_none=True)
+    return norm, applied
 
-    metrics = step_metrics(sums, grad_norms)
-    return {**metrics, "time_recompute": t_recompute} if behaviour is not None else metrics  # exact_logprobs' cost
+
+def check_finite(skipped: list[int]) -> None:
+    """Stop a run whose last NONFINITE_PATIENCE steps each skipped an update (`skipped`: updates_skipped per step):
+    the weights have not moved since, and nothing says they will."""
+    if len(skipped) >= NONFINITE_PATIENCE and all(skipped[-NONFINITE_PATIENCE:]):
+        raise NonFiniteError(
+            f"the loss or the gradient norm was not finite (NaN or inf) in {NONFINITE_PATIENCE} steps in a row: each "
+            "of those updates was skipped (the weights are those before them, and no checkpoint holds a non-finite "
+            "weight). The run stops: nothing is learned. Likely causes: "
+            "weights in model= that hold NaN or inf, lr too high, float16 overflowing (dtype=bfloat16), rewards or "
+            "reward_weights so large that the advantages overflow")
 
 
 def step_metrics(sums: dict[str, torch.Tensor], grad_norms: list[float]) -> dict[str, float]:

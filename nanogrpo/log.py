@@ -14,7 +14,12 @@ import time
 from pathlib import Path
 from time import monotonic
 
-from nanogrpo import dist
+from nanogrpo import dist, files
+
+
+class LogError(RuntimeError):
+    """metrics.jsonl could not be written (a full disk): the message holds the line that was not, and the file keeps
+    every line before it whole."""
 
 # what the printed line shows (the jsonl gets everything)
 LINE = [
@@ -55,16 +60,18 @@ class Logger:
             keep = []
             for i, x in enumerate(self.path.read_text(errors="replace").splitlines(), 1):
                 try:
-                    step = json.loads(x)["step"]
+                    step = files.loads(x)["step"]
                 except (ValueError, KeyError, TypeError):  # a line torn by a crash mid-write
                     print(f"warning: {self.path}:{i}: dropping an unreadable line (torn by a crash?): {x[:80]!r}",
                           flush=True)
                     continue
                 if start_step and step <= start_step:
                     keep.append(x)
-            tmp = self.path.with_name(self.path.name + ".tmp")  # a crash here must not lose the kept lines
-            tmp.write_text("".join(x + "\n" for x in keep))
-            os.replace(tmp, self.path)
+            try:  # a crash here must not lose the kept lines: a new file, renamed into place
+                files.write_atomic(self.path, "".join(x + "\n" for x in keep))
+            except OSError as e:
+                raise LogError(f"cannot rewrite {self.path} for the resume ({e.strerror or e}); it is left as it "
+                               "was") from None
         if self.main and wandb_project:
             import wandb  # only when asked for
 
@@ -75,8 +82,7 @@ class Logger:
         if not self.main:
             return
         clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()}
-        with open(self.path, "a") as f:
-            f.write(json.dumps({"step": step + 1, **clean}) + "\n")
+        self._append(json.dumps({"step": step + 1, **clean}) + "\n")
         if self.wandb is not None:
             self.wandb.log({k: v for k, v in clean.items() if isinstance(v, (int, float))}, step=step + 1)
         done = step + 1 - self.start
@@ -90,6 +96,22 @@ class Logger:
                 parts.append(f"{short} {fmt.format(v)}")
         parts.append(f"eta {_fmt_duration(eta)}")
         print(" | ".join(parts), flush=True)
+
+    def _append(self, line: str) -> None:
+        """One whole line, or none: a write that fails (a full disk) is cut back off and raised as LogError."""
+        data = line.encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                while data:  # os.write may write part of it
+                    data = data[os.write(fd, data):]
+            except OSError as e:
+                os.ftruncate(fd, size)  # no torn line: the file ends with the previous step's
+                raise LogError(f"{e.strerror or e} appending to {self.path}: the file keeps every step before this one "
+                               f"whole; this step's metrics were not written: {line.strip()}") from None
+        finally:
+            os.close(fd)
 
     def event(self, text: str) -> None:
         if self.main:

@@ -29,6 +29,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from nanogrpo.config import ConfigError  # a bad lora_targets / lora_rank is named as any bad config value
+
 ADAPTERS_FILE = "lora/adapters.safetensors"  # in a sub-directory: vLLM loads every *.safetensors at the top
 
 
@@ -66,7 +68,8 @@ def add_adapters(model: nn.Module, rank: int, alpha: float, targets: list[str]) 
     """Freeze every parameter of `model` and put adapters on the nn.Linear layers whose attribute name
     is in `targets` (e.g. "q_proj"). Returns the adapted module names. Call before sharding."""
     if rank < 1 or not targets:
-        raise ValueError(f"LoRA needs a rank >= 1 and at least one target layer; got rank {rank}, targets {targets}")
+        raise ConfigError(f"LoRA needs a rank >= 1 and at least one target layer; got lora_rank {rank}, lora_targets "
+                          f"{targets}")
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     found = [(name, module) for name, module in model.named_modules() if isinstance(module, nn.Linear)
              and module is not head]  # the trainer's log-prob kernel reads the lm_head's weight directly
@@ -75,7 +78,8 @@ def add_adapters(model: nn.Module, rank: int, alpha: float, targets: list[str]) 
     missing = set(targets) - {name.rsplit(".", 1)[-1] for name, _ in chosen}
     if missing:  # a typo would otherwise train fewer layers than asked, silently
         have = sorted({name.rsplit(".", 1)[-1] for name, _ in found})
-        raise ValueError(f"lora_targets {sorted(missing)} match no linear layer of the model; its linear layers: {have}")
+        raise ConfigError(f"config key 'lora_targets': {sorted(missing)} match no linear layer of the model; its linear "
+                          f"layers: {have}")
     for name, module in chosen:
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name), child, LoRALinear(module, rank, alpha))
@@ -145,10 +149,11 @@ def load_adapters(model: nn.Module, directory: str | Path) -> None:
     saved = load_file(str(path))
     params = {name: p for name, p in model.named_parameters() if is_adapter(name)}
     if set(saved) != set(params):
-        raise ValueError(f"{path}: the saved adapters do not match lora_targets "
+        raise ConfigError(f"{path}: the saved adapters do not match lora_targets "
                          f"(missing {sorted(set(params) - set(saved))[:4]}, unexpected {sorted(set(saved) - set(params))[:4]})")
     with torch.no_grad():
         for name, p in params.items():
             if saved[name].shape != p.shape:
-                raise ValueError(f"{path}: {name} has shape {tuple(saved[name].shape)}, expected {tuple(p.shape)} (lora_rank?)")
+                raise ConfigError(f"{path}: {name} has shape {tuple(saved[name].shape)}, expected {tuple(p.shape)} "
+                                  "(lora_rank?)")
             p.copy_(saved[name])

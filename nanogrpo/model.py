@@ -22,7 +22,6 @@ in train mode.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
 from transformers.masking_utils import AttentionMaskInterface
 from transformers.utils import logging as hf_logging
 
-from nanogrpo import dist, lora
+from nanogrpo import dist, files, lora
 from nanogrpo.logprobs import chunked_logprobs
 
 hf_logging.disable_progress_bar()  # a bar per weight load drowns the training log
@@ -58,7 +57,7 @@ def _check_safetensors(f: Path) -> None:
             n = int.from_bytes(fh.read(8), "little")
             if size < 8 or n > size - 8:
                 raise ValueError(f"header length {n} does not fit in {size} bytes")
-            header = json.loads(fh.read(n))
+            header = files.loads(fh.read(n))
         end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
         raise ModelError(f"{f} is not a valid safetensors file ({e}); re-download or re-save the model") from None
@@ -78,7 +77,7 @@ def check_model_dir(path: str) -> None:
     if not (p / "config.json").is_file():
         raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory: it has no config.json")
     try:
-        arch = json.loads((p / "config.json").read_text()).get("architectures") or []
+        arch = files.loads((p / "config.json").read_bytes()).get("architectures") or []
     except (ValueError, AttributeError) as e:  # AttributeError: valid JSON that is not an object
         raise ModelError(f"{p / 'config.json'} is not a valid model config ({e})") from None
     if arch and not any(a.endswith("ForCausalLM") for a in arch):
@@ -237,6 +236,9 @@ def make_policy(path: str, device: torch.device, dtype: torch.dtype, chunk_size:
                 lora.add_adapters(full, lora_rank, lora_alpha, list(lora_targets))
                 if adapters_from is not None:
                     lora.load_adapters(full, adapters_from)
+            bad = next((n for n, p in full.named_parameters() if not bool(torch.isfinite(p).all())), None)
+            if bad is not None:  # every weight it touches would turn NaN: a named error, not a run that learns nothing
+                raise ModelError(f"{path}: the weight {bad!r} holds values that are not finite (NaN or inf)")
         except Exception as e:  # noqa: BLE001 - re-raised below, after the other ranks have heard of it
             error = e
     failed = dist.broadcast_object(None if error is None else f"{type(error).__name__}: {error}")

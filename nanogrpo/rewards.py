@@ -15,12 +15,19 @@ trainer leaves such completions out of the group instead of scoring them 0.
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 import sys
 
 from nanogrpo import answer as _answer
 from nanogrpo import shaping
 from nanogrpo.data import is_code_row
+
+
+class RewardError(ValueError):
+    """A reward function returned what no reward is (not a finite number or None), or the weighted sum overflowed:
+    the reward (a user's, most likely) or `reward_weights` is wrong. train.py exits 2 naming it, before the update."""
 
 # ---------------------------------------------------------------- exact
 
@@ -205,12 +212,38 @@ def score_batch(
     batch = shaping.Batch(completions, rows, acc, token_counts or [], group_size, prefilled_think, shaping_cfg)
     for name in rewards:
         if name not in parts:
-            parts[name] = acc if name in VERIFIERS else list(shaping.SHAPING[name](batch))
-            if len(parts[name]) != len(completions):  # a user's reward that lost or gained items
-                raise ValueError(f"score_batch: reward {name!r} gave {len(parts[name])} values for {len(completions)}")
+            parts[name] = acc if name in VERIFIERS else checked(name, shaping.SHAPING[name](batch), rows)
     total = []
     for i in range(len(completions)):
         terms = [parts[n][i] for n in rewards]
         total.append(None if any(t is None for t in terms) else sum(w * t for w, t in zip(weights, terms)))
+        if total[-1] is not None and not math.isfinite(total[-1]):  # finite terms, weights that overflow the sum
+            raise RewardError(f"config key 'reward_weights': the weighted sum of rewards {rewards} = {terms} with "
+                              f"weights {weights} is {total[-1]} (row {_shown(rows[i])}): a reward must be finite")
     return total, parts
 
+
+def checked(name: str, values, rows: list) -> list[float | None]:
+    """A reward function's values, as the trainer may use them: one per completion, each None (could not be
+    computed) or a finite real number. Anything else is a broken reward (a user's, most likely), not a verdict
+    on the model: a RewardError naming the reward, the value and the row, raised before the step's update.
+    Why not None: an inf, a NaN or a string would be dropped silently every step it appears, biasing what is
+    learned towards the completions the reward can score; an error says where the reward is wrong."""
+    values = list(values)
+    if len(values) != len(rows):  # a user's reward that lost or gained items
+        raise RewardError(f"config key 'rewards': reward {name!r} gave {len(values)} values for {len(rows)} completions")
+    out = []
+    for v, row in zip(values, rows):
+        if v is not None and (not isinstance(v, numbers.Real) or not math.isfinite(v)):
+            what = f"{v!r} ({type(v).__name__})" if not isinstance(v, numbers.Real) else f"{v}"
+            raise RewardError(f"config key 'rewards': reward {name!r} returned {what[:80]} for row {_shown(row)}: a "
+                              "reward is a finite number, or None when it cannot be computed")
+        out.append(None if v is None else float(v))
+    return out
+
+
+def _shown(row) -> str:
+    """A row, short, for an error message: its id or its problem's start."""
+    if isinstance(row, dict):
+        return repr(row.get("id") or str(row.get("problem", ""))[:60])
+    return repr(str(row)[:60])

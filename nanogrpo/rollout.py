@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from nanogrpo import answer, data, grpo, parity, rewards, tools
+from nanogrpo.config import ConfigError
 from nanogrpo.sampler import Completion, Sampler, SamplingParams
 from nanogrpo.torch_sampler import TorchSampler
 from nanogrpo.tasks import TASKS
@@ -63,6 +64,44 @@ def encode_prompts(rows: list[dict], tokenizer, cfg) -> list[list[int]]:
     return [data.encode_prompt(r, tokenizer, template, system_prompt=system or None) for r in rows]
 
 
+LONGEST_OF = 64  # prompts encoded to find the longest (the longest by their bound below)
+
+
+def check_prompts(sets: dict[str, list[dict]], tokenizer, cfg, context: int) -> int:
+    """The longest prompt of the rows of `sets` ({what they are: rows}) in tokens, after checking that every prompt
+    leaves room for max_new_tokens in the model's `context`: a ConfigError naming the row otherwise, before any
+    compute (as eval.py checks its tasks). Without encoding every row (a chat template costs ~0.4 ms a row):
+    a prompt's tokens are at most its template's (the row's prompt with no problem, encoded) plus a token per UTF-8
+    byte of the row's own text (byte-level BPE and byte-fallback tokens cover >= 1 byte each) plus a few (a
+    SentencePiece word prefix); only rows whose bound does not fit, and the longest by it, are encoded."""
+    own = lambda r: len(str(r.get("problem", "")).encode()) + len(str(r.get("starter_code") or "").encode())  # noqa: E731
+    kinds: dict[tuple, int] = {}  # the template's tokens, per prompt shape (language, starter code or not)
+
+    def bound(r: dict) -> int:
+        key = (r.get("language"), bool(r.get("starter_code")), data.is_code_row(r))
+        if key not in kinds:
+            empty = {**r, "problem": "", **({"starter_code": " "} if r.get("starter_code") else {})}
+            kinds[key] = len(encode_prompts([empty], tokenizer, cfg)[0])
+        return kinds[key] + own(r) + 8
+
+    longest = 0
+    for what, rows in sets.items():
+        bounds = [bound(r) for r in rows]
+        order = sorted(range(len(rows)), key=bounds.__getitem__, reverse=True)
+        near = [i for i in order if bounds[i] + cfg.max_new_tokens > context]
+        picked = sorted(set(order[:LONGEST_OF]) | set(near))
+        lengths = dict(zip(picked, map(len, encode_prompts([rows[i] for i in picked], tokenizer, cfg))))
+        for i in near:
+            if lengths[i] + cfg.max_new_tokens > context:
+                start = str(rows[i].get("problem", ""))[:60]
+                raise ConfigError(f"{what} row {i + 1} ({start!r}...): its prompt is {lengths[i]} tokens, and with "
+                                  f"max_new_tokens = {cfg.max_new_tokens} it does not fit the model's context of "
+                                  f"{context} tokens (max_position_embeddings): drop such rows, lower max_new_tokens, "
+                                  "or use a model with a longer context")
+        longest = max([longest, *lengths.values()])
+    return longest
+
+
 def code_opts(cfg) -> dict:
     return {"backend": cfg.sandbox, "concurrency": cfg.sandbox_concurrency or None, "binary": cfg.code_binary,
             "allow_unsandboxed": cfg.allow_unsandboxed}
@@ -75,11 +114,12 @@ def task_verifier(cfg) -> str | None:
 
 
 def row_kind(cfg) -> tuple[str, object]:
-    """(kind, gold_check) for data.load_rows: the rows the verifier reads, and the math reward's own gold
-    reader where math-verify judges (a gold it cannot read stops the load naming the row, not None every step)."""
+    """(kind, gold_check) for data.load_rows: the rows the verifier reads, and the verifier's own gold reader where
+    it needs one (math-verify's, the number reward's): a gold it cannot read stops the load naming the row, not a
+    None every step."""
     verifier = task_verifier(cfg)
     kind = {"code": "code", None: "auto"}.get(verifier, "math")
-    return kind, (answer.gold_error if verifier in ("math", None) else None)
+    return kind, {"math": answer.gold_error, None: answer.gold_error, "number": answer.number_gold_error}.get(verifier)
 
 
 def task_template(cfg, tokenizer, row: dict) -> str:

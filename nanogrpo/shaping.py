@@ -36,6 +36,8 @@ import math
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 THINK, END_THINK, ANSWER, END_ANSWER = "<think>", "</think>", "<answer>", "</answer>"
 MAX_CHARS = 1 << 20  # longer text is judged on its first MiB: every function here stays bounded
 
@@ -94,8 +96,30 @@ def repetition_penalty_reward(text: str, n: int, max_penalty: float) -> float:
     words = text[:MAX_CHARS].lower().split()
     if len(words) < n:
         return 0.0
-    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
-    return max_penalty * (1.0 - len(set(grams)) / len(grams)) + 0.0  # + 0.0: no -0.0 for unrepeated text
+    grams = len(words) - n + 1
+    return max_penalty * (1.0 - distinct_ngrams(words, n) / grams) + 0.0  # + 0.0: no -0.0 for unrepeated text
+
+
+def distinct_ngrams(words: list[str], n: int) -> int:
+    """How many distinct n-grams (runs of n words) `words` holds, exactly, in O(len(words) · log n) whatever n:
+    each n-gram gets an id from the ids of two shorter ones (the doubling of a suffix array's construction), never
+    a tuple of n words (tuples made a 1 MiB completion cost O(len · n): 15.7 s at n = 1,000)."""
+
+    def join(a: np.ndarray, la: int, b: np.ndarray) -> np.ndarray:  # ids of the grams a[i] (la words) + b[i + la]
+        keys = a[: len(b) - la] * (int(b.max()) + 1) + b[la:]  # ids < len(words): no int64 overflow
+        return np.unique(keys, return_inverse=True)[1].reshape(-1)
+
+    if n > len(words):
+        return 0
+    vocab: dict[str, int] = {}
+    power = np.array([vocab.setdefault(w, len(vocab)) for w in words], dtype=np.int64)
+    length, got, have = 1, None, 0  # `power`: ids of the grams of `length` words; `got`: of `have` words (n's bits)
+    while True:
+        if n & length:
+            got, have = (power, length) if got is None else (join(got, have, power), have + length)
+        if 2 * length > n:
+            return len(np.unique(got))
+        power, length = join(power, length, power), 2 * length
 
 
 def length_rewards(n_chars: list[int], correct: list[float | None]) -> list[float | None]:

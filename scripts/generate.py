@@ -61,7 +61,7 @@ def read_done(out: Path) -> tuple[dict[int, dict], int]:
     done = {}
     for i, line in enumerate(good.decode("utf-8", errors="replace").splitlines(), 1):
         try:
-            rec = json.loads(line)
+            rec = files.loads(line)
         except ValueError:
             rec = None
         if not (isinstance(rec, dict) and isinstance(rec.get("index"), int) and "settings" in rec):
@@ -107,8 +107,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     # bad one is an argparse error (exit 2) naming it, and no file is changed
     if args.n < 1 or args.batch < 1:
         ap.error("--n and --batch must be >= 1")
-    if not (math.isfinite(args.temperature) and args.temperature >= 0):
-        ap.error(f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature}")
+    if not (math.isfinite(args.temperature) and (args.temperature == 0 or args.temperature >= 0.01)):
+        ap.error(f"--temperature must be 0 (greedy) or a finite number >= 0.01 (below, logits / T overflow: the "
+                 f"config's eval_temperature range), got {args.temperature}")
     if not (math.isfinite(args.top_p) and 0 < args.top_p <= 1):
         ap.error(f"--top-p must be in (0, 1], got {args.top_p}")
     for name, value in (("--max-new-tokens", args.max_new_tokens), ("--limit", args.limit)):
@@ -124,7 +125,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if not path:
             continue
         same_as_out = flag == "--sft" and Path(path).resolve() == out.resolve()
-        problem = "is --out: choose another file" if same_as_out else files.output_problem(path, reads)
+        # --out is resumed (appended to, its lines checked below); --sft is rewritten from it at the end, so it
+        # belongs to the generation in --out: replaced only when that is being resumed
+        problem = "is --out: choose another file" if same_as_out else files.output_problem(
+            path, reads, replaces=flag == "--out" or out.is_file())
         if problem:
             ap.error(f"{flag} {str(path)!r}: {problem} (checked before generating: nothing was written)")
 

@@ -6,6 +6,11 @@ a table: attacks tried, rejected, escapes, and host Shmem / MemAvailable before 
 `reward` attacks are text for the trainer's own reward code (attacks.REWARD_ATTACKS: no sandbox, no
 bubblewrap needed): an escape is a score other than the one they must get, or a call past its time bound.
 
+`hardening` (or one of its kinds: nonfinite, overwrite, checkpoint, input, bounded, trust) runs the entry points
+as a user would (tests/helpers/hardening.py): a non-finite number aimed at the weights, a user's file in an output's
+way, a tampered checkpoint, a bad input that must be named before any compute, work that must stay bounded, the
+sockets of a one-node torchrun job. `--root DIR` runs them against another checkout (the before of a table).
+
 An attack is "rejected" when it did not get what it wanted (attacks.py says, per attack, what that is:
 host memory pinned past the cap, data carried to the next execution, a reward it should not have, a None
 where the answer was simply wrong, a correct program failing, or judging that took longer than it may: the
@@ -18,11 +23,13 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
 from helpers.attacks import ATTACKS, meminfo, out, too_slow  # noqa: E402
+from helpers.hardening import CASES, run_case  # noqa: E402
 from nanogrpo.sandbox import SandboxPool  # noqa: E402
 from nanogrpo.sandbox.local import bwrap_available  # noqa: E402
 
@@ -57,14 +64,33 @@ def reward_attacks() -> list[tuple]:
     return rows
 
 
+def hardening_cases(kind: str | None, root: str, tmp: str) -> list[tuple]:
+    """The hardening cases (all, or one kind) run against checkout `root`, a row each, progress on stderr."""
+    import tempfile
+
+    rows = []
+    with tempfile.TemporaryDirectory(dir=tmp) as work:
+        for i, case in enumerate(c for c in CASES if kind in (None, "hardening", c.kind)):
+            text, escaped, took = run_case(case, root, Path(work) / f"case{i}")
+            print(f"[{case.kind}] {case.name}: {text} ({'ESCAPED' if escaped else 'rejected'}, {took:.0f} s)",
+                  file=sys.stderr, flush=True)
+            rows.append((case.kind, case.name, text, "ESCAPED" if escaped else "rejected", 0, f"{took:.0f}", False))
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    kinds = sorted({a.kind for a in ATTACKS} | {"reward"})
+    hardening = sorted({c.kind for c in CASES} | {"hardening"})
+    kinds = sorted({a.kind for a in ATTACKS} | {"reward"} | set(hardening))
     ap.add_argument("--kind", default=None, choices=kinds, help="only attacks of this kind")
     ap.add_argument("--details", action="store_true", help="print a row per attack")
+    ap.add_argument("--root", default=ROOT, help="the checkout the hardening cases run (default: this one)")
+    ap.add_argument("--tmp", default=None, help="where the hardening cases write (default: the system's temp dir)")
     args = ap.parse_args(argv)
     if args.kind == "reward":  # no sandbox: the trainer's own reward code
         return report(reward_attacks(), args.details, "")
+    if args.kind in hardening:  # the entry points, as a user runs them
+        return report(hardening_cases(args.kind, args.root, args.tmp), args.details, "")
     if not bwrap_available():
         print("bubblewrap is missing (apt-get install bubblewrap)", file=sys.stderr)
         return 2
@@ -103,7 +129,7 @@ def main(argv=None) -> int:
     for pool in pools.values():
         pool.close()
     end = settled_meminfo(start)
-    rows += reward_attacks() if args.kind is None else []
+    rows += (reward_attacks() + hardening_cases(None, args.root, args.tmp)) if args.kind is None else []
     footer = (f"\n{executions} executions in {time.monotonic() - t0:.0f} s. Host memory (MB): "
               f"Shmem {start['Shmem']} before, {peak_shmem} highest after any attack, {end['Shmem']} after; "
               f"MemAvailable {start['MemAvailable']} before, {end['MemAvailable']} after.")

@@ -127,3 +127,11 @@ def test_reading_path_holds_the_loop_and_reads_fast_paths_plainly():
     assert read("nanogrpo/sampler.py") == step("nanogrpo/sampler.py") + plain  # the decode loop read plainly
     assert read("nanogrpo/torch_sampler.py") < step("nanogrpo/torch_sampler.py") - 150
     assert read("train.py") == step("train.py") and read("nanogrpo/grpo.py") == step("nanogrpo/grpo.py")
+
+
+@pytest.mark.slow  # a save and a resume of the tiny model, ~30 s on 2 cores
+def test_bench_checkpoint_prints_its_row():
+    r = run_script("scripts/bench_checkpoint.py", "--repeats", "1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    row = r.stdout.strip().splitlines()[-1].split("|")
+    assert row[1].strip() == "tiny-arithmetic" and float(row[4]) > 0 and float(row[5]) > 0

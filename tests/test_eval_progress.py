@@ -371,15 +371,21 @@ def test_resume_with_other_arguments_exits_2_naming_them_before_loading_the_mode
     assert not samples.with_suffix(".args.json").exists()
     with pytest.raises(SystemExit) as e:
         eval_cli.main([*argv, *ARGS, "--resume"])
+    assert e.value.code == 2 and "the eval that wrote it finished" in capsys.readouterr().err
+    (tmp_path / "r.json").unlink()  # the samples alone: no record of their arguments
+    with pytest.raises(SystemExit) as e:
+        eval_cli.main([*argv, *ARGS, "--resume"])
     assert e.value.code == 2 and "has no record of the arguments it was written with" in capsys.readouterr().err
 
 
-def test_without_resume_the_samples_file_is_replaced(tmp_path):
+def test_without_resume_a_samples_file_there_is_never_replaced(tmp_path, capsys):
     out = tmp_path / "r.json"
     E.samples_path(out).write_text('{"task": "old", "index": 0, "sample": 0}\nnot json\n')
-    eval_cli.main(["--model", MODEL, "--tasks", f"arith={math_file(tmp_path / 'a.jsonl', 2)}", *ARGS,
-                   "--out", str(out)])
-    assert [r["task"] for r in read_jsonl(E.samples_path(out))] == ["arith"] * 4
+    with pytest.raises(SystemExit) as e:
+        eval_cli.main(["--model", MODEL, "--tasks", f"arith={math_file(tmp_path / 'a.jsonl', 2)}", *ARGS,
+                       "--out", str(out)])
+    assert e.value.code == 2 and "--out's samples file" in capsys.readouterr().err
+    assert E.samples_path(out).read_text() == '{"task": "old", "index": 0, "sample": 0}\nnot json\n'
 
 
 # -- two ranks -----------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ Rows: math tasks give `{"id", "problem", "answer"}`; code tasks give the code sc
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from nanogrpo import answer, data, hub
+from nanogrpo import answer, data, files, hub
 from nanogrpo.data import MATH_TEMPLATE
 from nanogrpo.tasks import convert
 
@@ -210,7 +209,10 @@ def load_lcb_rows(path: Path, window: tuple[date, date] = LCB_V5) -> list[dict]:
     for i, line in enumerate(path.open(encoding="utf-8"), 1):
         if not line.strip():
             continue
-        rec = json.loads(line)
+        try:
+            rec = files.loads(line)
+        except ValueError as e:
+            raise ValueError(f"{path}:{i}: {e}") from None
         day = str(rec.get("contest_date") or "")[:10]
         if not day:
             raise ValueError(f"{path}:{i}: LiveCodeBench row has no contest_date; cannot apply the date window")
