@@ -14,7 +14,7 @@ and how often math-verify alone (the lenient score, `nanogrpo.answer.judge_lenie
 
 The rows come from: Math-Verify's tests (data/judge/math_verify_cases.jsonl, ported as data, each naming its file);
 every MATH-500, AMC23, AIME24 and GSM8K gold in data/benchmarks/ answered in several right and close wrong spellings
-(`benchmark_rows`); and the adversarial classes of issue 46, each a rule tried over many numbers (`adversarial_rows`).
+(`benchmark_rows`); and the adversarial classes (spellings a policy finds that broke the old judge), each a rule tried over many numbers (`adversarial_rows`).
 """
 from __future__ import annotations
 
@@ -270,13 +270,13 @@ def benchmark_rows() -> list[dict]:
 
 
 def adversarial_rows(seed: int = 0) -> list[dict]:
-    """Each class of issue 46, tried over many numbers: a rule, not a list of strings."""
+    """Each adversarial class, tried over many numbers: a rule, not a list of strings."""
     rnd = random.Random(seed)
     out = []
 
     def add(cls, reward, answer, gold, label):
         out.append({"class": cls, "reward": reward, "answer": answer, "gold": gold, "label": label,
-                    "source": "issue 46"})
+                    "source": "adversarial"})
 
     for _ in range(25):
         p, q = rnd.randint(1, 9), rnd.choice([2, 4, 5, 8, 10, 20, 25])

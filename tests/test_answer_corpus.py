@@ -15,8 +15,8 @@ def _rows(pattern: str = "") -> list[dict]:
     return [r for r in rows if re.search(pattern, r["class"])]
 
 
-def test_the_issue_classes_meet_the_targets():
-    """The adversarial classes of issue 46 (each a rule over many numbers): every verdict equals its label."""
+def test_the_adversarial_classes_meet_the_targets():
+    """The adversarial classes (each a rule over many numbers): every verdict equals its label."""
     rows = _rows(r"^(?!math-verify|math500|amc23|gsm8k|aime24)")
     assert len(rows) > 2000
     strict = J.strict_verdicts(rows)

@@ -79,7 +79,7 @@ def test_eval_scores_gsm8k_and_aime_as_the_number_reward_does():
     assert benchmarks.load_task("math500", limit=1).kind == "math"
 
 
-# ---- issue 46: the judge's rules, both directions (docs/judge.md); each case failed on the judge before it
+# ---- the answer judge: the judge's rules, both directions (docs/judge.md); each case failed on the judge before it
 
 ISSUE_MATH = [
     # right answers in common spellings

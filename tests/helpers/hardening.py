@@ -15,6 +15,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -426,7 +427,7 @@ td.barrier()
 loop = ("0100007F", "00000000000000000000000001000000")
 mine = [a for a in listening(os.getpid()) if a not in loop]
 agent = [a for a in listening(os.getppid()) if a not in loop]
-print("PROBE", len(mine), len(agent), flush=True)
+os.write(1, f"PROBE {{len(mine)}} {{len(agent)}}\\n".encode())  # one write: two ranks share the pipe
 td.barrier()
 dist.close()
 """
@@ -439,7 +440,7 @@ def torchrun_sockets(launch: list, samplers: int = 0):
                          probe], env={"SAMPLERS": str(samplers), **({"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
                                                                    if "--rdzv-conf=store_type=file" in launch else {})},
                   timeout=300)
-        got = [x.split()[1:] for x in res.stdout.splitlines() if x.startswith("PROBE")]
+        got = re.findall(r"PROBE (\d+) (\d+)", res.stdout)  # anywhere on a line: another rank's output may precede it
         if len(got) != 2:
             return said(res), True
         workers, agent = sum(int(a) for a, _ in got), int(got[0][1])
