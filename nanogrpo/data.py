@@ -142,6 +142,8 @@ def normalise_rows(records: list[tuple[str, dict]], kind: str, source: str, verb
         from nanogrpo.sandbox.judge import validate_problem
 
         for where, rec in records:
+            if not isinstance(rec.get("problem"), str) or not rec["problem"].strip():  # the prompt is made of it
+                raise DataError(f"{where}: code row has no 'problem' text (the prompt); keys: {sorted(rec)}")
             try:
                 validate_problem(rec)
             except (ValueError, RecursionError) as e:  # RecursionError: a test's JSON nested too deep

@@ -54,6 +54,12 @@ def test_a_parquet_file_that_is_not_parquet_is_named(tmp_path):
         data.load_rows(str(f), "math")
 
 
+def test_code_rows_without_a_problem_are_named(tmp_path):
+    row = {"id": "x", "language": "python", "mode": "stdio", "tests": [{"input": "", "output": "1"}]}
+    with pytest.raises(data.DataError, match=r"rows.jsonl:2: code row has no 'problem' text"):
+        data.load_rows(str(rows(tmp_path, {**row, "problem": "Print 1."}, row)), "code")
+
+
 @pytest.mark.parametrize("gold", ["NaN", "Infinity", "-Infinity", '{"value": 2}', "[2]"])
 def test_a_gold_that_is_no_answer_is_refused_naming_the_row(tmp_path, gold):
     f = rows(tmp_path, {"problem": "2+2", "answer": "4"}, '{"problem": "1+1", "answer": ' + gold + "}")
