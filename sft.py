@@ -207,7 +207,7 @@ def sft_step(policy, optimizer, scheduler, examples: list[tuple[list[int], list[
 
 def load_sft_rows(cfg: C.Config) -> list[tuple[str, dict]]:
     """(where, row) of the training set, checked before any compute (every row's shape, not its tokens)."""
-    if cfg.task in tasks.TASKS:
+    if tasks.get(cfg.task).rows is not None:  # a task that makes its rows (a built-in, your own): not a file
         records = [(f"{cfg.task} row {i}", r) for i, r in enumerate(tasks.load_rows(cfg.task, seed=cfg.seed), 1)]
     else:
         records = data.map_columns(data.read_records(cfg.task, cfg.task_split, cfg.task_subset or None),

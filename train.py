@@ -18,16 +18,16 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
-from nanogrpo import checkpoint, data, dist, grpo, hub, lora, memory, parity, pipeline, placement, tasks, tools
+from nanogrpo import checkpoint, data, dist, grpo, hub, lora, memory, parity, pipeline, placement, rewards, tasks, tools
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.log import Logger, LogError
 from nanogrpo.rewards import RewardError
 from nanogrpo.optim import make_optimizer
 from nanogrpo.sampler import unwrap
-from nanogrpo.evaluate import RunEvals, context_length, heldout_rows, load_benchmarks
-from nanogrpo.rollout import (StepRollouts, Worker, check_prompts, code_opts, mean_valid, row_kind, task_template,
-                              task_verifier, trainer_sampler)
+from nanogrpo.evaluate import context_length, evaluate, heldout_accuracy, heldout_rows
+from nanogrpo.rollout import (StepRollouts, Worker, check_prompts, code_opts, mean_valid, row_kind, run_scoring,
+                              task_template, trainer_sampler)
 
 
 def load_task(cfg: C.Config) -> tuple[list[dict], list[dict]]:
@@ -40,13 +40,14 @@ def load_task(cfg: C.Config) -> tuple[list[dict], list[dict]]:
 
 # A run whose every reward is None (none_frac 1) learns nothing; this many such steps in a row stop it.
 ALL_NONE_STEPS = 3
-NONE_CAUSES = {
+NONE_CAUSES = {  # by the verdict's name (rewards.py)
     "code": "the sandbox failed on every program (see the warnings above: bubblewrap, the interpreter paths, "
             "E2B_API_KEY) or the rows' tests cannot be run",
     "math": "math-verify could not check any answer (is math-verify installed? are the rows' answers parseable?)",
     "exact": "the rows have no 'answer' to compare with",
     "number": "the rows' answers are not numbers (the number reward needs a number; \"math\" checks expressions)",
 }
+NONE_CAUSES["by_row"] = NONE_CAUSES["math"] + "; or, for code rows, " + NONE_CAUSES["code"]
 
 
 def evaluates(version: int, cfg: C.Config) -> bool:
@@ -57,9 +58,10 @@ def evaluates(version: int, cfg: C.Config) -> bool:
 def check_rewards_alive(history: list[float], cfg: C.Config) -> None:
     """Stop a run whose last ALL_NONE_STEPS steps had no reward at all (every one None)."""
     if len(history) >= ALL_NONE_STEPS and all(x == 1.0 for x in history[-ALL_NONE_STEPS:]):
-        judge = task_verifier(cfg) or "math or code, by row"
+        judge = getattr(run_scoring(cfg).verdict, "__name__", "the task's reward")
+        cause = NONE_CAUSES.get(judge, "the task's reward returned None for every completion")
         raise C.ConfigError(f"every reward was None for {ALL_NONE_STEPS} steps in a row (verifier {judge}): nothing is "
-                            f"learned, so the run stops. Likely cause: {NONE_CAUSES.get(judge, NONE_CAUSES['math'])}")
+                            f"learned, so the run stops. Likely cause: {cause}")
 
 
 def main(argv: list[str]) -> dict:
@@ -102,6 +104,51 @@ class Inputs:
     prefilled_think: bool  # the prompt ends with "<think>" (R1-Distill chat templates): the format reward must know
 
 
+@dataclass
+class RunEvals:
+    """A training run's evaluations (`eval_every`) of the weights its sampler holds: held-out accuracy on `rows`,
+    then eval.py's benchmarks (`eval_benchmarks`) with the trainer's sampler; `run(version)` -> their metrics."""
+
+    cfg: object
+    sampler: object
+    tokenizer: object
+    rows: list[dict]  # held-out rows (heldout_rows)
+    benchmarks: list  # eval.py's tasks (load_benchmarks)
+    model_dir: str  # the weights the sampler loaded (eval.py's prompts read its tokenizer files)
+    prefilled_think: bool
+    scoring: rewards.Scoring  # the run's rewards (rollout.run_scoring)
+
+    def run(self, version: int) -> dict:
+        got = heldout_accuracy(self.sampler, self.tokenizer, self.rows, self.cfg, self.prefilled_think,
+                               self.scoring) if self.rows else {}
+        return {**got, **(self.run_benchmarks(version) if self.benchmarks else {})}
+
+    def run_benchmarks(self, version: int) -> dict:
+        """eval.py's evaluate() with the trainer's sampler (weights already synced) -> {"eval/TASK/METRIC": value}
+        (strict: the reward's judge) and {"eval_lenient/TASK/METRIC": value} (math-verify alone, math tasks;
+        docs/eval.md). Sampling as eval.py's defaults, with the run's max_new_tokens; every sample in OUT_DIR/evals/."""
+        cfg = self.cfg
+        res = evaluate(self.model_dir, self.benchmarks, n=cfg.eval_benchmarks_n, sampler=self.sampler,
+                       max_new_tokens=cfg.max_new_tokens, out=str(Path(cfg.out_dir) / "evals" / f"step_{version:06d}.json"),
+                       seed=cfg.seed)
+        return {f"{prefix}/{name}/{k}": v for name, t in res["tasks"].items()
+                for prefix, metrics in (("eval", t["metrics"]), ("eval_lenient", t.get("metrics_lenient", {})))
+                for k, v in metrics.items()}
+
+
+def load_benchmarks(cfg: C.Config) -> list:
+    """eval.py tasks for `eval_benchmarks`, loaded now so a bad name or path stops the run before compute."""
+    from nanogrpo.tasks import benchmarks
+
+    loaded = []
+    for spec in filter(None, (s.strip() for s in cfg.eval_benchmarks.split(","))):
+        try:
+            loaded.append(benchmarks.load_task(spec, limit=cfg.eval_size))
+        except (ValueError, FileNotFoundError) as e:
+            raise C.ConfigError(f"config key 'eval_benchmarks': {e}") from None
+    return loaded
+
+
 def load_inputs(cfg: C.Config) -> Inputs:
     """Every input is checked before the first step: rows, benchmarks, model directory, template, sandbox."""
     train_rows, eval_rows = load_task(cfg)
@@ -111,6 +158,7 @@ def load_inputs(cfg: C.Config) -> Inputs:
     tokenizer = M.load_tokenizer(cfg.model)
     cfg.template = task_template(cfg, tokenizer, train_rows[0])  # "" -> the task's own
     prefilled_think = data.format_prompt(train_rows[0], tokenizer, cfg.template).rstrip().endswith("<think>")
+    rewards.SANDBOX = code_opts(cfg)  # the code verifier's options: this run's sandbox
     if data.is_code_row(train_rows[0]):  # code rows: check now, loudly, that the sandbox really isolates (or was allowed not to)
         from nanogrpo.sandbox import get_pool
 
@@ -123,7 +171,7 @@ def rollout_worker(cfg: C.Config, inputs: Inputs, sampler, check: parity.Sampler
     # async: the gap against the weights that sampled, through the trainer's forward (nanogrpo/parity.py)
     sampled_by = parity.SamplerPolicy(sampler, cfg.logprob_chunk, cfg.lm_head_fp32,
                                       M.pick_attention(cfg.attention, device)) if cfg.async_steps else None
-    return Worker(cfg, sampler, check, inputs.tokenizer, inputs.prefilled_think, sampled_by)
+    return Worker(cfg, sampler, check, inputs.tokenizer, inputs.prefilled_think, run_scoring(cfg), sampled_by)
 
 
 def run_evals(cfg: C.Config, inputs: Inputs, sampler, model_dir: str) -> RunEvals | None:
@@ -131,7 +179,7 @@ def run_evals(cfg: C.Config, inputs: Inputs, sampler, model_dir: str) -> RunEval
     if not (cfg.eval_every and (inputs.eval_rows or inputs.bench_tasks)):
         return None
     return RunEvals(cfg, sampler, inputs.tokenizer, inputs.eval_rows, inputs.bench_tasks, model_dir,
-                    inputs.prefilled_think)
+                    inputs.prefilled_think, run_scoring(cfg))
 
 
 def serve_samples(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) -> dict:

@@ -55,14 +55,14 @@ class Config:
     logprob_chunk: int = ranged(512, "[1, inf)")  # tokens per chunk for the lm_head + log-softmax (bounds the fp32 logits)
 
     # --- data and rewards ---
-    task: str = "arithmetic"  # built-in "arithmetic" / "word_problems" / "word_problems_large" / "multiply", a .jsonl / .parquet path of math or code rows, or a Hub dataset id (owner/name, through `datasets`)
+    task: str = "arithmetic"  # built-in "arithmetic" / "word_problems" / "word_problems_large" / "multiply", your own as PATH.py:NAME (a nanogrpo.tasks.Task, a list of rows or a function returning one: docs/data.md), a .jsonl / .parquet path of math or code rows, or a Hub dataset id (owner/name, through `datasets`)
     task_split: str = "train"  # Hub dataset: the split trained on (eval_task, when a Hub id, reads "test")
     task_subset: str = ""  # Hub dataset: the subset (config name), e.g. "default"; "" = the dataset's only one
     task_columns: str = ""  # rename columns before the schema is read: "problem=question,answer=gold" (field=column)
-    eval_task: str = ""  # held-out rows for eval_every ("" = the task's held-out split; arithmetic has one)
+    eval_task: str = ""  # held-out rows for eval_every, any `task` value ("" = the task's held-out split; the built-in tasks have one)
     system_prompt: str = ""  # chat template only; "" = the data module's default instruction
     template: str = one_of("", ("", "raw", "chat", "math_eval"))  # raw (problem text as is) | chat (tokenizer chat template) | math_eval (chat + eval.py's math prompt); "" = the task's own (nanogrpo/tasks: built-ins say; math datasets math_eval, code datasets chat; raw for a model without a chat template)
-    rewards: list[str] = field(default_factory=list)  # summed with reward_weights; [] = ["accuracy"]. accuracy (the task's own verifier: arithmetic/multiply exact, word_problems number, math rows math, code rows code) | exact | number (the boxed / last number, GSM8K-style) | math (math-verify) | code (sandbox tests) | think_format (<think>..</think>answer) | open-r1's format, tag_count, reasoning_steps, cosine, repetition_penalty, length, soft_overlong_punishment, code_format (nanogrpo/shaping.py); at most one verifier
+    rewards: list[str] = field(default_factory=list)  # summed with reward_weights; [] = ["accuracy"]. accuracy (the task's own reward: arithmetic/multiply exact, word_problems number, math rows math, code rows code) | exact | number (the boxed / last number, GSM8K-style) | math (math-verify) | code (sandbox tests) | think_format (<think>..</think>answer) | open-r1's format, tag_count, reasoning_steps, cosine, repetition_penalty, length, soft_overlong_punishment, code_format (nanogrpo/shaping.py) | PATH.py:FN, your own: FN(completions, **columns) -> list[float | None] (nanogrpo/rewards.py); at most one verifier
     reward_weights: list[float] = listed(list, "[-1000000, 1000000]")  # one per reward; [] = 1.0 each
     cosine_min_value_wrong: float = ranged(-1.0, "[-1000, 1000]")  # cosine: a wrong answer's reward at length 0 (open-r1's names; its config default 0.0 makes short wrong answers the best wrong ones)
     cosine_max_value_wrong: float = ranged(-0.5, "[-1000, 1000]")  # cosine: a wrong answer's reward at cosine_max_len characters
@@ -297,7 +297,7 @@ def validate(cfg: Config, here: bool = True) -> Config:
         raise ConfigError("group_size must be >= 2: GRPO's baseline is the mean of the group")
     if cfg.tools:
         _check_tools(cfg)
-    _check_rewards(cfg)
+    _check_task_and_rewards(cfg)
     if 0 < cfg.dual_clip <= 1 + cfg.clip_high:  # a cap below the clipped arm would cut ordinary tokens' gradients
         raise ConfigError(f"config key 'dual_clip' must be 0 (off) or > 1 + clip_high = {1 + cfg.clip_high}; got {cfg.dual_clip}")
     if cfg.max_logprob_gap < 0 and cfg.max_logprob_gap != -1:
@@ -306,25 +306,34 @@ def validate(cfg: Config, here: bool = True) -> Config:
     return cfg
 
 
-def _check_rewards(cfg: Config) -> None:
-    from nanogrpo.rewards import VERIFIERS, reward_names
-    from nanogrpo.tasks import TASKS
+def _check_task_and_rewards(cfg: Config) -> None:
+    """`task`, `eval_task` and `rewards` resolve now: a built-in name, a user's PATH.py:NAME (imported here:
+    nanogrpo/usercode.py) or a dataset; a name that does not resolve stops the run before anything is loaded."""
+    from nanogrpo import rewards, tasks, usercode
 
-    bad = [n for n in cfg.rewards if n not in reward_names()]
-    if bad:
-        raise ConfigError(f"config key 'rewards': unknown reward(s) {bad}; known: {', '.join(reward_names())}")
-    if len(set(cfg.rewards)) != len(cfg.rewards):
+    task = tasks.get(cfg.task, "task")
+    if cfg.eval_task:
+        tasks.get(cfg.eval_task, "eval_task")
+    for name in cfg.rewards:
+        if usercode.is_spec(name):
+            if not callable(usercode.load(name, "rewards")):
+                raise ConfigError(f"config key 'rewards': {name} is not a function (completions, **columns) -> values")
+        elif name not in rewards.names():
+            raise ConfigError(f"config key 'rewards': unknown reward {name!r}; known: {', '.join(rewards.names())}, "
+                              "or PATH.py:FN (a function of your own)")
+    labels = [rewards.label(n) for n in cfg.rewards]
+    if len(set(labels)) != len(labels):
         raise ConfigError(f"config key 'rewards' names a reward twice: {cfg.rewards} (weigh it with reward_weights)")
-    judges = [n for n in cfg.rewards if n in ("accuracy", *VERIFIERS)]
+    judges = [n for n in cfg.rewards if n in ("accuracy", *rewards.VERIFIERS)]
     if len(judges) > 1:
         raise ConfigError(f"config key 'rewards' names {len(judges)} verifiers {judges}: at most one judges the "
                           "answer (it is `correct` and the held-out accuracy)")
     if cfg.reward_weights and len(cfg.reward_weights) != max(len(cfg.rewards), 1):
         raise ConfigError(f"config key 'reward_weights' has {len(cfg.reward_weights)} weights for rewards = "
                           f"{cfg.rewards or ['accuracy']}: one weight per reward")
-    if "code" in cfg.rewards and cfg.task in TASKS:  # every reward would be None: nothing would train
+    if "code" in cfg.rewards and cfg.task in tasks.TASKS:  # every reward would be None: nothing would train
         raise ConfigError(f"rewards names code, which runs each row's tests, but task '{cfg.task}' is a built-in "
-                          f"task without tests (judged by {TASKS[cfg.task].verifier}): use a code dataset (docs/data.md)")
+                          f"task without tests (judged by {task.reward.__name__}): use a code dataset (docs/data.md)")
 
 
 def _check_exact(cfg: Config) -> None:

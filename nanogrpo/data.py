@@ -152,22 +152,33 @@ def normalise_rows(records: list[tuple[str, dict]], kind: str, source: str, verb
         return [r for _, r in records]
     if kind != "math":
         raise DataError(f"unknown dataset kind {kind!r} (expected 'math' or 'code')")
-    rows, mappings, why_not = [], {}, {}
+    rows, mappings = [], {}
     for where, rec in records:
         row, mapping = normalise_math_row(rec, where)
-        gold = row["answer"]
-        if gold_check is not None and gold not in why_not:  # golds repeat (GSM8K numbers): each read once
-            why_not[gold] = gold_check(gold)
-        if why_not.get(gold):
-            shown = gold if len(gold) <= 120 else gold[:120] + "..."
-            raise DataError(f"{where}: the math reward cannot read the 'answer' {shown!r} ({why_not[gold]}); "
-                            "write it as LaTeX (`\\frac{1}{2}`, `$x = 1, x = 2$`, `\\boxed{..}`) or as plain words")
         rows.append(row)
         mappings[mapping] = mappings.get(mapping, 0) + 1
+    if gold_check is not None:
+        check_golds([(where, row) for (where, _), row in zip(records, rows)], gold_check)
     if verbose:  # say once per file which spellings were mapped
         used = "; ".join(f"{m} ({c} rows)" for m, c in mappings.items())
         print(f"data: {source}: {len(rows)} math rows; fields: {used}", flush=True)
     return rows
+
+
+def check_golds(rows: list[tuple[str, dict]], gold_check: Callable[[str], str | None]) -> None:
+    """Stop at the first row whose 'answer' the reward cannot read (`gold_check(answer)`: why, or None when it
+    can), naming it by `where`; each distinct gold is read once (golds repeat: GSM8K's numbers)."""
+    why_not: dict = {}
+    for where, row in rows:
+        if row.get("answer") is None:
+            continue
+        gold = str(row["answer"])
+        if gold not in why_not:
+            why_not[gold] = gold_check(gold)
+        if why_not[gold]:
+            shown = gold if len(gold) <= 120 else gold[:120] + "..."
+            raise DataError(f"{where}: the math reward cannot read the 'answer' {shown!r} ({why_not[gold]}); "
+                            "write it as LaTeX (`\\frac{1}{2}`, `$x = 1, x = 2$`, `\\boxed{..}`) or as plain words")
 
 
 def read_records(source: str, split: str = "train", subset: str | None = None) -> list[tuple[str, dict]]:

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import torch
 
-from nanogrpo import answer, files, hub, rewards, tools
-from nanogrpo.config import ConfigError
+from nanogrpo import answer, data, files, hub, rewards, shaping, tasks, tools
 from nanogrpo.log import ProgressLine
-from nanogrpo.tasks import TASKS, benchmarks, load_rows
-from nanogrpo.rollout import encode_prompts, make_sampler, row_kind, score_rollouts
+from nanogrpo.tasks import benchmarks
+from nanogrpo.rollout import encode_prompts, make_sampler, row_kind, run_scoring, score_rollouts
 from nanogrpo import dist as ndist
 from nanogrpo.tasks.benchmarks import Task
 from nanogrpo.sampler import SamplingParams
@@ -50,75 +49,41 @@ def _log(msg: str, rank: int) -> None:
 
 
 def heldout_rows(cfg) -> list[dict]:
-    """The rows `eval_every` measures held-out accuracy on: `eval_task`, else the built-in task's own
-    held-out split, else none; the first `eval_size` of them."""
-    source = cfg.eval_task or (cfg.task if cfg.task in TASKS else "")
+    """The rows `eval_every` measures held-out accuracy on: `eval_task`, else the task's own held-out split (the
+    built-in tasks have one), else none; the first `eval_size` of them."""
+    source = cfg.eval_task or (cfg.task if tasks.get(cfg.task).heldout else "")
     if not source:
         return []
     kind, gold_check = row_kind(cfg)
-    return load_rows(source, kind, split="test", seed=cfg.seed, gold_check=gold_check)[: cfg.eval_size]
+    return tasks.load_rows(source, kind, split="test", seed=cfg.seed, gold_check=gold_check)[: cfg.eval_size]
 
 
-@dataclasses.dataclass
-class RunEvals:
-    """A training run's evaluations (`eval_every`) of the weights its sampler holds: held-out accuracy on `rows`,
-    then eval.py's benchmarks (`eval_benchmarks`) with the trainer's sampler; `run(version)` -> their metrics."""
-
-    cfg: object
-    sampler: object
-    tokenizer: object
-    rows: list[dict]  # held-out rows (heldout_rows)
-    benchmarks: list[Task]  # load_benchmarks
-    model_dir: str  # the weights the sampler loaded (eval.py's prompts read its tokenizer files)
-    prefilled_think: bool = False
-
-    def run(self, version: int) -> dict:
-        got = heldout_accuracy(self.sampler, self.tokenizer, self.rows, self.cfg, self.prefilled_think) if self.rows else {}
-        return {**got, **(self.run_benchmarks(version) if self.benchmarks else {})}
-
-    def run_benchmarks(self, version: int) -> dict:
-        """eval.py's evaluate() with the trainer's sampler (weights already synced) -> {"eval/TASK/METRIC": value}
-        (strict: the reward's judge) and {"eval_lenient/TASK/METRIC": value} (math-verify alone, math tasks;
-        docs/eval.md). Sampling as eval.py's defaults, with the run's max_new_tokens; every sample in OUT_DIR/evals/."""
-        cfg = self.cfg
-        res = evaluate(self.model_dir, self.benchmarks, n=cfg.eval_benchmarks_n, sampler=self.sampler,
-                       max_new_tokens=cfg.max_new_tokens, out=str(Path(cfg.out_dir) / "evals" / f"step_{version:06d}.json"),
-                       seed=cfg.seed)
-        return {f"{prefix}/{name}/{k}": v for name, t in res["tasks"].items()
-                for prefix, metrics in (("eval", t["metrics"]), ("eval_lenient", t.get("metrics_lenient", {})))
-                for k, v in metrics.items()}
-
-
-def load_benchmarks(cfg) -> list[Task]:
-    """eval.py tasks for `eval_benchmarks`, loaded now so a bad name or path stops the run before compute."""
-    loaded = []
-    for spec in filter(None, (s.strip() for s in cfg.eval_benchmarks.split(","))):
-        try:
-            loaded.append(benchmarks.load_task(spec, limit=cfg.eval_size))
-        except (ValueError, FileNotFoundError) as e:
-            raise ConfigError(f"config key 'eval_benchmarks': {e}") from None
-    return loaded
-
-
-def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg, prefilled_think: bool = False) -> dict:
-    """Accuracy on held-out rows, one sample per problem at eval_temperature; rows split over ranks.
-    With tools, also the share of answers that ran code."""
+def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg, prefilled_think: bool = False,
+                     scoring: rewards.Scoring | None = None) -> dict:
+    """Accuracy on held-out rows, one sample per problem at eval_temperature, over the answers the verdict could
+    judge (NaN, undefined, when it judged none); rows split over ranks. With tools, also the share of answers that
+    ran code."""
     mine = rows[ndist.rank() :: ndist.world_size()]
     prompts = encode_prompts(mine, tokenizer, cfg)
     params = SamplingParams(cfg.max_new_tokens, cfg.eval_temperature, cfg.top_p, tuple(cfg.stop), seed=cfg.seed + 12345)
     outs = sampler.generate(prompts, 1, params) if prompts else []
-    _, _, correct = score_rollouts([o[0] for o in outs], mine, cfg, prefilled_think)
-    used = [float(o[0].calls > 0) for o in outs]
-    counts = torch.tensor([sum(c or 0.0 for c in correct), sum(used), len(correct)], dtype=torch.float64)
+    _, _, correct = score_rollouts([o[0] for o in outs], mine, scoring or run_scoring(cfg), cfg, prefilled_think)
+    judged = [c for c in correct if c is not None]
+    counts = torch.tensor([sum(judged), len(judged), sum(o[0].calls > 0 for o in outs), len(outs)], dtype=torch.float64)
     ndist.all_reduce(counts)
-    n = counts[2].clamp(min=1)
-    got = {"heldout_accuracy": (counts[0] / n).item()}
-    return {**got, "heldout_tool_use": (counts[1] / n).item()} if cfg.tools else got
+    got = {"heldout_accuracy": (counts[0] / counts[1]).item() if counts[1] else math.nan}
+    return {**got, "heldout_tool_use": (counts[2] / counts[3].clamp(min=1)).item()} if cfg.tools else got
 
 
 def prompt_ids(task: Task, row: dict, tokenizer, tool_cfg: tools.ToolConfig | None = None) -> tuple[list[int], bool]:
     """Token ids of the prompt, and whether the chat template ended it with `<think>` (R1-Distill).
-    With tools, a chat model's system message also says how to run code (tools.system_prompt)."""
+    With tools, a chat model's system message also says how to run code (tools.system_prompt). A training task's
+    prompt is the trainer's (its template; raw on a model without a chat template)."""
+    if task.template:
+        template = task.template if getattr(tokenizer, "chat_template", None) else "raw"
+        system = tools.system_prompt(tool_cfg) if tool_cfg is not None and template != "raw" else None
+        text = data.format_prompt(row, tokenizer, template, system_prompt=system)
+        return data.encode_prompt(row, tokenizer, template, system_prompt=system), text.rstrip().endswith("<think>")
     messages = benchmarks.user_messages(task, row)
     if tool_cfg is not None and getattr(tokenizer, "chat_template", None):
         base = messages[0]["content"] if messages[0]["role"] == "system" else ""
@@ -178,14 +143,14 @@ def task_calls(rows: int, n: int, rank: int, world: int) -> list[tuple[int, list
 def score(task: Task, completions: list, rows: list[dict]) -> list[float | None]:
     """Verdicts of Completions: on the text after the last tool output (tools), None where the sandbox
     of a tool call failed (unscored, never wrong)."""
-    verdicts = rewards.verdicts([c.answer_text for c in completions], rows, task.kind)
+    verdicts = rewards.judge(task.reward, [c.answer_text for c in completions], rows)
     return [None if c.failed else v for c, v in zip(completions, verdicts)]
 
 
 def score_lenient(task: Task, completions: list, rows: list[dict]) -> list[bool] | None:
     """Math-verify alone on the same answers (nanogrpo/answer.py `judge_lenient`): the lenient score, as open-r1
-    and lighteval compute it, beside the strict one (docs/eval.md); None for code tasks."""
-    if task.kind not in ("math", "number"):
+    and lighteval compute it, beside the strict one (docs/eval.md); None for the others (code, a task's own reward)."""
+    if task.reward not in (rewards.math, rewards.number):
         return None
     got = answer.judge_lenient([c.answer_text for c in completions], [r.get("answer") for r in rows])
     return [v == 1.0 and not c.failed for c, v in zip(completions, got)]
@@ -253,7 +218,7 @@ def problem_result(index: int, records: list[dict], prefilled: bool) -> dict:
             "unscored": sum(r["reward"] is None for r in records),  # reward None: gold unparseable / sandbox failed
             "tokens": [r["num_tokens"] for r in records],
             "truncated": sum(r["finish_reason"] == "length" for r in records),
-            "format": sum(rewards.format_reward(r["completion"], prefilled) for r in records),
+            "format": sum(shaping.think_format_reward(r["completion"], prefilled) for r in records),
             "tool_calls": [r.get("tool_calls", 0) for r in records]}
 
 
@@ -298,6 +263,9 @@ def evaluate(
         device = f"cuda:{torch.cuda.current_device()}"
     dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
     loaded = [t if isinstance(t, Task) else benchmarks.load_task(t, data_dir, limit) for t in tasks]
+    unjudged = [t.name for t in loaded if not callable(t.reward)]  # a name would be a reward nobody registered
+    if unjudged:
+        raise ValueError(f"eval task(s) {unjudged}: the reward is not a function (nanogrpo/rewards.py)")
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -316,7 +284,7 @@ def evaluate(
     args = run_args(model_dir, plans, temperature, top_p, seed, world, str(device).split(":")[0],
                     type(sampler).__name__ if sampler is not None else sampler_kind, prompt_tools)
     sample_file = SampleFile(Path(out), args, resume, rank, world, exclusive) if out else None  # ResumeMismatch
-    if any(t.kind == "code" for t in loaded):
+    if any(data.is_code_row(r) for t in loaded for r in t.rows[:1]):
         # Check the sandbox now (SandboxUnavailable says how to fix it), not after hours of generation,
         # when every code reward would come back None (unscored) and pass@1 would read as 0.
         from nanogrpo.sandbox import get_pool

@@ -37,48 +37,42 @@ from nanogrpo import dist, parity
 from nanogrpo.sampler import unwrap
 
 
-# ---- the messages, each pickled by send_object ----
+# ---- the messages (pickled by send_object) ----
 
 
 @dataclass
-class Start:
-    """A trainer rank to its sampler rank, first: where the trainer starts."""
+class Start:  # a trainer rank to its sampler rank, first: where the trainer starts
     step: int
     queued: int  # steps a checkpoint had sampled ahead: trained from the checkpoint, not sampled again
     data: dict  # the trainer's prompt stream's position
 
 
 @dataclass
-class Weights:
-    """Trainer rank 0 to every sampler rank: the weights after `version` updates; the tensors follow, one send each."""
+class Weights:  # trainer rank 0 to every sampler rank: the weights after `version` updates; the tensors follow
     version: int
     spec: list  # (name, shape, dtype) of each tensor, in the order they are sent
     prints: dict  # name -> parity.fingerprint of the tensor cast to the run's dtype (what the sampler must hold)
 
 
 @dataclass
-class Stop:
-    """The trainers' loop is over (however it ended)."""
-
-
-@dataclass
-class Rollouts:
-    """A sampler rank to a trainer rank: its rollouts of `step`."""
+class Rollouts:  # a sampler rank to a trainer rank: its rollouts of `step`
     step: int
     batch: object  # rollout.StepRollouts
     data: dict | None  # the prompt stream's position after them
 
 
 @dataclass
-class Evals:
-    """Sampler rank 0 to trainer rank 0: the evaluations of the weights after `version` updates."""
+class Evals:  # sampler rank 0 to trainer rank 0: the evaluations of the weights after `version` updates
     version: int
     metrics: dict
 
 
-@dataclass
-class End:
-    """A sampler rank to each of its trainer ranks, after the Stop: nothing more comes."""
+class Stop:  # the trainers' loop is over (however it ended)
+    pass
+
+
+class End:  # a sampler rank to each of its trainer ranks, after the Stop: nothing more comes
+    pass
 
 
 def send_object(group, obj, dst: int) -> list:

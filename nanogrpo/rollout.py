@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nanogrpo import answer, data, grpo, parity, rewards, tools
+from nanogrpo import data, grpo, parity, rewards, shaping, tasks, tools
 from nanogrpo.config import ConfigError
 from nanogrpo.sampler import Completion, Sampler, SamplingParams
 from nanogrpo.torch_sampler import TorchSampler
-from nanogrpo.tasks import TASKS
 
 
 def make_sampler(kind: str, model_dir: str, device: str, dtype: torch.dtype, **kwargs) -> Sampler:
@@ -107,39 +106,33 @@ def code_opts(cfg) -> dict:
             "allow_unsandboxed": cfg.allow_unsandboxed}
 
 
-def task_verifier(cfg) -> str | None:
-    """The reward that judges this run's answers: the verifier `rewards` names, else the built-in task's,
-    else None (each row its own: code rows the sandbox, math rows math-verify)."""
-    return rewards.verifier_of(cfg.rewards, TASKS[cfg.task].verifier if cfg.task in TASKS else None)
+def run_scoring(cfg) -> rewards.Scoring:
+    """The run's rewards (`rewards`, `reward_weights`) on its task (`task`: its own reward is the verdict unless
+    the list names a verifier)."""
+    return rewards.scoring(cfg.rewards, cfg.reward_weights, tasks.get(cfg.task).reward)
 
 
 def row_kind(cfg) -> tuple[str, object]:
-    """(kind, gold_check) for data.load_rows: the rows the verifier reads, and the verifier's own gold reader where
-    it needs one (math-verify's, the number reward's): a gold it cannot read stops the load naming the row, not a
-    None every step."""
-    verifier = task_verifier(cfg)
-    kind = {"code": "code", None: "auto"}.get(verifier, "math")
-    return kind, {"math": answer.gold_error, None: answer.gold_error, "number": answer.number_gold_error}.get(verifier)
+    """(kind, gold_check) for a dataset's rows: the schema the verdict reads ("auto": each row says), and its gold
+    reader (a gold it cannot read stops the load naming the row, instead of a None every step)."""
+    judge = run_scoring(cfg).verdict
+    return {rewards.code: "code", rewards.by_row: "auto"}.get(judge, "math"), rewards.GOLD_CHECKS.get(judge)
 
 
 def task_template(cfg, tokenizer, row: dict) -> str:
     """`template`, or the task's own when it is "": a built-in's, else math_eval for math rows and chat for
     code rows; raw on a model without a chat template (its only choice)."""
-    if cfg.template:
-        return cfg.template
-    own = TASKS[cfg.task].template if cfg.task in TASKS else ("chat" if data.is_code_row(row) else "math_eval")
-    return own if own == "raw" or getattr(tokenizer, "chat_template", None) else "raw"
+    own = cfg.template or tasks.get(cfg.task).template or ("chat" if data.is_code_row(row) else "math_eval")
+    return own if own == "raw" or cfg.template or getattr(tokenizer, "chat_template", None) else "raw"
 
 
-def score_rollouts(completions: list, rows: list[dict], cfg, prefilled_think: bool = False, group_size: int = 1):
-    """Rewards (None = could not be computed) and per-component values; `correct` is the verifier's == 1.
-    With tools the verifier reads the text after the last tool output, and a rollout whose sandbox failed
-    gets None. group_size: consecutive completions of one prompt (the `length` reward compares within one)."""
-    total, parts = rewards.score_batch([c.text for c in completions], rows, cfg.rewards or ["accuracy"],
-                                       cfg.reward_weights or None, task_verifier(cfg), prefilled_think,
-                                       code_opts=code_opts(cfg), answer_texts=[c.answer_text for c in completions],
-                                       token_counts=[len(c.token_ids) for c in completions], group_size=group_size,
-                                       shaping_cfg=cfg)
+def score_rollouts(completions: list, rows: list[dict], scoring: rewards.Scoring, cfg, prefilled_think: bool = False,
+                   group_size: int = 1):
+    """(rewards, None where not computed; each part by name; `correct`: the verdict == 1). With tools the verdict
+    reads the text after the last tool output, and a rollout whose sandbox failed gets None. group_size:
+    consecutive completions of one prompt (the `length` reward compares within one)."""
+    total, parts = scoring(shaping.Batch([c.text for c in completions], [c.answer_text for c in completions], rows,
+                                         [len(c.token_ids) for c in completions], group_size, prefilled_think, cfg))
     for i, c in enumerate(completions):
         if c.failed:
             total[i] = parts["accuracy"][i] = None
@@ -197,6 +190,7 @@ class Worker:
     check: parity.SamplerCheck  # after every generate: the sampler's weights and settings against the trainer's
     tokenizer: object
     prefilled_think: bool  # the prompt ends with "<think>" (R1-Distill chat templates): the format rewards must know
+    scoring: rewards.Scoring  # the run's rewards (run_scoring)
     sampled_by: parity.SamplerPolicy | None = None  # async_steps: the gap against the weights that sampled
 
     def sync_weights(self, weights, prints: dict | None = None) -> None:
@@ -208,15 +202,16 @@ class Worker:
         """Rank `rank`'s rollouts of `step` from `stream`, sampled with the weights of `version` (`weights`: those,
         already synced, for the gap's forward; None: the ones both sides loaded)."""
         batch = collect(step, version, stream, self.sampler, self.tokenizer, self.cfg, self.check, rank,
-                        self.prefilled_think, sleep=not self.cfg.async_steps)
+                        self.prefilled_think, sleep=not self.cfg.async_steps, scoring=self.scoring)
         if self.sampled_by is not None:
             batch.gap = parity.sampled_gap(self.sampled_by, batch, self.cfg, self.tokenizer.pad_token_id, weights)
         return batch
 
 
 def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, rank: int,
-            prefilled_think: bool = False, sleep: bool = True) -> StepRollouts:
-    """This rank's rollouts for `step`: its prompts from `stream`, a group of completions each, scored. `check`
+            prefilled_think: bool = False, sleep: bool = True, scoring: rewards.Scoring | None = None) -> StepRollouts:
+    """This rank's rollouts for `step`: its prompts from `stream`, a group of completions each, scored (`scoring`:
+    the run's rewards, by default run_scoring(cfg)). `check`
     (parity.SamplerCheck) notes after each generate call whether the sampler used the trainer's weights and
     settings; the trainer rules on it over all ranks (train.py).
 
@@ -224,7 +219,7 @@ def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, ran
     member), so it is dropped and the next prompts are generated, until this rank holds its share of groups with
     signal or `dynamic_max_rounds` generate calls were made; then the share is topped up with dropped groups
     (A = 0: no gradient, counted by the normaliser as without dynamic sampling), so every step has the same shape."""
-    out = StepRollouts(step, version)
+    out, scoring = StepRollouts(step, version), scoring or run_scoring(cfg)
     params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
     dropped: list[tuple] = []
     share = None
@@ -240,8 +235,8 @@ def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, ran
             out.tool_stats[k] = out.tool_stats.get(k, 0) + v
         t1 = time.time()
         flat = [(r, c) for r, g in zip(rows, groups) for c in g]
-        total, parts, correct = score_rollouts([c for _, c in flat], [r for r, _ in flat], cfg, prefilled_think,
-                                               cfg.group_size)
+        total, parts, correct = score_rollouts([c for _, c in flat], [r for r, _ in flat], scoring, cfg,
+                                               prefilled_think, cfg.group_size)
         out.times["time_generate"] = out.times.get("time_generate", 0.0) + t1 - t0
         out.times["time_reward"] = out.times.get("time_reward", 0.0) + time.time() - t1
         out.rounds, out.drawn = out.rounds + 1, out.drawn + len(groups)

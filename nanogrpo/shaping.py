@@ -1,8 +1,13 @@
 """Shaping rewards: the open-r1 / TRL / DAPO / Kimi 1.5 terms added to a verifier's reward (`rewards = [...]`).
 
 Each is a pure function of one completion (and, for `cosine` and `length`, the verifier's verdict) that
-never raises and reads the text in linear time. rewards.score_batch weighs them with `reward_weights`;
+never raises and reads the text in linear time. rewards.Scoring weighs them with `reward_weights`;
 each is logged as `reward/NAME`. Definitions, and where they differ from the published code on purpose:
+
+- `think_format`    TRL's think_format_reward, stricter: the R1 layout `<think>reasoning</think>answer` -> 1, else 0;
+                    one `<think>` at the start and one `</think>`, reasoning and answer not blank, and no tag or
+                    template token in the answer (`<think>`, `<|im_end|>`, `<｜...｜>`: the junk of a model that
+                    keeps going after its answer).
 
 - `format`          open-r1: the whole completion is `<think>..</think><answer>..</answer>` -> 1, else 0; each tag
                     once, reasoning and answer not blank, only whitespace between and around the blocks
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -58,6 +63,20 @@ def _layout(text: str, prefilled_think: bool) -> str | None:
 
 def format_reward(text: str, prefilled_think: bool = False) -> float:
     return float(_layout(text, prefilled_think) is not None)
+
+
+# special-token spellings of common chat templates (Qwen/ChatML `<|im_end|>`, DeepSeek `<｜end▁of▁sentence｜>`)
+_JUNK = re.compile(r"<\|[^|>]*\|>|<｜[^｜>]*｜>")
+
+
+def think_format_reward(text: str, prefilled_think: bool = False) -> float:
+    """`prefilled_think`: the chat template ended the prompt with `<think>` (DeepSeek-R1-Distill), so the text is
+    checked as if it began with it: the model is judged on what it wrote."""
+    text = (((THINK + "\n") if prefilled_think else "") + text[:MAX_CHARS]).lstrip()
+    if not text.startswith(THINK) or text.count(THINK) != 1 or text.count(END_THINK) != 1:
+        return 0.0
+    thinking, answer = text[len(THINK) :].split(END_THINK)
+    return float(bool(thinking.strip() and answer.strip()) and not _JUNK.search(answer))
 
 
 def code_format_reward(text: str, language: str = "python", prefilled_think: bool = False) -> float:
@@ -148,14 +167,15 @@ def overlong_limits(cfg) -> tuple[int, int]:
 
 @dataclass
 class Batch:
-    """What a shaping reward may read, for a batch of completions (consecutive groups of group_size)."""
+    """What a reward may read, for a batch of completions (consecutive groups of group_size)."""
     texts: list[str]  # whole completions
+    answers: list[str]  # what the verdict reads: with tools the text after the last tool output, else the text
     rows: list[dict]
-    verdicts: list[float | None]  # the verifier's, per completion
-    token_counts: list[int]
+    token_counts: list[int] = field(default_factory=list)
     group_size: int = 1
     prefilled_think: bool = False  # the chat template ended the prompt with <think>
     cfg: object = None  # the Config: the knobs above
+    verdicts: list[float | None] = field(default_factory=list)  # the verdict's, per completion (rewards.Scoring)
 
 
 def _per_group(b: Batch) -> list[float | None]:
@@ -166,9 +186,10 @@ def _per_group(b: Batch) -> list[float | None]:
                                                                          b.verdicts[s : s + g])]
 
 
-# name -> fn(Batch) -> one value per completion (None: could not be computed). `rewards = [...]` takes these
-# names; a reward of your own is one more entry, added before the config is loaded (docs/architecture.md).
+# name -> fn(Batch) -> one value per completion (None: could not be computed). `rewards = [...]` takes these names,
+# and a reward of your own as PATH.py:FN (rewards.py; docs/architecture.md "Where a change goes").
 SHAPING = {
+    "think_format": lambda b: [think_format_reward(t, b.prefilled_think) for t in b.texts],
     "format": lambda b: [format_reward(t, b.prefilled_think) for t in b.texts],
     "tag_count": lambda b: [tag_count_reward(t, b.prefilled_think) for t in b.texts],
     "reasoning_steps": lambda b: [reasoning_steps_reward(t) for t in b.texts],

@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from nanogrpo import data, files, hub, rollout, tasks  # noqa: E402
+from nanogrpo import data, files, hub, rewards, rollout, tasks  # noqa: E402
 from nanogrpo.tasks import benchmarks  # noqa: E402
 from nanogrpo import evaluate as E  # noqa: E402
 from nanogrpo import model as M  # noqa: E402
@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         t0, kept, drawn, rejected, unscored = time.monotonic(), 0, 0, 0, 0
         for k, start in enumerate(todo, 1):
             chunk = rows[start : start + args.batch]
-            task = benchmarks.Task("generate", args.kind, chunk, args.n, prompt, system)
+            task = benchmarks.Task("generate", rewards.code if args.kind == "code" else rewards.math, chunk, args.n,
+                                   prompt, system)
             # the seed depends on the batch's place in the data, so a resumed run draws the same samples
             _, records, _ = E.run_task(task, sampler, tokenizer, args.n, sampling, context,
                                        args.seed + 1_000_003 * start, 0, 1, lambda o: [o])

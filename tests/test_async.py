@@ -72,7 +72,9 @@ def reference(argv: list[str], k: int) -> tuple[dict, list[list[int]]]:
         params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop),
                                 seed=rollout.sampling_seed(cfg, j, 0))
         flat = [(p, r, c) for p, r, g in zip(prompts, rows_j, sampler.generate(prompts, cfg.group_size, params)) for c in g]
-        total, _, _ = rollout.score_rollouts([c for *_, c in flat], [r for _, r, _ in flat], cfg, False, cfg.group_size)
+        scoring = rollout.run_scoring(cfg)
+        total, _, _ = rollout.score_rollouts([c for *_, c in flat], [r for _, r, _ in flat], scoring, cfg,
+                                          False, cfg.group_size)
         return flat, total
 
     for t in range(cfg.steps):

@@ -115,7 +115,7 @@ def test_code_reward_on_rows_without_tests_names_the_row(tiny_model_dir, tmp_pat
 
 
 def test_a_run_without_any_reward_stops_naming_the_reward(tiny_model_dir, tmp_path, monkeypatch):
-    def no_rewards(completions, rows, cfg, prefilled_think=False, group_size=1):
+    def no_rewards(completions, rows, *rest):
         return [None] * len(completions), {}, [None] * len(completions)
 
     monkeypatch.setattr(rollout, "score_rollouts", no_rewards)

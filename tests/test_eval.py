@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from nanogrpo import rewards
 from nanogrpo.tasks import benchmarks
 from nanogrpo.tasks.benchmarks import pass_at_k, task_metrics
 
@@ -52,7 +53,7 @@ def test_pass_at_k_bad_arguments():
 def test_math_tasks_load_from_the_repository():
     assert benchmarks.REPO_DATA_DIR == Path(__file__).resolve().parents[1] / "data" / "benchmarks"
     aime = benchmarks.load_task("aime24")
-    assert len(aime.rows) == 30 and aime.default_n == 64 and aime.kind == "number"  # whole numbers: the number reward
+    assert len(aime.rows) == 30 and aime.default_n == 64 and aime.reward is rewards.number  # whole numbers: the number reward
     assert all(r["answer"].isdigit() for r in aime.rows)
     gsm = benchmarks.load_task("gsm8k", limit=5)
     assert len(gsm.rows) == 5 and gsm.rows[0]["answer"] == "18"  # '#### 18' -> '18'
@@ -178,7 +179,7 @@ def test_eval_counts_a_correct_answer(tiny_model_dir, tmp_path):
             return [[Completion([1], [0.0], "\\boxed{5}" if j % 2 == 0 else "\\boxed{4}", "stop") for j in range(n)]
                     for _ in prompts]
 
-    task = benchmarks.Task("five", "math", [{"id": "x", "problem": "2+3", "answer": "5"}] * 3, 4,
+    task = benchmarks.Task("five", rewards.math, [{"id": "x", "problem": "2+3", "answer": "5"}] * 3, 4,
                            lambda r: r["problem"])
     res = eval_cli.evaluate(tiny_model_dir, [task], sampler=Fake(), max_new_tokens=4)
     assert res["tasks"]["five"]["metrics"] == {"pass@1:n=4": 0.5, "pass@4:n=4": 1.0}

@@ -1,14 +1,74 @@
-"""The changes users make most, done from user code with no library file edited (docs/architecture.md
-"Where a change goes"): a reward of one's own, weighted into the list, and a task of one's own, judged by the
-verifier it names."""
+"""The changes users make most, from their own files and no library file edited (docs/architecture.md "Where a
+change goes"): a task of one's own that carries its reward (Countdown), and a reward of one's own weighted into the
+list, both named in the config as PATH.py:NAME; a name that does not resolve is an error before any compute."""
 
 import json
-import random
+import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+import eval as eval_cli
 import train
-from nanogrpo import shaping, tasks
+from nanogrpo import config as C
+from nanogrpo import rewards, tasks, usercode
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A user's file: Countdown (make the target from the numbers, each once, with + - * and parentheses), its reward
+# the expression's value, not the number written (the number verifier would pay "22" and refuse "3*5+7").
+COUNTDOWN = '''
+import ast
+import random
+
+from nanogrpo.tasks import Task
+
+CALLS = []  # (completions, verdicts) of every call: the test reads what the trainer was paid
+
+
+def rows(split, n, seed):
+    rng = random.Random(f"countdown-{split}-{seed}")
+    out = []
+    for _ in range(n):
+        a, b, c = rng.randint(1, 9), rng.randint(1, 9), rng.randint(1, 9)
+        out.append({"problem": f"{a} {b} {c}=", "numbers": [a, b, c], "target": a * b + c})
+    return out
+
+
+def value(text, numbers):
+    """The value of an expression that uses each of the numbers once, else None."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError):
+        return None
+    ok = (ast.Expression, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Constant)
+    if len(text) > 64 or not all(isinstance(n, ok) for n in ast.walk(tree)):
+        return None
+    used = sorted(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant))
+    return eval(compile(tree, "<countdown>", "eval")) if used == sorted(numbers) else None
+
+
+def reward(completions, numbers, target, **_):
+    got = [float(value(c, n) == t) for c, n, t in zip(completions, numbers, target)]
+    CALLS.append((list(completions), got))
+    return got
+
+
+countdown = Task(rows, reward, "raw")
+'''
+
+BREVITY = '''
+def brevity(completions, **columns):
+    """Shorter is better: 1 - characters / 10, in TRL's reward signature."""
+    assert "target" in columns and "numbers" in columns  # the rows' fields, each a list
+    return [1.0 - len(c) / 10 for c in completions]
+
+
+def not_a_function():
+    return 3
+'''
 
 
 def small(model, out, *extra):
@@ -16,36 +76,89 @@ def small(model, out, *extra):
             "micro_batch_size=8", "max_new_tokens=4", "steps=2", "save_final=false", *extra]
 
 
-def test_a_reward_of_ones_own_is_one_registry_entry(tiny_model_dir, tmp_path, monkeypatch):
-    # shorter is better: 1 - characters / 10, a batch at a time (what every shaping reward receives)
-    monkeypatch.setitem(shaping.SHAPING, "brevity", lambda b: [1.0 - len(t) / 10 for t in b.texts])
+@pytest.fixture
+def user_files(tmp_path):
+    (tmp_path / "countdown.py").write_text(COUNTDOWN)
+    (tmp_path / "my_rewards.py").write_text(BREVITY)
+    return tmp_path / "countdown.py", tmp_path / "my_rewards.py"
+
+
+def test_the_task_pays_by_its_own_reward_not_a_number(user_files):
+    """The verdict is the task's own: "3*5+7" is right for 3 5 7 -> 22, "22" (the number alone) is not."""
+    task = tasks.get(f"{user_files[0]}:countdown")
+    row = {"problem": "3 5 7=", "numbers": [3, 5, 7], "target": 22}
+    assert rewards.judge(task.reward, ["3*5+7", "22", "3*5+8", "3*5*7"], [row] * 4) == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_a_task_and_a_reward_from_user_files_train_two_steps(tiny_model_dir, user_files, tmp_path):
+    task, mine = (f"{f}:{name}" for f, name in zip(user_files, ("countdown", "brevity")))
     out = tmp_path / "out"
-    train.main(small(tiny_model_dir, out, "rewards=accuracy,brevity", "reward_weights=1,0.5"))
-    for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()):
+    res = train.main(small(tiny_model_dir, out, f"task={task}", f"rewards=accuracy,{mine}", "reward_weights=1,0.5",
+                           "eval_every=2", "eval_size=3"))
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in metrics if "reward_mean" in m]
+    assert len(steps) == 2
+    calls = usercode.load(f"{user_files[0]}:CALLS", "test")  # the module the trainer imported
+    # each step's accuracy is the task's reward on its 8 completions (the held-out evaluations, 3 each, called it too)
+    per_step = [got for _, got in calls if len(got) == 8]
+    assert [sum(g) / 8 for g in per_step[:2]] == [m["accuracy"] for m in steps]
+    for m in steps:
         assert -1.0 < m["reward/brevity"] <= 1.0
         assert m["reward_mean"] == pytest.approx(m["reward/accuracy"] + 0.5 * m["reward/brevity"])
-
-
-def test_a_reward_that_returns_the_wrong_number_of_values_is_named(tiny_model_dir, tmp_path, monkeypatch):
-    monkeypatch.setitem(shaping.SHAPING, "broken", lambda b: [0.0])
-    with pytest.raises(ValueError, match="reward 'broken' gave 1 values for 8"):
-        train.main(small(tiny_model_dir, tmp_path / "out", "rewards=accuracy,broken"))
-
-
-def sums_to_ten(split: str, n: int, seed: int) -> list[dict]:
-    """A task of one's own: two digits that sum to at most 10, the answer a number."""
-    rng = random.Random(f"{split}-{seed}")
-    rows = []
-    for _ in range(n):
-        a, b = rng.randint(0, 5), rng.randint(0, 5)
-        rows.append({"problem": f"{a}+{b}=", "answer": str(a + b)})
-    return rows
-
-
-def test_a_task_of_ones_own_brings_its_verifier_and_template(tiny_model_dir, tmp_path, monkeypatch):
-    monkeypatch.setitem(tasks.TASKS, "sums_to_ten", tasks.Task(sums_to_ten, "number", "raw"))
-    out = tmp_path / "out"
-    res = train.main(small(tiny_model_dir, out, "task=sums_to_ten", "eval_every=2", "eval_size=8"))
-    assert 0.0 <= res["heldout_accuracy_end"] <= 1.0  # its own held-out split, scored by its verifier
-    assert 'task = "sums_to_ten"' in (out / "config.toml").read_text()
+    assert 0.0 <= res["heldout_accuracy_end"] <= 1.0  # its own held-out split, scored by its own reward
     assert 'template = "raw"' in (out / "config.toml").read_text()  # "" became the task's own
+
+
+def test_a_task_without_a_verdict_has_no_heldout_accuracy(tiny_model_dir, tmp_path):
+    """Rows without an answer have no verdict: training goes by the user's reward, and the held-out accuracy is
+    undefined (NaN), never 0.000."""
+    (tmp_path / "plain.py").write_text("def rows(split, n, seed):\n"
+                                       "    return [{'problem': f'{i}+1='} for i in range(n)]\n")
+    (tmp_path / "my_rewards.py").write_text(BREVITY.replace('assert "target" in columns and "numbers" in columns', ""))
+    res = train.main(small(tiny_model_dir, tmp_path / "out", f"task={tmp_path}/plain.py:rows",
+                           f"rewards={tmp_path}/my_rewards.py:brevity", "eval_every=2", "eval_size=4"))
+    assert math.isnan(res["heldout_accuracy_start"]) and math.isnan(res["heldout_accuracy_end"])
+    lines = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert all(m["none_frac"] == 0.0 for m in lines if "none_frac" in m)  # the reward list paid every completion
+
+
+def test_eval_takes_a_task_of_ones_own(tiny_model_dir, user_files, tmp_path):
+    out = tmp_path / "results.json"
+    res = eval_cli.main(["--model", tiny_model_dir, "--tasks", f"{user_files[0]}:countdown", "--n", "2", "--limit", "3",
+                         "--max-new-tokens", "4", "--sampler", "torch", "--device", "cpu", "--out", str(out)])
+    assert res["tasks"]["countdown"]["problems"] == 3
+    records = [json.loads(x) for x in (tmp_path / "results.samples.jsonl").read_text().splitlines()]
+    task = tasks.get(f"{user_files[0]}:countdown")
+    for r in records:  # each verdict is the task's own reward on that completion
+        row = task.rows("test", 3, 0)[r["index"]]
+        assert r["reward"] == task.reward([r["completion"]], numbers=[row["numbers"]], target=[row["target"]])[0]
+
+
+BAD = {  # what the config names -> what the error says
+    "task={d}/missing.py:countdown": "config key 'task': .*missing.py.*not a file",
+    "task={d}/countdown.py:countdwn": "config key 'task': .*countdown.py has no 'countdwn'",
+    "task=arithmetc": "config key 'task': unknown task 'arithmetc' \\(did you mean 'arithmetic'\\?\\)",
+    "rewards=accuracy,{d}/my_rewards.py:brevty": "config key 'rewards': .*my_rewards.py has no 'brevty'",
+    "rewards=accuracy,{d}/nowhere.py:brevity": "config key 'rewards': .*nowhere.py.*not a file",
+    "rewards=acuracy": "config key 'rewards': unknown reward 'acuracy'",
+    "eval_task={d}/countdown.py:nope": "config key 'eval_task': .*has no 'nope'",
+}
+
+
+@pytest.mark.parametrize("arg", list(BAD))
+def test_a_name_that_does_not_resolve_is_an_error_at_load(arg, user_files, tmp_path):
+    with pytest.raises(C.ConfigError, match=BAD[arg]):
+        C.load([arg.format(d=tmp_path)])
+
+
+def test_a_misnamed_file_stops_train_and_eval_with_exit_2_before_any_model(user_files, tmp_path):
+    """From the command line: exit 2 with the error named, before the (missing) model is loaded or anything
+    written."""
+    run = lambda *a: subprocess.run([sys.executable, *a], cwd=ROOT, capture_output=True, text=True, timeout=300)  # noqa
+    got = run("train.py", f"task={tmp_path}/countdown.py:countdwn", f"model={tmp_path}/no-model",
+              f"out_dir={tmp_path}/out")
+    assert got.returncode == 2 and "error: config key 'task'" in got.stderr and "countdwn" in got.stderr
+    assert not (tmp_path / "out").exists()
+    got = run("eval.py", "--model", "models/tiny-arithmetic", "--tasks", f"{tmp_path}/countdown.py:countdwn",
+              "--out", f"{tmp_path}/r.json")
+    assert got.returncode == 2 and "countdwn" in got.stderr and not (tmp_path / "r.json").exists()

@@ -6,6 +6,7 @@ import time
 import pytest
 
 from nanogrpo.answer import final_text, number_gold_error
+from nanogrpo import rewards
 from nanogrpo.rewards import math_rewards, number_reward
 
 THINK_DRAFT = "<think>maybe \\boxed{204}</think> The answer is 205."
@@ -71,12 +72,12 @@ def test_eval_scores_gsm8k_and_aime_as_the_number_reward_does():
 
     for name in ("gsm8k", "aime24"):
         task = benchmarks.load_task(name, limit=1)
-        assert task.kind == "number"
+        assert task.reward is rewards.number
         gold = task.rows[0]["answer"]
         expr = f"\\boxed{{{int(gold) + 1} - 1}}"
         done = [Completion([1], [0.0], f"so \\boxed{{{gold}}}", "stop"), Completion([1], [0.0], expr, "stop")]
         assert score(task, done, task.rows * 2) == [1.0, 0.0]
-    assert benchmarks.load_task("math500", limit=1).kind == "math"
+    assert benchmarks.load_task("math500", limit=1).reward is rewards.math
 
 
 # ---- the answer judge: the judge's rules, both directions (docs/judge.md); each case failed on the judge before it

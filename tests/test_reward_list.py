@@ -9,12 +9,16 @@ import time
 import pytest
 
 from nanogrpo import config as C
-from nanogrpo import shaping
-from nanogrpo.rewards import score_batch
-from nanogrpo.rollout import task_template, task_verifier
-from nanogrpo.tasks import TASKS, Task
+from nanogrpo import rewards, shaping
+from nanogrpo.rollout import run_scoring, task_template
 
 R1 = "<think>\nadd 2 and 2\n</think>\n<answer>\n4\n</answer>"
+
+
+def score_batch(texts, rows, names, weights=None, task_reward=rewards.by_row, group_size=1, token_counts=(), cfg=None):
+    """rewards.Scoring of a reward list on a batch of completions (the answers the whole texts)."""
+    scoring = rewards.scoring(names, weights or [], task_reward)
+    return scoring(shaping.Batch(texts, texts, rows, list(token_counts), group_size, False, cfg))
 
 
 # -- format, tag_count, code_format: the <think>/<answer> layout ---------------------------------------
@@ -59,7 +63,7 @@ def test_code_format_needs_a_fenced_block_of_the_rows_language_inside_the_answer
     assert shaping.code_format_reward(code.replace("```\n</answer>", "\n</answer>")) == 0.0  # unclosed fence
     assert shaping.code_format_reward("```python\nprint(1)\n```") == 0.0  # no layout
     total, parts = score_batch([code, code.replace("python", "cpp")], [{"language": "python"}, {"language": "cpp"}],
-                               ["code_format"], verifier="exact")
+                               ["code_format"], task_reward=rewards.exact)
     assert parts["code_format"] == [1.0, 1.0]  # each row's own language
 
 
@@ -131,7 +135,7 @@ def test_length_is_kimis_per_group_lambda():
     assert shaping.length_rewards([7, 7, 7], [1.0, 0.0, None]) == [0.0, 0.0, None]
     # in a batch: each group on its own lengths (a long group does not make a short one look short)
     texts = ["aa", "aaaa", "a" * 100, "a" * 200]
-    _, parts = score_batch(texts, [{"answer": t} for t in texts], ["length"], verifier="exact", group_size=2)
+    _, parts = score_batch(texts, [{"answer": t} for t in texts], ["length"], task_reward=rewards.exact, group_size=2)
     assert parts["length"] == [0.5, -0.5, 0.5, -0.5]
 
 
@@ -169,41 +173,41 @@ def test_total_is_the_weighted_sum_and_each_part_is_reported():
     assert parts["number"] == parts["accuracy"] == [1.0, 1.0, 0.0]
     assert parts["format"] == [1.0, 0.0, 1.0] and parts["tag_count"] == [1.0, 0.0, 1.0]
     assert total == [1.0 + 0.5 + 0.25, 1.0, 0.75]
-    assert set(parts) == {"accuracy", "think_format", "number", "format", "tag_count"}
+    assert set(parts) == {"accuracy", "number", "format", "tag_count"}
 
 
 def test_a_verifier_none_makes_the_total_none_and_cosine_none():
     total, parts = score_batch(["\\boxed{4}", "\\boxed{4}"], [{"answer": "4"}, {}], ["number", "cosine"],
-                               shaping_cfg=C.Config())
+                               cfg=C.Config())
     assert parts["cosine"][1] is None and total[1] is None
     assert total[0] == pytest.approx(1.0 + naive_cosine(len("\\boxed{4}"), True))
 
 
 def test_shaping_alone_still_computes_the_tasks_verifier_for_correct():
-    total, parts = score_batch(["4", "5"], [{"answer": "4"}] * 2, ["tag_count"], verifier="exact")
+    total, parts = score_batch(["4", "5"], [{"answer": "4"}] * 2, ["tag_count"], task_reward=rewards.exact)
     assert parts["accuracy"] == [1.0, 0.0] and total == [0.0, 0.0]
 
 
 # -- the task's own reward and template ----------------------------------------------------------------
-@pytest.mark.parametrize("task, verifier", [("arithmetic", "exact"), ("multiply", "exact"),
-                                            ("word_problems", "number"), ("word_problems_large", "number")])
+@pytest.mark.parametrize("task, verifier", [("arithmetic", rewards.exact), ("multiply", rewards.exact),
+                                            ("word_problems", rewards.number), ("word_problems_large", rewards.number)])
 def test_a_builtin_task_brings_its_verifier(task, verifier):
-    assert task_verifier(C.load([f"task={task}"])) == verifier
-    assert task_verifier(C.load([f"task={task}", "rewards=math,format"])) == "math"  # a named verifier wins
+    assert run_scoring(C.load([f"task={task}"])).verdict is verifier
+    assert run_scoring(C.load([f"task={task}", "rewards=math,format"])).verdict is rewards.math  # a named one wins
 
 
-def test_a_dataset_is_judged_by_its_rows(tmp_path):
+def test_a_dataset_is_judged_by_its_rows(tmp_path, monkeypatch):
     import train
 
     math_f, code_f = tmp_path / "m.jsonl", tmp_path / "c.jsonl"
     math_f.write_text(json.dumps({"problem": "1+1", "answer": "2"}) + "\n")
     code_f.write_text(json.dumps({"id": "sq", "problem": "print n*n", "language": "python", "mode": "stdio",
                                   "tests": [{"input": "2\n", "output": "4\n"}]}) + "\n")
-    assert task_verifier(C.load([f"task={math_f}"])) is None  # each row's own
+    assert run_scoring(C.load([f"task={math_f}"])).verdict is rewards.by_row  # each row's own
     rows, _ = train.load_task(C.load([f"task={code_f}"]))
     assert "tests" in rows[0]  # loaded as code rows, not refused as math rows without an answer
-    _, parts = score_batch(["2", "```python\nprint(5)\n```"], [{"answer": "2"}, rows[0]], ["accuracy"],
-                           code_opts={"allow_unsandboxed": False})
+    monkeypatch.setattr(rewards, "SANDBOX", {"allow_unsandboxed": False})
+    _, parts = score_batch(["2", "```python\nprint(5)\n```"], [{"answer": "2"}, rows[0]], ["accuracy"])
     assert parts["accuracy"][0] == 1.0  # math-verify on the math row
     assert parts["accuracy"][1] in (0.0, None)  # the sandbox on the code row (None only where bwrap is missing)
 
@@ -221,10 +225,19 @@ def test_the_template_is_the_tasks_own(tiny_model_dir):
     assert task_template(C.load(["task=word_problems", "template=raw"]), tok, {}) == "raw"  # a set one wins
 
 
-def test_a_task_without_a_reward_of_its_own_is_an_error():
-    with pytest.raises(ValueError, match="no reward of its own"):
-        Task(lambda *a: [], "", "raw").check("mine")
-    assert all(t.verifier in ("exact", "number", "math", "code") for t in TASKS.values())
+def test_a_reward_is_a_function_never_a_name_that_falls_back(tmp_path):
+    """A task whose reward is a name (the old `verifier = "number"`), or a verifier name nobody registered, is an
+    error when the config loads: nothing is scored by another reward in its place."""
+    f = tmp_path / "mine.py"
+    f.write_text("from nanogrpo.tasks import Task\nmine = Task(lambda split, n, seed: [{'problem': '1+1='}] * n, "
+                 "'numbr', 'raw')\n")
+    with pytest.raises(C.ConfigError, match="config key 'task': .*its reward 'numbr' is not a function"):
+        C.load([f"task={f}:mine"])
+    with pytest.raises(C.ConfigError, match="unknown reward 'numbr'"):
+        C.load(["rewards=numbr"])
+    from nanogrpo.tasks import TASKS
+
+    assert all(callable(t.reward) for t in TASKS.values())
 
 
 @pytest.mark.parametrize("args, match", [
@@ -233,7 +246,7 @@ def test_a_task_without_a_reward_of_its_own_is_an_error():
     (["rewards=accuracy,math"], "2 verifiers"),
     (["rewards=format,format"], "twice"),
     (["rewards=accuracy,format", "reward_weights=1"], "1 weights for rewards"),
-    (["rewards=cosinus"], r"unknown reward\(s\) \['cosinus'\]"),
+    (["rewards=cosinus"], r"unknown reward 'cosinus'"),
     (["repetition_max_penalty=0.5"], "repetition_max_penalty"),
     (["reward_weights=1,nan"], "reward_weights"),
 ])
@@ -261,5 +274,4 @@ def test_train_logs_every_reward_and_sums_them_with_weights(tiny_model_dir, tmp_
         parts = {k: m[f"reward/{k}"] for k in ("accuracy", "soft_overlong_punishment", "repetition_penalty")}
         assert m["reward_mean"] == pytest.approx(parts["accuracy"] + 0.5 * parts["soft_overlong_punishment"]
                                                  + 2 * parts["repetition_penalty"])
-        assert "reward/think_format" in m
     assert 'rewards = ["accuracy", "soft_overlong_punishment", "repetition_penalty"]' in (out / "config.toml").read_text()

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from nanogrpo import answer, rewards
-from nanogrpo.rewards import exact_reward, format_reward, math_reward, math_rewards, score_batch
+from nanogrpo.rewards import exact_reward, math_reward, math_rewards
+from nanogrpo.shaping import Batch, think_format_reward
 
 MATH500 = Path(__file__).resolve().parents[1] / "data" / "benchmarks" / "math500.jsonl"  # committed
 
@@ -175,8 +176,13 @@ def test_math_verify_accepts_an_unevaluated_expression_that_number_refuses():
         ("", False, 0.0),
     ],
 )
-def test_format_reward(completion, prefilled, expected):
-    assert format_reward(completion, prefilled_think=prefilled) == expected
+def test_think_format_reward(completion, prefilled, expected):
+    assert think_format_reward(completion, prefilled_think=prefilled) == expected
+
+
+def score_batch(texts, rows, names, weights=None, task_reward=rewards.by_row):
+    """A reward list (rewards.Scoring) on completions whose answers are the whole texts."""
+    return rewards.scoring(names, weights or [], task_reward)(Batch(texts, texts, rows))
 
 
 def test_score_batch_weights_components_and_none():
@@ -194,7 +200,7 @@ def test_score_batch_weights_components_and_none():
 def test_score_batch_bad_arguments():
     with pytest.raises(ValueError, match="unknown reward"):
         score_batch(["x"], [{"answer": "1"}], ["maths"])
-    with pytest.raises(ValueError, match="rows"):
+    with pytest.raises(ValueError, match="1 completions, 1 answers and 0 rows"):
         score_batch(["x"], [], ["exact"])
     with pytest.raises(ValueError, match="2 weights for 1 rewards"):
         score_batch(["x"], [{"answer": "1"}], ["exact"], [1.0, 2.0])

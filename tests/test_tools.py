@@ -296,7 +296,8 @@ def test_sandbox_failure_gives_a_none_reward_never_zero(tokenizer):
     [[c]] = sampler.generate([tokenizer.encode("2+2=")], 1, SamplingParams(100, 1.0))
     assert c.failed and c.calls == 1
     ok = Completion([1], [0.0], "4", "stop", mask=[1], final_text="4")
-    total, parts, correct = rollout.score_rollouts([c, ok], [{"answer": "4"}] * 2, C.Config(tools=True))
+    cfg = C.Config(tools=True)
+    total, parts, correct = rollout.score_rollouts([c, ok], [{"answer": "4"}] * 2, rollout.run_scoring(cfg), cfg)
     assert total == [None, 1.0] and correct == [None, 1.0]
 
 

@@ -7,7 +7,8 @@ import re
 import pytest
 import torch
 
-from nanogrpo import data, tasks
+from nanogrpo import tasks
+from nanogrpo.config import ConfigError
 from nanogrpo.tasks.word_problems import ITEMS, NAMES, TEMPLATES, word_problem_rows
 
 # What each template's wording asks for, computed from the numbers in the order they appear.
@@ -74,7 +75,7 @@ def test_bad_arguments():
         word_problem_rows("valid", 5)
     with pytest.raises(ValueError, match="positive"):
         word_problem_rows("train", 0)
-    with pytest.raises(data.DataError, match="word_problems"):
+    with pytest.raises(ConfigError, match="did you mean 'word_problems'"):
         tasks.load_rows("word_problem", "math")
 
 

@@ -1,47 +1,127 @@
-"""Tasks: the built-in ones (no files, each with a held-out split), the benchmarks eval.py knows
-(benchmarks.py) and the converters of public code datasets into the code schema (convert.py).
+"""Tasks: what a run trains on. A task is a `Task`: its rows, the reward that judges an answer, its prompt template.
 
-A built-in task brings the reward that judges it and its prompt template, so `task = NAME` alone trains on
-the right signal (`rewards = []` is its verifier, `template = ""` its template). A dataset file's rows
-bring theirs the same way: math rows math-verify and eval.py's math prompt, code rows the sandbox and the
-chat template (nanogrpo/rollout.py `task_template`, rewards.py `verifier_of`)."""
+The built-in ones below (no files, each with a held-out split) are Tasks; so is a user's own, named in the config
+as `task = "PATH.py:NAME"` (nanogrpo/usercode.py; NAME a Task, a list of rows in docs/data.md's schemas, or a
+function returning one); a task source with a prefix (`task = "PREFIX:NAME"`) registers in SOURCES; and a dataset
+(a .jsonl / .parquet path, a Hub id) is one too, its rows judged by what they are (rewards.by_row: math rows by
+math-verify, code rows in the sandbox) and written with eval.py's prompts (math_eval, or chat for code). Also here:
+the benchmarks eval.py knows (benchmarks.py) and the converters of public code datasets (convert.py).
+"""
 
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
 
-from nanogrpo import data
-from nanogrpo.rewards import VERIFIERS
+from nanogrpo import data, rewards, usercode
+from nanogrpo.config import ConfigError
 from nanogrpo.tasks.arithmetic import arithmetic_rows
 from nanogrpo.tasks.multiply import multiply_rows
 from nanogrpo.tasks.word_problems import large_word_problem_rows, word_problem_rows
 
 
-class Task(NamedTuple):
-    rows: Callable  # rows(split, n, seed)
-    verifier: str  # the reward that judges an answer: exact | number | math | code
-    template: str  # raw | chat | math_eval (chat templates fall back to raw on a model without one)
+@dataclass(frozen=True)
+class Task:
+    """A task: where its rows come from, how an answer is judged, how a prompt is written."""
 
-    def check(self, name: str) -> "Task":
-        if self.verifier not in VERIFIERS:  # no silent default: a task says how it is judged
-            raise ValueError(f"task {name!r} has no reward of its own (verifier={self.verifier!r})")
-        return self
+    rows: Callable[[str, int, int], list[dict]] | None  # rows(split, n, seed): split "train", or "test" (held
+    # out); None: a dataset, whose file or Hub id data.load_rows reads
+    reward: Callable[..., list]  # reward(completions, **columns) -> [1.0 right, 0.0 wrong, None: not judged]; rewards.py
+    template: str = "chat"  # raw | chat | math_eval; "" = by row (math_eval for math rows, chat for code rows)
+    heldout: bool = True  # rows("test", ...) is a split no training row is in (eval_every measures it)
 
 
-TASKS = {name: task.check(name) for name, task in {
-    "arithmetic": Task(arithmetic_rows, "exact", "raw"),
-    "multiply": Task(multiply_rows, "exact", "raw"),
-    # GSM8K-style: the number itself (math-verify would accept a boxed expression: rewards.number_reward)
-    "word_problems": Task(word_problem_rows, "number", "math_eval"),
-    "word_problems_large": Task(large_word_problem_rows, "number", "math_eval"),
-}.items()}
+TASKS = {
+    "arithmetic": Task(arithmetic_rows, rewards.exact, "raw"),
+    "multiply": Task(multiply_rows, rewards.exact, "raw"),
+    # GSM8K-style: the number itself (math-verify would accept a boxed expression: rewards.number)
+    "word_problems": Task(word_problem_rows, rewards.number, "math_eval"),
+    "word_problems_large": Task(large_word_problem_rows, rewards.number, "math_eval"),
+}
+# "PREFIX:NAME" task sources: prefix -> source(NAME) -> Task, imported when a config names one
+SOURCES: dict[str, Callable[[str], Task]] = {}
+
+
+def get(spec: str, key: str = "task") -> Task:
+    """The Task a config value names (`key` names the config key in errors): a built-in name, PATH.py:NAME, a
+    PREFIX:NAME of SOURCES, or a dataset (a .jsonl / .parquet path or a Hub id owner/name)."""
+    if spec in TASKS:
+        return TASKS[spec]
+    if usercode.is_spec(spec):
+        obj = usercode.load(spec, key)
+        if _USER.get(spec, (None,))[0] is not obj:  # each object made into a Task once (its rows checked once)
+            _USER[spec] = obj, from_user(obj, spec, key)
+        return _USER[spec][1]
+    prefix, sep, name = spec.partition(":")
+    if sep and prefix in SOURCES:
+        return SOURCES[prefix](name)
+    if "/" not in spec and not Path(spec).suffix and not Path(spec).exists():  # a name, not a path or an id
+        near = difflib.get_close_matches(spec, [*TASKS, *SOURCES], n=1)
+        raise ConfigError(f"config key '{key}': unknown task {spec!r}{f' (did you mean {near[0]!r}?)' if near else ''}: "
+                          f"the built-in tasks are {', '.join(TASKS)}; or PATH.py:NAME (your own), a .jsonl / "
+                          f".parquet path or a Hub dataset id (owner/name)")
+    return Task(None, rewards.by_row, "", heldout=False)  # a dataset: load_rows reads it
+
+
+_USER: dict[str, tuple] = {}  # PATH.py:NAME -> (the object, its Task)
+
+
+def from_user(obj, spec: str, key: str) -> Task:
+    """A user's NAME as a Task: a Task as it is; a function rows(split, n, seed) or a list of rows (or a function of
+    no arguments returning one), judged as a dataset's rows (rewards.by_row; a row without an answer has no verdict)."""
+    if isinstance(obj, Task):
+        if not callable(obj.reward):  # a name such as "number" would be a reward nobody registered: never a fallback
+            raise ConfigError(f"config key '{key}': {spec}: its reward {obj.reward!r} is not a function "
+                              "reward(completions, **columns) -> values (nanogrpo/rewards.py)")
+        return obj
+    if callable(obj) and any(p.default is p.empty for p in inspect.signature(obj).parameters.values()):
+        return Task(obj, rewards.by_row, "")  # rows(split, n, seed), its own "test" split held out
+    try:
+        rows = obj() if callable(obj) else obj
+    except Exception as e:
+        raise ConfigError(f"config key '{key}': {spec}() raised {type(e).__name__}: {e}") from e
+    if not isinstance(rows, list) or not rows:
+        raise ConfigError(f"config key '{key}': {spec} is not a Task, a function rows(split, n, seed), or a non-empty "
+                          f"list of rows or a function returning one (got {type(rows).__name__})")
+    checked(rows, spec)
+    return Task(lambda split, n, seed: rows[:n], rewards.by_row, "", heldout=False)
+
+
+def checked(rows: list, source: str) -> list[dict]:
+    """Rows a user's task made, checked as a file's are (docs/data.md): dicts with a `problem` text, code rows (with
+    tests) in the code schema; every other field kept, for the task's and the user's rewards."""
+    if not isinstance(rows, list) or not rows:
+        raise data.DataError(f"{source}: its rows are not a non-empty list (got {type(rows).__name__})")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or not isinstance(row.get("problem"), str) or not row["problem"].strip():
+            raise data.DataError(f"{source} row {i}: a row is a dict with a non-empty 'problem' text (docs/data.md); "
+                                 f"got {str(row)[:200]}")
+    code = [(f"{source} row {i}", r) for i, r in enumerate(rows) if data.is_code_row(r)]
+    if code:
+        data.normalise_rows(code, "code", source)
+    return rows
 
 
 def load_rows(source: str, kind: str = "math", split: str = "train", n: int | None = None, seed: int = 0,
               **kw) -> list[dict]:
-    """Rows of a built-in task (split, n and seed pick them), else `data.load_rows` (a file or a Hub dataset)."""
+    """Rows of a task (split, n and seed pick them), else `data.load_rows` (a file or a Hub dataset; `kind` and
+    `kw`: its schema, gold check, subset and column mapping)."""
+    task = get(source)
+    if task.rows is None:
+        return data.load_rows(source, kind, split, n, seed, **kw)
+    n = n if n is not None else (20_000 if split == "train" else 500)
     if source in TASKS:
-        return TASKS[source].rows(split, n if n is not None else (20_000 if split == "train" else 500), seed)
-    if "/" not in source and not Path(source).suffix and not Path(source).exists():  # a name, not a path or an id
-        raise data.DataError(f"unknown task {source!r}: the built-in tasks are {', '.join(TASKS)}; or give a "
-                             ".jsonl / .parquet path or a Hub dataset id (owner/name)")
-    return data.load_rows(source, kind, split, n, seed, **kw)
+        rows = task.rows(split, n, seed)
+    else:  # a user's (or a source's) rows: checked, and a function that raises is named
+        try:
+            rows = checked(task.rows(split, n, seed), source)
+        except data.DataError:
+            raise
+        except Exception as e:
+            raise data.DataError(f"{source}: its rows({split!r}, {n}, {seed}) raised {type(e).__name__}: {e}") from e
+    if kw.get("gold_check"):  # its golds read as the run's verdict reads them, as a file's are
+        data.check_golds([(f"{source} {split} row {i}", r) for i, r in enumerate(rows)], kw["gold_check"])
+    return rows

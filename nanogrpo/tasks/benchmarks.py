@@ -18,7 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-from nanogrpo import answer, data, files, hub
+from nanogrpo import answer, data, files, hub, rewards
+from nanogrpo.config import ConfigError
 from nanogrpo.data import MATH_TEMPLATE
 from nanogrpo.tasks import convert
 
@@ -68,13 +69,14 @@ HUMANEVAL_TEMPLATE = (
 @dataclass
 class Task:
     name: str
-    kind: str  # "math" | "number" | "code": which reward scores it (NUMBER_SCORED)
+    reward: Callable  # its verdict, reward(completions, **columns) (nanogrpo/rewards.py; NUMBER_SCORED: number)
     rows: list[dict]
     default_n: int  # samples per problem when --n is not given
     user_prompt: Callable[[dict], str]  # row -> the user message
     system_prompt: str | None = None
     meta: dict = field(default_factory=dict)  # where the rows came from, date window, ...
     cpu_max_new_tokens: int = 0  # the budget on CPU when none is asked for (0: CUSTOM_CPU_MAX_NEW_TOKENS)
+    template: str = ""  # a training task's (nanogrpo/tasks Task): its prompts are the trainer's, in this template
 
 
 # Default n as open-r1 reports (AIME 64, MATH-500 4, LiveCodeBench 16). AMC 2023: 16, its 40 problems are
@@ -163,7 +165,7 @@ def hub_source(name: str, spec: str) -> HubSource | None:
                      m["split"] or (default.split if same else "test"))
 
 
-def load_math_rows(source: Path | HubSource, kind: str = "math") -> list[dict]:
+def load_math_rows(source: Path | HubSource, number: bool = False) -> list[dict]:
     """Math rows with a stable id (the data loader maps question/solution/'#### N' spellings).
 
     A Hub source loads through nanogrpo/hub.py: from the local cache under HF_HUB_OFFLINE=1, a HubError
@@ -175,7 +177,7 @@ def load_math_rows(source: Path | HubSource, kind: str = "math") -> list[dict]:
                                 "in --tasks)")
     else:
         records = data.read_records(str(source))
-    check = answer.number_gold_error if kind == "number" else answer.gold_error  # the scoring reward reads every gold
+    check = answer.number_gold_error if number else answer.gold_error  # the scoring reward reads every gold
     rows = data.normalise_rows(records, "math", str(source), verbose=False, gold_check=check)
     for i, (row, (_, rec)) in enumerate(zip(rows, records)):
         row["id"] = str(rec.get("unique_id", rec.get("id", rec.get("idx", i))))
@@ -241,22 +243,41 @@ def load_task(spec: str, data_dir: str | Path | None = None, limit: int | None =
     source = None
     if name in MATH_FILES or (path and name not in DEFAULT_N):
         source = (hub_source(name, path) or Path(path)) if path else data_dir / MATH_FILES[name]
-        kind = "number" if name in NUMBER_SCORED else "math"
-        task = Task(name, kind, load_math_rows(source, kind), DEFAULT_N.get(name, 1), math_prompt)
+        number = name in NUMBER_SCORED
+        task = Task(name, rewards.number if number else rewards.math, load_math_rows(source, number),
+                    DEFAULT_N.get(name, 1), math_prompt)
     elif name == "humaneval":
-        task = Task(name, "code", load_humaneval_rows(path or None), DEFAULT_N[name], humaneval_prompt)
+        task = Task(name, rewards.code, load_humaneval_rows(path or None), DEFAULT_N[name], humaneval_prompt)
     elif name == "lcb":
         rows = load_lcb_rows(Path(path) if path else data_dir / "lcb.jsonl")
-        task = Task(name, "code", rows, DEFAULT_N[name], lcb_prompt, LCB_SYSTEM,
+        task = Task(name, rewards.code, rows, DEFAULT_N[name], lcb_prompt, LCB_SYSTEM,
                     meta={"window": [str(d) for d in LCB_V5]})
+    elif not path and ":" in name:  # a training task: PATH.py:NAME, or PREFIX:NAME of a task source
+        task = training_task(name, limit)
     else:
-        raise ValueError(f"unknown eval task {name!r}: expected one of {', '.join(TASKS)}, NAME=PATH.jsonl or "
-                         "NAME=OWNER/DATASET (a Hub dataset)")
+        raise ValueError(f"unknown eval task {name!r}: expected one of {', '.join(TASKS)}, NAME=PATH.jsonl, "
+                         "NAME=OWNER/DATASET (a Hub dataset) or PATH.py:NAME (a task of your own)")
     task.cpu_max_new_tokens = CPU_MAX_NEW_TOKENS.get(name, CUSTOM_CPU_MAX_NEW_TOKENS)
     if limit is not None:
         task.rows = task.rows[:limit]
-    task.meta["source"] = f"hub:{source}" if isinstance(source, HubSource) else (path or str(data_dir))
+    task.meta.setdefault("source", f"hub:{source}" if isinstance(source, HubSource) else (path or str(data_dir)))
     return task
+
+
+def training_task(spec: str, limit: int | None) -> Task:
+    """A training task (nanogrpo/tasks: PATH.py:NAME, PREFIX:NAME) as an eval task: its held-out split (else its
+    rows), judged by its own reward, prompted as the trainer prompts it."""
+    from nanogrpo import tasks
+
+    try:
+        task = tasks.get(spec, "--tasks")
+    except ConfigError as e:
+        raise ValueError(str(e).replace("config key '--tasks': ", "")) from None
+    if task.rows is None:
+        raise ValueError(f"{spec!r} is a dataset: evaluate it as NAME={spec}")
+    rows = task.rows("test" if task.heldout else "train", limit or 500, 0)
+    return Task(spec.rpartition(":")[2], task.reward, rows, 1, lambda row: row["problem"], meta={"source": spec},
+                template=task.template)
 
 
 def user_messages(task: Task, row: dict) -> list[dict]:
