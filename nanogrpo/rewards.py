@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nanogrpo import answer as _answer
 from nanogrpo import shaping, usercode
@@ -29,13 +29,26 @@ from nanogrpo.data import is_code_row
 
 
 @dataclass
+class Batch:
+    """What a reward may read, for a batch of completions (consecutive groups of group_size)."""
+    texts: list[str]  # whole completions
+    answers: list[str]  # what the verdict reads: with tools the text after the last tool output, else the text
+    rows: list[dict]
+    token_counts: list[int] = field(default_factory=list)
+    group_size: int = 1
+    prefilled_think: bool = False  # the chat template ended the prompt with <think>
+    cfg: object = None  # the Config: the shaping knobs (cosine_*, repetition_*, ...)
+    verdicts: list[float | None] = field(default_factory=list)  # the verdict's, per completion (Scoring)
+
+
+@dataclass
 class Scoring:
     """A run's rewards, resolved once: the verdict, and the weighted terms summed into each completion's reward."""
 
     verdict: Callable  # judges the answer (a verifier below, or the task's own reward)
-    terms: list[tuple[str, float, Callable]]  # (name, weight, fn(shaping.Batch) -> one value per completion)
+    terms: list[tuple[str, float, Callable]]  # (name, weight, fn(Batch) -> one value per completion)
 
-    def __call__(self, batch: shaping.Batch) -> tuple[list[float | None], dict[str, list[float | None]]]:
+    def __call__(self, batch: Batch) -> tuple[list[float | None], dict[str, list[float | None]]]:
         """(the total per completion, None where any term is None; each part by name, "accuracy" the verdict). The
         verdict reads batch.answers (with tools: the text after the last tool output), the terms what they want."""
         if not len(batch.texts) == len(batch.answers) == len(batch.rows):
@@ -60,7 +73,7 @@ def scoring(names: list[str], weights: list[float], task_reward: Callable) -> Sc
 
 
 def term(name: str) -> Callable:
-    """fn(shaping.Batch) -> values of the reward `name`: the verdict, a shaping term, or a user's function."""
+    """fn(Batch) -> values of the reward `name`: the verdict, a shaping term, or a user's function."""
     if name == "accuracy" or name in VERIFIERS:
         return lambda b: b.verdicts
     if usercode.is_spec(name):  # TRL's signature, on the whole completions

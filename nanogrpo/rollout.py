@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nanogrpo import data, grpo, parity, rewards, shaping, tasks, tools
+from nanogrpo import data, grpo, parity, rewards, tasks, tools
 from nanogrpo.config import ConfigError
 from nanogrpo.sampler import Completion, Sampler, SamplingParams
 from nanogrpo.torch_sampler import TorchSampler
@@ -131,7 +131,7 @@ def score_rollouts(completions: list, rows: list[dict], scoring: rewards.Scoring
     """(rewards, None where not computed; each part by name; `correct`: the verdict == 1). With tools the verdict
     reads the text after the last tool output, and a rollout whose sandbox failed gets None. group_size:
     consecutive completions of one prompt (the `length` reward compares within one)."""
-    total, parts = scoring(shaping.Batch([c.text for c in completions], [c.answer_text for c in completions], rows,
+    total, parts = scoring(rewards.Batch([c.text for c in completions], [c.answer_text for c in completions], rows,
                                          [len(c.token_ids) for c in completions], group_size, prefilled_think, cfg))
     for i, c in enumerate(completions):
         if c.failed:

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -165,20 +164,7 @@ def overlong_limits(cfg) -> tuple[int, int]:
     return limit, (limit // 4 if cfg.soft_punish_cache < 0 else min(cfg.soft_punish_cache, limit))
 
 
-@dataclass
-class Batch:
-    """What a reward may read, for a batch of completions (consecutive groups of group_size)."""
-    texts: list[str]  # whole completions
-    answers: list[str]  # what the verdict reads: with tools the text after the last tool output, else the text
-    rows: list[dict]
-    token_counts: list[int] = field(default_factory=list)
-    group_size: int = 1
-    prefilled_think: bool = False  # the chat template ended the prompt with <think>
-    cfg: object = None  # the Config: the knobs above
-    verdicts: list[float | None] = field(default_factory=list)  # the verdict's, per completion (rewards.Scoring)
-
-
-def _per_group(b: Batch) -> list[float | None]:
+def _per_group(b) -> list[float | None]:
     if len(b.texts) % b.group_size:
         raise ValueError(f"length: {len(b.texts)} completions are not whole groups of {b.group_size}")
     g = b.group_size
@@ -186,7 +172,7 @@ def _per_group(b: Batch) -> list[float | None]:
                                                                          b.verdicts[s : s + g])]
 
 
-# name -> fn(Batch) -> one value per completion (None: could not be computed). `rewards = [...]` takes these names,
+# name -> fn(rewards.Batch) -> one value per completion (None: could not be computed). `rewards = [...]` takes these names,
 # and a reward of your own as PATH.py:FN (rewards.py; docs/architecture.md "Where a change goes").
 SHAPING = {
     "think_format": lambda b: [think_format_reward(t, b.prefilled_think) for t in b.texts],

@@ -18,7 +18,7 @@ R1 = "<think>\nadd 2 and 2\n</think>\n<answer>\n4\n</answer>"
 def score_batch(texts, rows, names, weights=None, task_reward=rewards.by_row, group_size=1, token_counts=(), cfg=None):
     """rewards.Scoring of a reward list on a batch of completions (the answers the whole texts)."""
     scoring = rewards.scoring(names, weights or [], task_reward)
-    return scoring(shaping.Batch(texts, texts, rows, list(token_counts), group_size, False, cfg))
+    return scoring(rewards.Batch(texts, texts, rows, list(token_counts), group_size, False, cfg))
 
 
 # -- format, tag_count, code_format: the <think>/<answer> layout ---------------------------------------

@@ -10,7 +10,8 @@ import pytest
 
 from nanogrpo import answer, rewards
 from nanogrpo.rewards import exact_reward, math_reward, math_rewards
-from nanogrpo.shaping import Batch, think_format_reward
+from nanogrpo.rewards import Batch
+from nanogrpo.shaping import think_format_reward
 
 MATH500 = Path(__file__).resolve().parents[1] / "data" / "benchmarks" / "math500.jsonl"  # committed
 
