@@ -1,6 +1,6 @@
 """Evaluate a model directory on reasoning benchmarks: pass@1 over n samples, plus pass@n.
 
-    python eval.py --model DIR|OWNER/NAME --tasks aime24,math500,gsm8k,amc23,humaneval,lcb \
+    python eval.py --model DIR|OWNER/NAME --tasks aime24,math500,gsm8k,amc23,humaneval,lcb,PATH.py:NAME \
         [--n N] [--limit K] [--out results.json] [--sampler auto|torch|vllm] \
         [--temperature 0.6] [--top-p 0.95] [--max-new-tokens M] [--data DIR]
 
@@ -28,7 +28,7 @@ import re
 import sys
 from pathlib import Path
 
-from nanogrpo import dist, files, hub, tools
+from nanogrpo import dist, files, hub, tools, usercode
 from nanogrpo.tasks import benchmarks
 from nanogrpo import config as C
 from nanogrpo import model as M
@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--model", required=True, help="Hugging Face model directory (a checkpoint) or Hub id (owner/name)")
     ap.add_argument("--tasks", required=True,
                     help=f"comma-separated: {','.join(benchmarks.TASKS)}; NAME=PATH.jsonl for a custom file; a math "
-                         "task from the Hub: NAME=hub (its default dataset) or NAME=OWNER/NAME[:SUBSET][@SPLIT]")
+                         "task from the Hub: NAME=hub (its default dataset) or NAME=OWNER/NAME[:SUBSET][@SPLIT]; a "
+                         "training task of your own, PATH.py:NAME (its held-out split, judged by its own reward)")
     # --num-samples: the same; under torchrun, whose own parser takes `--n` for an abbreviation of its options
     ap.add_argument("--n", "--num-samples", dest="n", type=int, default=None,
                     help="samples per problem (default per task, docs/eval.md)")
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     # generating, so no evaluation is lost and no input is overwritten)
     data_dir = Path(args.data) if args.data else benchmarks.DEFAULT_DATA_DIR
     reads = ([t.partition("=")[2] for t in specs if "=" in t] + [args.tools_file]
+             + [t.rpartition(":")[0] for t in specs if usercode.is_spec(t)]
              + [str(data_dir / f) for f in (*benchmarks.MATH_FILES.values(), "lcb.jsonl")])
     # a file already there is another eval's (or not an eval's at all): never replaced, except the samples of a
     # stopped eval by --resume, which continues it (its arguments checked against them); a stopped eval wrote no OUT

@@ -216,8 +216,7 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, cfg, sampler_logp=No
 
 
 def clipped_surrogate(ratio, adv, cfg):
-    """PPO's clipped surrogate per token, -min(ρ·A, clip(ρ, 1 - clip_low, 1 + clip_high)·A), and the tokens each
-    clip bound holds (B, T): the low one where A < 0, the high one where A > 0."""
+    """PPO's -min(ρ·A, clip(ρ, 1 - clip_low, 1 + clip_high)·A) per token, and the tokens each clip bound holds."""
     clipped = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
     pg = -torch.minimum(ratio * adv, clipped * adv)  # (B, T)
     if cfg.dual_clip > 0:
@@ -240,15 +239,13 @@ def gspo_ratio(log_ratio, logp, mask, inside):
 
 
 def cispo(ratio, adv, logp, cfg):
-    """CISPO (`policy_loss = "cispo"`): the weight is capped and detached, so every token keeps its gradient
-    A·weight·∇logp; the clip fractions count the tokens whose weight the cap or the floor cut."""
+    """CISPO (`policy_loss = "cispo"`): a capped, detached weight, so every token keeps its gradient A·weight·∇logp."""
     weight = ratio.clamp(min=1 - cfg.cispo_low, max=1 + cfg.cispo_high).detach()
     return -weight * adv * logp, ratio < 1 - cfg.cispo_low, ratio > 1 + cfg.cispo_high
 
 
 def kl_penalty(logp, ref_logp, log_ratio, inside, cfg):
-    """The per-token KL estimate to the reference (`beta` > 0): k3, k3_ratio or k2 (`kl_estimator`), capped at
-    `kl_clamp`. A token past the log-ratio clamp counts in value, not in gradient."""
+    """The per-token KL to the reference (`beta` > 0, `kl_estimator`, `kl_clamp`); past the clamp: value only."""
     raw_r = ref_logp - logp  # log π_ref/π_θ
     log_r, kept = raw_r.clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp), raw_r.detach().abs() <= cfg.log_ratio_clamp
     if cfg.kl_estimator == "k2":

@@ -1,8 +1,8 @@
 """A user's own code, named in the config as `PATH.py:NAME` (`task`, `eval_task`, `rewards`; eval.py's `--tasks`).
 
-The file is imported once per process (again when it changed) as a module of its own, when the config is loaded: a file that is missing,
-does not import, or has no NAME stops the run there with a ConfigError naming the key, before any model is loaded.
-It runs with the trainer's rights (it is the user's code, as a training script is), never inside the sandbox.
+The file is imported when the config loads, once per process (again when it changed), as a module of its own; a
+file that is missing, does not import or has no NAME is a ConfigError naming the key, before any model is loaded.
+It runs with the trainer's rights, as a training script would: it is the user's code, not the model's.
 """
 
 from __future__ import annotations

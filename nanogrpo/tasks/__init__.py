@@ -1,11 +1,8 @@
 """Tasks: what a run trains on. A task is a `Task`: its rows, the reward that judges an answer, its prompt template.
 
-The built-in ones below (no files, each with a held-out split) are Tasks; so is a user's own, named in the config
-as `task = "PATH.py:NAME"` (nanogrpo/usercode.py; NAME a Task, a list of rows in docs/data.md's schemas, or a
-function returning one); a task source with a prefix (`task = "PREFIX:NAME"`) registers in SOURCES; and a dataset
-(a .jsonl / .parquet path, a Hub id) is one too, its rows judged by what they are (rewards.by_row: math rows by
-math-verify, code rows in the sandbox) and written with eval.py's prompts (math_eval, or chat for code). Also here:
-the benchmarks eval.py knows (benchmarks.py) and the converters of public code datasets (convert.py).
+The built-in tasks (TASKS) are Tasks; so is a user's own, `task = "PATH.py:NAME"` (docs/data.md), a source's
+(`task = "PREFIX:NAME"`, SOURCES), and a dataset (a .jsonl / .parquet path, a Hub id), its rows judged by what they
+are (rewards.by_row). Also here: the benchmarks eval.py knows (benchmarks.py) and the code-data converters (convert.py).
 """
 
 from __future__ import annotations
@@ -70,8 +67,8 @@ _USER: dict[str, tuple] = {}  # PATH.py:NAME -> (the object, its Task)
 
 
 def from_user(obj, spec: str, key: str) -> Task:
-    """A user's NAME as a Task: a Task as it is; a function rows(split, n, seed) or a list of rows (or a function of
-    no arguments returning one), judged as a dataset's rows (rewards.by_row; a row without an answer has no verdict)."""
+    """A user's NAME as a Task: a Task as it is; a function rows(split, n, seed), or a list of rows (or a function
+    returning one), judged as a dataset's rows are (a row without an answer has no verdict)."""
     if isinstance(obj, Task):
         if not callable(obj.reward):  # a name such as "number" would be a reward nobody registered: never a fallback
             raise ConfigError(f"config key '{key}': {spec}: its reward {obj.reward!r} is not a function "
@@ -91,8 +88,7 @@ def from_user(obj, spec: str, key: str) -> Task:
 
 
 def checked(rows: list, source: str) -> list[dict]:
-    """Rows a user's task made, checked as a file's are (docs/data.md): dicts with a `problem` text, code rows (with
-    tests) in the code schema; every other field kept, for the task's and the user's rewards."""
+    """A user's rows, checked as a file's are (docs/data.md); every other field is kept, for the rewards."""
     if not isinstance(rows, list) or not rows:
         raise data.DataError(f"{source}: its rows are not a non-empty list (got {type(rows).__name__})")
     for i, row in enumerate(rows):
@@ -113,15 +109,14 @@ def load_rows(source: str, kind: str = "math", split: str = "train", n: int | No
     if task.rows is None:
         return data.load_rows(source, kind, split, n, seed, **kw)
     n = n if n is not None else (20_000 if split == "train" else 500)
-    if source in TASKS:
+    try:
         rows = task.rows(split, n, seed)
-    else:  # a user's (or a source's) rows: checked, and a function that raises is named
-        try:
-            rows = checked(task.rows(split, n, seed), source)
-        except data.DataError:
+    except Exception as e:  # a user's rows function that breaks is named (a built-in's errors are its own)
+        if source in TASKS:
             raise
-        except Exception as e:
-            raise data.DataError(f"{source}: its rows({split!r}, {n}, {seed}) raised {type(e).__name__}: {e}") from e
+        raise data.DataError(f"{source}: its rows({split!r}, {n}, {seed}) raised {type(e).__name__}: {e}") from e
+    if source not in TASKS:
+        checked(rows, source)
     if kw.get("gold_check"):  # its golds read as the run's verdict reads them, as a file's are
         data.check_golds([(f"{source} {split} row {i}", r) for i, r in enumerate(rows)], kw["gold_check"])
     return rows
