@@ -1,26 +1,36 @@
-"""What a reader must read to follow one training step: the functions of train.py and nanogrpo/ that run.
+"""What a reader reads to follow one default training step, counted honestly: the whole loop.
 
     python scripts/reading_path.py [key=value ...]
 
-Runs one default step (steps=1, no eval, no checkpoint, in a temporary directory) under sys.settrace
-and prints a markdown table: per file, the functions that ran and the source lines of each
-(inspect.getsourcelines: signature, docstring and body). Two columns: the whole run (set-up included)
-and the step alone (functions entered once train.py reaches its `for step in range(` line). The step ends
-where the loop does (what runs after it, closing the run, is the whole run's). A nested function's lines are
-also its parent's: the totals count each source line once.
+Runs the default run for one step (steps=1) with its evaluation and its final save on, as the default run makes
+them at its end (only eval_size is cut, to save time: the same code runs), in a temporary directory, under
+sys.settrace. It counts the source lines a reader reads to follow the loop, per file:
 
-A third column reads the step as a reader does: a fast path that the library states plainly beside it, and that
-the tests hold to that plain reading, is read as the plain one (PLAIN_READINGS: the sampler's decode loop as
-sampler.reference_generate, tests/test_sampler.py token for token; the chunked log-prob kernel as
-logprobs.reference_logprobs, tests/test_model.py values and gradients).
+- the loop itself: train.py's `for step in range(` statement, every line of it (comments and blank lines too);
+- every function of train.py and nanogrpo/ entered inside the loop: signature, docstring and body
+  (inspect.getsourcelines); a nested function's lines are also its parent's, each line counted once;
+- the data types the loop works with (a class of ours constructed inside it, dataclasses and NamedTuples included,
+  one whose method runs inside it, or the type of a variable the loop starts with): its header, docstring and
+  fields, up to its first method (a method counts when it runs);
+- "read": a fast path that the library states plainly beside it, and that the tests hold to that plain reading,
+  is read as the plain one (PLAIN_READINGS: the PyTorch sampler's engine as sampler.reference_generate,
+  tests/test_sampler.py token for token; the chunked log-prob kernel as logprobs.reference_logprobs,
+  tests/test_model.py values and gradients). "run" counts what ran.
+
+It prints a markdown table (per file: what was read, lines run, lines read) with the totals, then what it leaves
+out, each with its size: the set-up before the loop (functions of the run entered only outside it), the config's
+keys (looked up, one line each), the module docstrings and imports of the files read, and the fast paths read
+plainly.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import inspect
 import sys
 import tempfile
+import textwrap
 import threading
 from pathlib import Path
 
@@ -29,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 import train  # noqa: E402
 from nanogrpo import dist, logprobs, sampler, torch_sampler  # noqa: E402
+from nanogrpo.config import Config  # noqa: E402
 
 OURS = (str(ROOT / "train.py"), str(ROOT / "nanogrpo") + "/")
 LOOP_LINE = "for step in range("
@@ -39,7 +50,7 @@ PLAIN_READINGS = {
         [sampler.reference_generate, sampler._pick],
         {"sample_next", "_cdf_pick", "_nucleus_pick", "_kv_attention", "_PrefillCache.__init__", "_PrefillCache.update",
          "cpu_gemms", "_onednn_linear", "TorchSampler._forward", "TorchSampler._prefill", "TorchSampler._generate",
-         "TorchSampler._hit_stop"} | {f"KVCache.{m}" for m in vars(torch_sampler.KVCache)
+         "TorchSampler._hit_stop", "_Row.__init__"} | {f"KVCache.{m}" for m in vars(torch_sampler.KVCache)
                                          if callable(vars(torch_sampler.KVCache)[m])}),
     str(ROOT / "nanogrpo/logprobs.py"): (
         [logprobs.reference_logprobs],
@@ -47,9 +58,14 @@ PLAIN_READINGS = {
 }
 
 
-def trace(argv: list[str]) -> tuple[set, set]:
-    """(code objects run in the whole run, code objects entered once the step loop began)."""
-    run, step, in_loop, loop = set(), set(), [False], []  # loop: (the code holding the loop, its indent)
+def ours(path: str | None) -> bool:
+    return bool(path) and path.startswith(OURS)
+
+
+def trace(argv: list[str]) -> tuple[set, set, set, tuple[int, int]]:
+    """(code objects run in the whole run, those entered inside the loop, our classes constructed inside the loop,
+    the loop's first and last line in train.py)."""
+    run, step, types, in_loop, loop = set(), set(), set(), [False], []  # loop: (the code holding it, its indent, line)
     train_py = OURS[0]
     source = Path(train_py).read_text().splitlines()
     indent = lambda line: len(line) - len(line.lstrip())  # noqa: E731
@@ -60,7 +76,8 @@ def trace(argv: list[str]) -> tuple[set, set]:
         line = source[frame.f_lineno - 1]
         if not loop and line.strip().startswith(LOOP_LINE):
             in_loop[0] = True
-            loop.append((frame.f_code, indent(line)))
+            loop.append((frame.f_code, indent(line), frame.f_lineno))
+            types.update(type(v) for v in frame.f_locals.values())  # what the loop starts with (`run`: the Run)
         elif in_loop[0] and frame.f_code is loop[0][0] and line.strip() and indent(line) <= loop[0][1] \
                 and not line.strip().startswith(LOOP_LINE):
             in_loop[0] = False  # a line of the loop's function past its body
@@ -68,23 +85,44 @@ def trace(argv: list[str]) -> tuple[set, set]:
 
     def on_call(frame, event, arg):
         code = frame.f_code
-        if event != "call" or not code.co_filename.startswith(OURS) or code.co_name.startswith("<"):
+        if event != "call":
+            return None
+        if in_loop[0] and code.co_name in ("__init__", "__new__", "__post_init__") and code.co_varnames:
+            first = frame.f_locals.get(code.co_varnames[0])  # self, or the class of a __new__
+            cls = first if isinstance(first, type) else type(first)
+            types.add(cls)
+        if not ours(code.co_filename) or code.co_name.startswith("<"):
             return None  # module bodies, lambdas and comprehensions are read with their enclosing code
         run.add(code)
         if in_loop[0]:
             step.add(code)
+            if "." in code.co_qualname and code.co_varnames and code.co_varnames[0] == "self":  # a method: its class
+                types.add(type(frame.f_locals["self"]))
         return local if code.co_filename == train_py else None
 
     threading.settrace(on_call)
     sys.settrace(on_call)
     try:
         with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(sys.stderr):  # stdout: the table only
-            train.main(["steps=1", "eval_every=0", "save_final=false", f"out_dir={tmp}/run", *argv])
+            train.main(["steps=1", "eval_size=16", f"out_dir={tmp}/run", *argv])
     finally:
         sys.settrace(None)
         threading.settrace(None)
         dist.close()
-    return run, step
+    first = loop[0][2]
+    last = first
+    for i in range(first, len(source)):  # the loop's block: every line up to the first one indented as the `for`
+        if source[i].strip() and indent(source[i]) <= loop[0][1]:
+            break
+        last = i + 1
+    return run, step, {t for t in types if ours(source_file(t)) and t is not Config}, (first, last)
+
+
+def source_file(cls) -> str | None:
+    try:
+        return inspect.getsourcefile(cls)
+    except TypeError:  # a builtin
+        return None
 
 
 def lines_of(code) -> set[int]:
@@ -92,39 +130,86 @@ def lines_of(code) -> set[int]:
     return set(range(first, first + len(src)))
 
 
-def column(codes: set, path: str) -> tuple[str, int]:
-    """'name (n), ...' for the functions of `path`, and the file's distinct source lines among them."""
-    mine = sorted((c for c in codes if c.co_filename == path), key=lambda c: c.co_firstlineno)
-    names = ", ".join(f"{c.co_qualname} ({len(lines_of(c))})" for c in mine)
-    return names, len(set().union(*(lines_of(c) for c in mine))) if mine else 0
+def type_lines(cls) -> tuple[str, set[int]]:
+    """(file, lines of the class up to its first method: decorators, header, docstring, fields)."""
+    src, first = inspect.getsourcelines(cls)
+    node = ast.parse(textwrap.dedent("".join(src))).body[0]
+    starts = [min([n.lineno] + [d.lineno for d in n.decorator_list]) for n in node.body
+              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    end = min(starts, default=len(src) + 1) - 1  # the last line before the first method (1-based in src)
+    while end > 1 and not src[end - 1].strip():
+        end -= 1
+    return inspect.getsourcefile(cls), set(range(first, first + end))
 
 
-def read_plainly(codes: set) -> set:
-    """`codes` with each fast path that ran replaced by its plain reading (PLAIN_READINGS)."""
-    out = set(codes)
-    for path, (plain, fast) in PLAIN_READINGS.items():
-        ran = {c for c in codes if c.co_filename == path and c.co_qualname in fast}
-        if ran:
-            out = (out - ran) | {inspect.unwrap(f).__code__ for f in plain}
+def by_file(codes: set, types: set, loop: tuple[int, int]) -> dict[str, set[int]]:
+    """file -> the source lines read."""
+    out: dict[str, set[int]] = {}
+    for c in codes:
+        out.setdefault(c.co_filename, set()).update(lines_of(c))
+    for cls in types:
+        path, got = type_lines(cls)
+        out.setdefault(path, set()).update(got)
+    out.setdefault(OURS[0], set()).update(range(loop[0], loop[1] + 1))
     return out
 
 
+def read_plainly(codes: set, types: set) -> tuple[set, set, dict[str, int]]:
+    """`codes` and `types` with each fast path that ran replaced by its plain reading (PLAIN_READINGS; a class is part
+    of a fast path when its methods are), and the lines each file's fast path had."""
+    out, kept, replaced = set(codes), set(types), {}
+    for path, (plain, fast) in PLAIN_READINGS.items():
+        ran = {c for c in codes if c.co_filename == path and c.co_qualname in fast}
+        gone = {t for t in types if source_file(t) == path and any(f.startswith(t.__qualname__ + ".") for f in fast)}
+        if ran:
+            out = (out - ran) | {inspect.unwrap(f).__code__ for f in plain}
+            kept -= gone
+            replaced[path] = len(set().union(*(lines_of(c) for c in ran), *(type_lines(t)[1] for t in gone)))
+    return out, kept, replaced
+
+
+def names(codes: set, types: set, path: str) -> str:
+    mine = sorted((c for c in codes if c.co_filename == path), key=lambda c: c.co_firstlineno)
+    kinds = sorted(cls.__name__ for cls in types if source_file(cls) == path)
+    return ", ".join([f"{c.co_qualname} ({len(lines_of(c))})" for c in mine] + [f"type {k}" for k in kinds])
+
+
+def module_overhead(path: str) -> tuple[int, int]:
+    """(module docstring lines, import lines) of a file: what a reader skims on opening it."""
+    tree = ast.parse(Path(path).read_text())
+    doc = tree.body[0] if tree.body and isinstance(tree.body[0], ast.Expr) and isinstance(
+        getattr(tree.body[0], "value", None), ast.Constant) and isinstance(tree.body[0].value.value, str) else None
+    imports = sum(n.end_lineno - n.lineno + 1 for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
+    return (doc.end_lineno - doc.lineno + 1 if doc else 0), imports
+
+
 def main(argv: list[str]) -> None:
-    run, step = trace(argv)
-    read = read_plainly(step)
-    files = sorted({c.co_filename for c in run}, key=lambda f: (not f.endswith("train.py"), f))
-    print("| file | whole run: functions (lines) | lines | the step: functions (lines) | lines | the step, read |")
-    print("| --- | --- | ---: | --- | ---: | ---: |")
-    totals = [0, 0, 0, 0, 0, 0]  # files, lines: whole run; files, lines: the step; files, lines: the step read
+    run, step, types, loop = trace(argv)
+    plain, plain_types, replaced = read_plainly(step, types)
+    ran, read = by_file(step, types, loop), by_file(plain, plain_types, loop)
+    rel = lambda f: str(Path(f).relative_to(ROOT))  # noqa: E731
+    files = sorted(read, key=lambda f: (not f.endswith("train.py"), f))
+    print("| file | read: functions (lines) and data types | lines run | lines read |")
+    print("| --- | --- | ---: | ---: |")
     for f in files:
-        (run_names, run_lines), (step_names, step_lines) = column(run, f), column(step, f)
-        read_lines = column(read, f)[1]
-        print(f"| {Path(f).relative_to(ROOT)} | {run_names} | {run_lines} | {step_names or '-'} | {step_lines} | "
-              f"{read_lines} |")
-        this = (1, run_lines, bool(step_lines), step_lines, bool(read_lines), read_lines)
-        totals = [a + b for a, b in zip(totals, this)]
-    print(f"| **total** | {totals[0]} files, {len(run)} functions | {totals[1]} | "
-          f"{totals[2]} files, {len(step)} functions | {totals[3]} | {totals[4]} files, {totals[5]} |")
+        loop_note = [f"the loop ({loop[1] - loop[0] + 1})"] if f == OURS[0] else []
+        what = ", ".join(loop_note + [names(plain, plain_types, f)]).strip(", ")
+        print(f"| {rel(f)} | {what} | {len(ran.get(f, ()))} | {len(read[f])} |")
+    total_run, total_read = sum(map(len, ran.values())), sum(map(len, read.values()))
+    print(f"| **total** | {len(files)} files, {len(plain)} functions, {len(plain_types)} data types | {total_run} | "
+          f"{total_read} |")
+    outside = {c for c in run if c not in step}
+    setup_lines = sum(len(v) for v in by_file(outside, set(), (0, -1)).values())
+    docs = [module_overhead(f) for f in files]
+    print("\nLeft out of the count:")
+    print(f"- the set-up before the loop and the close after it: {len(outside)} functions, {setup_lines} lines "
+          f"(in {len({c.co_filename for c in outside})} files)")
+    keys = len(type_lines(Config)[1])
+    print(f"- nanogrpo/config.py's Config ({keys} lines): the loop looks its keys up there, each one line with its comment")
+    print(f"- the module docstrings ({sum(d for d, _ in docs)} lines) and imports ({sum(i for _, i in docs)} lines) "
+          f"of the {len(files)} files read")
+    for path, n in replaced.items():
+        print(f"- {rel(path)}: {n} lines of fast path, read as its plain reading")
 
 
 if __name__ == "__main__":

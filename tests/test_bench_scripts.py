@@ -106,27 +106,35 @@ def test_bench_async_speed_and_learning_tables(tmp_path):
         ["| sync", "| dynamic"]
 
 
-def test_reading_path_holds_the_loop_and_reads_fast_paths_plainly():
-    """scripts/reading_path.py: the step is the loop's body (what closes the run after it is not), and a fast path
-    with a plain reading the tests hold it to is read as that reading."""
+@pytest.mark.slow
+def test_reading_path_counts_the_whole_loop_with_evaluation_save_and_types():
+    """scripts/reading_path.py counts the loop itself, what runs in it with the default run's evaluation and final
+    save on, the data types it works with, a fast path with a plain reading the tests hold it to as that reading,
+    and says what it leaves out."""
     import inspect
 
     from nanogrpo import logprobs, sampler
 
-    done = run_script("scripts/reading_path.py", timeout=300)
+    done = run_script("scripts/reading_path.py", timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {c[1].strip(): [x.strip() for x in c] for c in (line.split("|") for line in done.stdout.splitlines())
-            if len(c) == 8}
-    step, read = (lambda f: int(rows[f][5])), (lambda f: int(rows[f][6]))
-    assert step("train.py") > 0 and step("nanogrpo/grpo.py") > 0 and "policy_loss" in rows["nanogrpo/grpo.py"][4]
-    assert "StopSignals.__exit__" in rows["nanogrpo/checkpoint.py"][2] and step("nanogrpo/checkpoint.py") == 0
-    assert "TorchSampler.close" not in rows["nanogrpo/torch_sampler.py"][4]
+            if len(c) == 6}
+    ran, read = (lambda f: int(rows[f][3])), (lambda f: int(rows[f][4]))
+    loop = int(rows["train.py"][2].split("the loop (")[1].split(")")[0])
+    assert loop > 30 and read("train.py") > loop and "type Run" in rows["train.py"][2]  # the loop, its Run
+    assert "save" in rows["nanogrpo/checkpoint.py"][2] and "heldout_accuracy" in rows["nanogrpo/evaluate.py"][2]
+    assert "type StepRollouts" in rows["nanogrpo/rollout.py"][2] and "policy_loss" in rows["nanogrpo/grpo.py"][2]
     lines = lambda f: len(inspect.getsourcelines(f)[0])  # noqa: E731
-    assert read("nanogrpo/logprobs.py") == lines(logprobs.reference_logprobs) < step("nanogrpo/logprobs.py")
+    assert read("nanogrpo/logprobs.py") == lines(logprobs.reference_logprobs) < ran("nanogrpo/logprobs.py")
     plain = lines(inspect.unwrap(sampler.reference_generate)) + lines(sampler._pick)
-    assert read("nanogrpo/sampler.py") == step("nanogrpo/sampler.py") + plain  # the decode loop read plainly
-    assert read("nanogrpo/torch_sampler.py") < step("nanogrpo/torch_sampler.py") - 150
-    assert read("train.py") == step("train.py") and read("nanogrpo/grpo.py") == step("nanogrpo/grpo.py")
+    assert read("nanogrpo/sampler.py") == ran("nanogrpo/sampler.py") + plain  # the decode loop read plainly
+    assert read("nanogrpo/torch_sampler.py") < ran("nanogrpo/torch_sampler.py") - 150
+    assert "TorchSampler.close" not in rows["nanogrpo/torch_sampler.py"][2]  # closing the run is not the loop
+    total = rows["**total**"]
+    assert int(total[4]) == sum(read(f) for f in rows if f not in ("file", "---", "**total**"))
+    left = done.stdout.split("Left out of the count:")[1]
+    assert "the set-up before the loop" in left and "module docstrings" in left and "fast path" in left
+
 
 
 @pytest.mark.slow  # a save and a resume of the tiny model, ~30 s on 2 cores
