@@ -138,6 +138,7 @@ BAD = {  # what the config names -> what the error says
     "task={d}/missing.py:countdown": "config key 'task': .*missing.py.*not a file",
     "task={d}/countdown.py:countdwn": "config key 'task': .*countdown.py has no 'countdwn'",
     "task=arithmetc": "config key 'task': unknown task 'arithmetc' \\(did you mean 'arithmetic'\\?\\)",
+    "task={d}/countdown.py": "config key 'task': .*countdown.py' is a Python file: name .*countdown.py:NAME",
     "rewards=accuracy,{d}/my_rewards.py:brevty": "config key 'rewards': .*my_rewards.py has no 'brevty'",
     "rewards=accuracy,{d}/nowhere.py:brevity": "config key 'rewards': .*nowhere.py.*not a file",
     "rewards=acuracy": "config key 'rewards': unknown reward 'acuracy'",

@@ -55,6 +55,8 @@ def get(spec: str, key: str = "task") -> Task:
     prefix, sep, name = spec.partition(":")
     if sep and prefix in SOURCES:
         return SOURCES[prefix](name)
+    if spec.endswith(".py"):
+        raise ConfigError(f"config key '{key}': {spec!r} is a Python file: name what in it is the task, {spec}:NAME")
     if "/" not in spec and not Path(spec).suffix and not Path(spec).exists():  # a name, not a path or an id
         near = difflib.get_close_matches(spec, [*TASKS, *SOURCES], n=1)
         raise ConfigError(f"config key '{key}': unknown task {spec!r}{f' (did you mean {near[0]!r}?)' if near else ''}: "
