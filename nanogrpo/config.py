@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nanogrpo import files
+from nanogrpo import ConfigError, files  # noqa: F401 (config.ConfigError: defined in nanogrpo/__init__.py)
 
 
 def ranged(default, interval: str):
@@ -165,10 +165,6 @@ class Config:
     stop_signal: str = "SIGTERM"  # signal(s) that stop the run cleanly, comma-separated (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGXCPU; "" = none): the current step ends, a checkpoint is saved, the process exits with code 75 (README "Checkpoints and stopping")
     wandb_project: str = ""  # log to wandb when set
     wandb_run_name: str = ""
-
-
-class ConfigError(ValueError):
-    pass
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from nanogrpo import data, grpo, parity, rewards, tasks, tools
-from nanogrpo.config import ConfigError
+from nanogrpo import ConfigError
 from nanogrpo.sampler import Completion, Sampler, SamplingParams
 from nanogrpo.torch_sampler import TorchSampler
 

@@ -12,7 +12,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from nanogrpo.config import ConfigError
+from nanogrpo import ConfigError
 
 
 def is_spec(value: str) -> bool:

@@ -197,7 +197,7 @@ def test_eval_reports_strict_and_lenient_side_by_side(tiny_model_dir):
             return [[Completion([1], [0.0], "\\boxed{\\frac{1}{3}}" if j % 2 == 0 else "\\boxed{0.333333}", "stop")
                      for j in range(n)] for _ in prompts]
 
-    task = benchmarks.Task("third", "math", [{"id": "x", "problem": "1/3", "answer": "\\frac13"}] * 2, 2,
+    task = benchmarks.Task("third", rewards.math, [{"id": "x", "problem": "1/3", "answer": "\\frac13"}] * 2, 2,
                            lambda r: r["problem"])
     res = eval_cli.evaluate(tiny_model_dir, [task], sampler=Fake(), max_new_tokens=4)
     t = res["tasks"]["third"]

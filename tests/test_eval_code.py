@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from nanogrpo import rewards
 from nanogrpo.tasks import benchmarks
 from nanogrpo.sandbox.local import bwrap_available
 
@@ -215,7 +216,7 @@ def test_code_eval_without_isolation_fails_before_generating(tiny_model_dir, mon
     monkeypatch.setattr(local, "bwrap_available", lambda: False)
     row = {"id": "x", "problem": "p", "language": "python", "mode": "stdio", "fn_name": "", "starter_code": "",
            "tests": [{"input": "", "output": "1"}], "time_limit_s": 2, "memory_limit_mb": 256}
-    task = benchmarks.Task("code", "code", [row], 1, lambda r: r["problem"])
+    task = benchmarks.Task("code", rewards.code, [row], 1, lambda r: r["problem"])
     try:
         with pytest.raises(SandboxUnavailable, match="bubblewrap"):
             eval_cli.evaluate(tiny_model_dir, [task], sampler=MustNotRun(), max_new_tokens=4)

@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 import eval as eval_cli  # noqa: E402
 from nanogrpo import evaluate as E  # noqa: E402
 from nanogrpo import log  # noqa: E402
+from nanogrpo import rewards  # noqa: E402
 from nanogrpo.tasks import benchmarks  # noqa: E402
 
 MODEL = str(ROOT / "models" / "tiny-arithmetic")
@@ -204,7 +205,7 @@ def test_eval_warns_when_the_measured_rate_makes_the_run_long(tmp_path, monkeypa
             progress(0, self.tokens)
             return [[Completion([1], [0.0], "\\boxed{5}", "stop") for _ in range(n)] for _ in prompts]
 
-    task = lambda: benchmarks.Task("five", "math", [{"id": str(i), "problem": "2+3", "answer": "5"} for i in range(6)],
+    task = lambda: benchmarks.Task("five", rewards.math, [{"id": str(i), "problem": "2+3", "answer": "5"} for i in range(6)],
                                    2, lambda r: r["problem"])  # noqa: E731
     E.evaluate(MODEL, [task()], sampler=Slow(5), device="cpu")  # budget: the context left (~470 tokens)
     err = capsys.readouterr().err

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from helpers import attacks as A
-from nanogrpo import grpo, tools
+from nanogrpo import grpo, rewards, tools
 from nanogrpo.sampler import Completion, SamplingParams
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -443,7 +443,7 @@ def test_eval_with_tools_scores_the_answer_after_the_last_output(tmp_path, token
     from nanogrpo.evaluate import evaluate
 
     rows = tasks.load_rows("multiply", split="test", n=24)
-    task = Task("multiply", "math", rows, 2, lambda r: r["problem"])
+    task = Task("multiply", rewards.math, rows, 2, lambda r: r["problem"])
     cfg = tools.ToolConfig()
     scripted = tools.ToolSampler(CopySampler(tokenizer), cfg, tools.make_cells(cfg, "local", 2))
     res = evaluate(TOOL_MODEL, [task], sampler=scripted, temperature=1.0, top_p=1.0, max_new_tokens=96)

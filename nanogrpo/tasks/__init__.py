@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nanogrpo import data, rewards, usercode
-from nanogrpo.config import ConfigError
+from nanogrpo import ConfigError
 from nanogrpo.tasks.arithmetic import arithmetic_rows
 from nanogrpo.tasks.multiply import multiply_rows
 from nanogrpo.tasks.word_problems import large_word_problem_rows, word_problem_rows

@@ -18,8 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from nanogrpo import answer, data, files, hub, rewards
-from nanogrpo.config import ConfigError
+from nanogrpo import ConfigError, answer, data, files, hub, rewards
 from nanogrpo.data import MATH_TEMPLATE
 from nanogrpo.tasks import convert
 
