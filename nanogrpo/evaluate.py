@@ -3,7 +3,8 @@
 eval.py (the CLI), train.py's in-run evals (`eval_benchmarks`, `eval_every`), sft.py's and
 scripts/generate.py all run through this module, so a number from one of them means the same as from
 the others. Tasks, prompts and defaults live in nanogrpo/tasks/benchmarks.py; the metrics (pass@k) there too.
-The sampler, the prompt encoding and the scoring are the trainer's own (nanogrpo/rollout.py).
+The sampler, the prompt encoding and the scoring are the trainer's own (nanogrpo/rollout.py). Over 500 lines because
+it is that one path whole: the run, its resumable samples file, the strict and lenient scores, the held-out accuracy.
 """
 
 from __future__ import annotations
@@ -60,9 +61,8 @@ def heldout_rows(cfg) -> list[dict]:
 
 def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg, prefilled_think: bool = False,
                      scoring: rewards.Scoring | None = None) -> dict:
-    """Accuracy on held-out rows, one sample per problem at eval_temperature, over the answers the verdict could
-    judge (NaN, undefined, when it judged none); rows split over ranks. With tools, also the share of answers that
-    ran code."""
+    """Accuracy on held-out rows (one sample per problem at eval_temperature, rows split over ranks) over the
+    answers the verdict judged: NaN, undefined, when it judged none. With tools, the share of answers that ran code."""
     mine = rows[ndist.rank() :: ndist.world_size()]
     prompts = encode_prompts(mine, tokenizer, cfg)
     params = SamplingParams(cfg.max_new_tokens, cfg.eval_temperature, cfg.top_p, tuple(cfg.stop), seed=cfg.seed + 12345)
@@ -77,13 +77,12 @@ def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg, prefilled_think:
 
 def prompt_ids(task: Task, row: dict, tokenizer, tool_cfg: tools.ToolConfig | None = None) -> tuple[list[int], bool]:
     """Token ids of the prompt, and whether the chat template ended it with `<think>` (R1-Distill).
-    With tools, a chat model's system message also says how to run code (tools.system_prompt). A training task's
-    prompt is the trainer's (its template; raw on a model without a chat template)."""
-    if task.template:
+    With tools, a chat model's system message also says how to run code (tools.system_prompt)."""
+    if task.template:  # a training task: the trainer's prompt, in its template (raw without a chat template)
         template = task.template if getattr(tokenizer, "chat_template", None) else "raw"
         system = tools.system_prompt(tool_cfg) if tool_cfg is not None and template != "raw" else None
         text = data.format_prompt(row, tokenizer, template, system_prompt=system)
-        return data.encode_prompt(row, tokenizer, template, system_prompt=system), text.rstrip().endswith("<think>")
+        return tokenizer(text, add_special_tokens=template == "raw")["input_ids"], text.rstrip().endswith("<think>")
     messages = benchmarks.user_messages(task, row)
     if tool_cfg is not None and getattr(tokenizer, "chat_template", None):
         base = messages[0]["content"] if messages[0]["role"] == "system" else ""
@@ -263,9 +262,6 @@ def evaluate(
         device = f"cuda:{torch.cuda.current_device()}"
     dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
     loaded = [t if isinstance(t, Task) else benchmarks.load_task(t, data_dir, limit) for t in tasks]
-    unjudged = [t.name for t in loaded if not callable(t.reward)]  # a name would be a reward nobody registered
-    if unjudged:
-        raise ValueError(f"eval task(s) {unjudged}: the reward is not a function (nanogrpo/rewards.py)")
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -235,9 +235,11 @@ def test_a_reward_is_a_function_never_a_name_that_falls_back(tmp_path):
         C.load([f"task={f}:mine"])
     with pytest.raises(C.ConfigError, match="unknown reward 'numbr'"):
         C.load(["rewards=numbr"])
-    from nanogrpo.tasks import TASKS
+    from nanogrpo.tasks import TASKS, benchmarks
 
     assert all(callable(t.reward) for t in TASKS.values())
+    with pytest.raises(ValueError, match="eval task 'x': its reward 'math' is not a function"):
+        benchmarks.Task("x", "math", [{"problem": "1+1", "answer": "2"}], 1, str)  # eval.py's tasks too
 
 
 @pytest.mark.parametrize("args, match", [

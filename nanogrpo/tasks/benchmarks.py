@@ -77,6 +77,10 @@ class Task:
     cpu_max_new_tokens: int = 0  # the budget on CPU when none is asked for (0: CUSTOM_CPU_MAX_NEW_TOKENS)
     template: str = ""  # a training task's (nanogrpo/tasks Task): its prompts are the trainer's, in this template
 
+    def __post_init__(self):
+        if not callable(self.reward):  # a name would be a reward nobody registered: never scored by another
+            raise ValueError(f"eval task {self.name!r}: its reward {self.reward!r} is not a function (rewards.py)")
+
 
 # Default n as open-r1 reports (AIME 64, MATH-500 4, LiveCodeBench 16). AMC 2023: 16, its 40 problems are
 # as noisy as AIME's 30. GSM8K and HumanEval: 1 (large or easy enough that one sample per problem is stable).
