@@ -19,13 +19,20 @@ dataset's own: code rows by `code`, the others by `math`).
 
 from __future__ import annotations
 
+import numbers
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from math import isfinite
 
 from nanogrpo import answer as _answer
 from nanogrpo import shaping, usercode
 from nanogrpo.data import is_code_row
+
+
+class RewardError(ValueError):
+    """A reward function returned what no reward is (not a finite number or None), or the weighted sum overflowed:
+    the reward (a user's, most likely) or `reward_weights` is wrong. train.py exits 2 naming it, before the update."""
 
 
 @dataclass
@@ -56,9 +63,15 @@ class Scoring:
         batch.verdicts = judge(self.verdict, batch.answers, batch.rows)
         parts = {"accuracy": batch.verdicts}
         for name, _, fn in self.terms:
-            parts.setdefault(name, checked(name, fn(batch), len(batch.texts)))
-        total = [None if any(parts[n][i] is None for n, _, _ in self.terms)
-                 else sum(w * parts[n][i] for n, w, _ in self.terms) for i in range(len(batch.texts))]
+            parts.setdefault(name, checked(name, fn(batch), batch.rows))
+        total = []
+        for i, row in enumerate(batch.rows):
+            terms = [parts[n][i] for n, _, _ in self.terms]
+            total.append(None if None in terms else sum(w * t for (_, w, _), t in zip(self.terms, terms)))
+            if total[-1] is not None and not isfinite(total[-1]):  # finite terms, weights that overflow the sum
+                raise RewardError(f"config key 'reward_weights': the weighted sum of rewards {[n for n, _, _ in self.terms]}"
+                                  f" = {terms} with weights {[w for _, w, _ in self.terms]} is {total[-1]} (row "
+                                  f"{_shown(row)}): a reward must be finite")
         return total, parts
 
 
@@ -97,7 +110,7 @@ def names() -> tuple[str, ...]:
 
 def judge(verdict: Callable, completions: list[str], rows: list[dict]) -> list[float | None]:
     """The verdict of each completion on its row (train.py and eval.py both come here)."""
-    return checked(getattr(verdict, "__name__", "verdict"), verdict(completions, **columns_of(rows)), len(completions))
+    return checked(getattr(verdict, "__name__", "verdict"), verdict(completions, **columns_of(rows)), rows)
 
 
 def columns_of(rows: list[dict]) -> dict[str, list]:
@@ -106,11 +119,30 @@ def columns_of(rows: list[dict]) -> dict[str, list]:
     return {k: [r.get(k) for r in rows] for k in keys}
 
 
-def checked(name: str, values, n: int) -> list:
+def checked(name: str, values, rows: list) -> list[float | None]:
+    """A reward function's values, as the trainer may use them: one per completion, each None (could not be
+    computed) or a finite real number. Anything else is a broken reward (a user's, most likely), not a verdict
+    on the model: a RewardError naming the reward, the value and the row, raised before the step's update.
+    Why not None: an inf, a NaN or a string would be dropped silently every step it appears, biasing what is
+    learned towards the completions the reward can score; an error says where the reward is wrong."""
     values = list(values)
-    if len(values) != n:  # a reward that lost or gained items would be summed onto the wrong completions
-        raise ValueError(f"reward {name!r} gave {len(values)} values for {n} completions")
-    return values
+    if len(values) != len(rows):  # a reward that lost or gained items would be summed onto the wrong completions
+        raise RewardError(f"config key 'rewards': reward {name!r} gave {len(values)} values for {len(rows)} completions")
+    out = []
+    for v, row in zip(values, rows):
+        if v is not None and (not isinstance(v, numbers.Real) or not isfinite(v)):
+            what = f"{v!r} ({type(v).__name__})" if not isinstance(v, numbers.Real) else f"{v}"
+            raise RewardError(f"config key 'rewards': reward {name!r} returned {what[:80]} for row {_shown(row)}: a "
+                              "reward is a finite number, or None when it cannot be computed")
+        out.append(None if v is None else float(v))
+    return out
+
+
+def _shown(row) -> str:
+    """A row, short, for an error message: its id or its problem's start."""
+    if isinstance(row, dict):
+        return repr(row.get("id") or str(row.get("problem", ""))[:60])
+    return repr(str(row)[:60])
 
 
 # ---------------------------------------------------------------- the verifiers

@@ -155,7 +155,7 @@ def test_a_name_that_does_not_resolve_is_an_error_at_load(arg, user_files, tmp_p
 def test_a_misnamed_file_stops_train_and_eval_with_exit_2_before_any_model(user_files, tmp_path):
     """From the command line: exit 2 with the error named, before the (missing) model is loaded or anything
     written."""
-    run = lambda *a: subprocess.run([sys.executable, *a], cwd=ROOT, capture_output=True, text=True, timeout=300)  # noqa
+    run = lambda *a: subprocess.run([sys.executable, *a], cwd=ROOT, capture_output=True, text=True, timeout=600)  # noqa
     got = run("train.py", f"task={tmp_path}/countdown.py:countdwn", f"model={tmp_path}/no-model",
               f"out_dir={tmp_path}/out")
     assert got.returncode == 2 and "error: config key 'task'" in got.stderr and "countdwn" in got.stderr

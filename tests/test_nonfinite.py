@@ -23,6 +23,11 @@ from test_bad_input import small
 
 
 # -- rewards -----------------------------------------------------------------------------------------------------
+def score_batch(texts, rows, names, weights=None):
+    """A reward list (rewards.Scoring) on completions whose answers are the whole texts."""
+    return rewards.scoring(names, weights or [], rewards.by_row)(rewards.Batch(texts, texts, rows))
+
+
 @pytest.fixture
 def user_reward(monkeypatch):
     """Register a user's reward, as users add one today (shaping.SHAPING, before the config is read)."""
@@ -40,16 +45,16 @@ def test_a_reward_that_is_no_finite_number_is_named(user_reward, value, said):
 
     name = user_reward(lambda b: [0.0, value])
     with pytest.raises(RewardError, match=rf"'rewards': reward 'mine' {said} for row '2\+2'"):
-        rewards.score_batch(["1", "2"], [{"problem": "1+1", "answer": "2"}, {"problem": "2+2", "answer": "4"}],
+        score_batch(["1", "2"], [{"problem": "1+1", "answer": "2"}, {"problem": "2+2", "answer": "4"}],
                             ["exact", name])
     user_reward(lambda b: [np.float32(0.5), None])  # numpy numbers and None are rewards
-    total, parts = rewards.score_batch(["2", "4"], [{"answer": "2"}, {"answer": "4"}], ["exact", name])
+    total, parts = score_batch(["2", "4"], [{"answer": "2"}, {"answer": "4"}], ["exact", name])
     assert total == [1.5, None] and parts[name] == [0.5, None]
 
 
 def test_weights_that_overflow_the_weighted_sum_are_named():
     with pytest.raises(RewardError, match=r"'reward_weights': the weighted sum .* is inf"):
-        rewards.score_batch(["<think>a</think>2"], [{"answer": "2"}], ["number", "think_format"], [1e308, 1e308])
+        score_batch(["<think>a</think>2"], [{"answer": "2"}], ["number", "think_format"], [1e308, 1e308])
 
 
 def test_a_user_reward_returning_inf_once_stops_the_run_before_its_update(warm_model_dir, tmp_path, user_reward):
