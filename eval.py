@@ -108,6 +108,10 @@ def main(argv: list[str] | None = None) -> dict:
         if problem:
             ap.error(f"{flag} {path!r}: {problem} (checked before generating, so no evaluation is lost; --resume "
                      "continues a stopped eval there)")
+    try:  # every task loads now, before the model: an unknown name or a bad file stops here, not after generating
+        loaded = [benchmarks.load_task(t, args.data, args.limit) for t in specs]
+    except (ValueError, FileNotFoundError) as e:
+        ap.error(f"--tasks: {e}")
     # a Hub id becomes its snapshot in the HF cache, as in train.py (after the cheap checks: a download can be
     # long); a local path is returned as it is and checked below
     try:
@@ -121,10 +125,6 @@ def main(argv: list[str] | None = None) -> dict:
         M.check_tokenizer_files(args.model)
     except (FileNotFoundError, M.ModelError) as e:
         ap.error(f"--model: {e}")
-    try:  # every task loads now: an unknown name or a bad file stops here, not after generating
-        loaded = [benchmarks.load_task(t, args.data, args.limit) for t in specs]
-    except (ValueError, FileNotFoundError) as e:
-        ap.error(f"--tasks: {e}")
     tool_cfg = None
     if args.tools:  # the same keys and checks as train.py's config (a missing or broken tools file stops here)
         try:

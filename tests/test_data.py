@@ -240,6 +240,7 @@ def test_stream_rejects_indivisible_batch():
 def test_math_eval_template_is_the_prompt_eval_py_scores():
     """template="math_eval" trains on exactly the token ids eval.py gives the same row (gsm8k task)."""
     import eval as eval_cli
+    from nanogrpo import rewards
     from nanogrpo.tasks import benchmarks
     from tiny import build_tokenizer
 
@@ -247,7 +248,7 @@ def test_math_eval_template_is_the_prompt_eval_py_scores():
     tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
                          "{% if add_generation_prompt %}<|assistant|>{% endif %}")
     row = {"problem": "Ava has 3 apples and gets 4 more. How many apples does she have?", "answer": "7"}
-    task = benchmarks.Task("gsm8k", "math", [row], 1, benchmarks.math_prompt)
+    task = benchmarks.Task("gsm8k", rewards.math, [row], 1, benchmarks.math_prompt)
     ids, _ = eval_cli.prompt_ids(task, row, tok)
     assert encode_prompt(row, tok, "math_eval") == ids
     assert "Think step by step" in format_prompt(row, tok, "math_eval")

@@ -4,6 +4,7 @@ list, both named in the config as PATH.py:NAME; a name that does not resolve is 
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -160,6 +161,27 @@ def test_a_misnamed_file_stops_train_and_eval_with_exit_2_before_any_model(user_
               f"out_dir={tmp_path}/out")
     assert got.returncode == 2 and "error: config key 'task'" in got.stderr and "countdwn" in got.stderr
     assert not (tmp_path / "out").exists()
-    got = run("eval.py", "--model", "models/tiny-arithmetic", "--tasks", f"{tmp_path}/countdown.py:countdwn",
+    got = run("eval.py", "--model", f"{tmp_path}/no-model", "--tasks", f"{tmp_path}/countdown.py:countdwn",
               "--out", f"{tmp_path}/r.json")
-    assert got.returncode == 2 and "countdwn" in got.stderr and not (tmp_path / "r.json").exists()
+    assert got.returncode == 2 and "error: --tasks" in got.stderr and "countdwn" in got.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+EVAL_BAD = {  # eval.py --tasks ... -> what the error says (the model named does not exist: the task is checked first)
+    "{d}/missing.py:countdown": "--tasks: .*missing.py.*not a file",
+    "{d}/countdown.py:countdwn": "--tasks: .*countdown.py has no 'countdwn'",
+    "{d}/countdown.py": "--tasks: .*countdown.py' is a Python file: name .*countdown.py:NAME",
+    "{d}/my_rewards.py:not_a_function": "--tasks: .*not_a_function is not a Task",
+    "gsm8k,gsm8kk": "--tasks: unknown eval task 'gsm8kk'",
+}
+
+
+@pytest.mark.parametrize("spec", list(EVAL_BAD))
+def test_eval_names_a_task_that_does_not_resolve_before_the_model(spec, user_files, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        eval_cli.main(["--model", f"{tmp_path}/no-model", "--tasks", spec.format(d=tmp_path),
+                       "--out", f"{tmp_path}/r.json"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search("error: " + EVAL_BAD[spec], err), err
+    assert not (tmp_path / "r.json").exists()

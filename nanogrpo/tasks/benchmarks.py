@@ -257,6 +257,8 @@ def load_task(spec: str, data_dir: str | Path | None = None, limit: int | None =
                     meta={"window": [str(d) for d in LCB_V5]})
     elif not path and ":" in name:  # a training task: PATH.py:NAME, or PREFIX:NAME of a task source
         task = training_task(name, limit)
+    elif name.endswith(".py") and not path:
+        raise ValueError(f"{name!r} is a Python file: name what in it is the task, {name}:NAME")
     else:
         raise ValueError(f"unknown eval task {name!r}: expected one of {', '.join(TASKS)}, NAME=PATH.jsonl, "
                          "NAME=OWNER/DATASET (a Hub dataset) or PATH.py:NAME (a task of your own)")
