@@ -7,6 +7,8 @@ answer: every box, a final-answer statement after them, else the last statement 
 the comparison (`_plan`: relations and approximations, exact rationals for numbers, math-verify for the rest).
 A verdict is 1.0 / 0.0, or None when it could not be computed (the gold cannot be read, the checker broke):
 an infrastructure verdict, never the model's fault; a wrong answer is always 0.
+Over 500 lines because it is that one procedure whole, held to one labelled corpus (data/judge/corpus.jsonl):
+split, a step could be changed without the others that the corpus tests with it.
 
 - `judge_math`    the strict judge, batched: the rules here, math-verify in worker processes for the symbolic rest.
 - `judge_number`  GSM8K / AIME: the same procedure, and the answer must be the number itself.

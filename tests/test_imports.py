@@ -1,5 +1,6 @@
 """No import circles: the graph of nanogrpo's own imports (module level and inside functions) is acyclic,
-and train.py reaches the evaluation code through the library, never through the eval.py entry script."""
+and train.py reaches the evaluation code through the library, never through the eval.py entry script; a module
+over 500 lines says why in its docstring."""
 
 import ast
 from pathlib import Path
@@ -74,3 +75,11 @@ def test_no_import_circles_in_nanogrpo():
 def test_train_does_not_import_the_eval_script():
     names = _imports(ROOT / "train.py", "")
     assert "eval" not in names and "nanogrpo.evaluate" in names
+
+
+def test_a_module_over_500_lines_says_why_in_its_docstring():
+    """Short files with one job: a longer one says in its docstring why it is one file ("over 500 lines")."""
+    long = {p.relative_to(ROOT): len(p.read_text().splitlines()) for p in (ROOT / "nanogrpo").rglob("*.py")}
+    silent = [f"{p} ({n} lines)" for p, n in long.items()
+              if n > 500 and "over 500 lines" not in (ast.get_docstring(ast.parse((ROOT / p).read_text())) or "").lower()]
+    assert not silent, f"over 500 lines with no docstring saying why: {silent}"

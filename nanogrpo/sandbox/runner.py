@@ -11,6 +11,8 @@ Requests: {"op": "probe"} | {"op": "exec", "job": str, "files": {name: text}, "a
 "stdin": str, "limits": {...}, "clean"?, "fresh_interpreter"?, "hash_seed"?} | {"op": "end", "job": str}.
 Replies are one JSON object each.
 Also usable once from a command line (`runner.py once REQUEST.json`): the E2B backend does that.
+Over 500 lines because it is the whole in-sandbox side of one execution (request loop, supervisor, fork server,
+in-process runner), stdlib only and copied into the sandbox beside confine.py and seccomp.py, its only imports.
 """
 import atexit
 import errno
