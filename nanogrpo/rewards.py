@@ -91,7 +91,7 @@ def term(name: str) -> Callable:
         return lambda b: b.verdicts
     if usercode.is_spec(name):  # TRL's signature, on the whole completions
         fn = usercode.load(name, "rewards")
-        return lambda b: fn(b.texts, **columns_of(b.rows))
+        return lambda b: called(label(name), fn, b.texts, b.rows)
     if name not in shaping.SHAPING:
         raise ValueError(f"unknown reward {name!r}: expected one of {', '.join(names())} or PATH.py:FN")
     return shaping.SHAPING[name]
@@ -110,7 +110,17 @@ def names() -> tuple[str, ...]:
 
 def judge(verdict: Callable, completions: list[str], rows: list[dict]) -> list[float | None]:
     """The verdict of each completion on its row (train.py and eval.py both come here)."""
-    return checked(getattr(verdict, "__name__", "verdict"), verdict(completions, **columns_of(rows)), rows)
+    name = getattr(verdict, "__name__", "verdict")
+    return checked(name, called(name, verdict, completions, rows), rows)
+
+
+def called(name: str, fn: Callable, completions: list[str], rows: list[dict]):
+    """fn(completions, **columns); a reward that raises (a user's: ours never do) is a RewardError naming it."""
+    try:
+        return fn(completions, **columns_of(rows))
+    except Exception as e:
+        raise RewardError(f"config key 'rewards': reward {name!r} raised {type(e).__name__}: {str(e)[:200]} (a reward "
+                          "returns None for a completion it cannot score)") from e
 
 
 def columns_of(rows: list[dict]) -> dict[str, list]:

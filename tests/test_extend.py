@@ -69,6 +69,10 @@ def brevity(completions, **columns):
 
 def not_a_function():
     return 3
+
+
+def broken(completions, **columns):
+    return [len(c) / columns["no_such_field"][0] for c in completions]
 '''
 
 
@@ -89,6 +93,16 @@ def test_the_task_pays_by_its_own_reward_not_a_number(user_files):
     task = tasks.get(f"{user_files[0]}:countdown")
     row = {"problem": "3 5 7=", "numbers": [3, 5, 7], "target": 22}
     assert rewards.judge(task.reward, ["3*5+7", "22", "3*5+8", "3*5*7"], [row] * 4) == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_a_user_reward_that_raises_is_named_not_a_traceback(user_files):
+    """A user's reward or task reward that raises is a RewardError naming it (train.py: exit 2 before the update)."""
+    row = {"problem": "3 5 7=", "numbers": [3, 5, 7], "target": 22}
+    batch = rewards.Batch(["3*5+7"], ["3*5+7"], [row])
+    with pytest.raises(rewards.RewardError, match="reward 'broken' raised KeyError: 'no_such_field'"):
+        rewards.scoring(["accuracy", f"{user_files[1]}:broken"], [], tasks.get(f"{user_files[0]}:countdown").reward)(batch)
+    with pytest.raises(rewards.RewardError, match="reward 'broken' raised KeyError"):
+        rewards.judge(usercode.load(f"{user_files[1]}:broken", "test"), ["3*5+7"], [row])
 
 
 def test_a_task_and_a_reward_from_user_files_train_two_steps(tiny_model_dir, user_files, tmp_path):
