@@ -26,7 +26,8 @@ def load(spec: str, key: str):
     path, _, name = spec.rpartition(":")
     file = Path(path).resolve()
     if not file.is_file():
-        raise ConfigError(f"config key '{key}': {spec!r} names {path!r}, which is not a file")
+        where = "" if Path(path).is_absolute() else f" (a relative path is read from the working directory, {Path.cwd()})"
+        raise ConfigError(f"config key '{key}': {spec!r} names {path!r}, which is not a file{where}")
     stamp = f"{file}:{file.stat().st_mtime_ns}"  # an edited file is imported again
     module_name = "nanogrpo_user_" + hashlib.sha256(stamp.encode()).hexdigest()[:12]
     module = sys.modules.get(module_name)

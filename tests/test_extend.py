@@ -151,6 +151,7 @@ def test_eval_takes_a_task_of_ones_own(tiny_model_dir, user_files, tmp_path):
 
 BAD = {  # what the config names -> what the error says
     "task={d}/missing.py:countdown": "config key 'task': .*missing.py.*not a file",
+    "task=missing.py:countdown": "config key 'task': .*not a file \\(a relative path is read from the working directory",
     "task={d}/countdown.py:countdwn": "config key 'task': .*countdown.py has no 'countdwn'",
     "task=arithmetc": "config key 'task': unknown task 'arithmetc' \\(did you mean 'arithmetic'\\?\\)",
     "task={d}/countdown.py": "config key 'task': .*countdown.py' is a Python file: name .*countdown.py:NAME",
