@@ -30,6 +30,7 @@ from pathlib import Path
 
 from nanogrpo import dist, files, hub, tools, usercode
 from nanogrpo.tasks import benchmarks
+from nanogrpo.tasks.reasoning_gym import split_top
 from nanogrpo import config as C
 from nanogrpo import model as M
 # the work is done in the library (one path with train.py's in-run evals); these names stay importable from here
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> dict:
         ap.error("--n must be >= 1")
     if args.limit is not None and args.limit < 1:
         ap.error(f"--limit must be >= 1 (the first K problems of each task), got {args.limit}")
-    specs = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    specs = [t.strip() for t in split_top(args.tasks) if t.strip()]  # reasoning_gym:NAME(K=V, K=V) has commas
     if not specs:
         ap.error(f"--tasks {args.tasks!r} names no task (known: {','.join(benchmarks.TASKS)})")
     if not (math.isfinite(args.temperature) and (args.temperature == 0 or args.temperature >= 0.01)):

@@ -252,7 +252,10 @@ def is_code_row(row) -> bool:
 
 
 def default_instruction(row: dict) -> str:
-    """The instruction appended to a chat prompt: the math one, or the code one for a code row."""
+    """The instruction appended to a chat prompt: the row's own ("": none, a Reasoning Gym question says what it
+    wants), else the math one, or the code one for a code row."""
+    if "instruction" in row:
+        return row["instruction"]
     if is_code_row(row):
         return DEFAULT_CODE_INSTRUCTION.format(language=row.get("language") or "python")
     return DEFAULT_MATH_INSTRUCTION
@@ -303,6 +306,7 @@ def prompt_messages(row: dict, template: str = "chat", system_prompt: str | None
         user += f"\n\nStart from this code:\n```\n{row['starter_code']}\n```"
     if instruction:
         user += "\n" + instruction
+    system_prompt = system_prompt or row.get("system_prompt")  # `system_prompt`, else the row's own (Reasoning Gym)
     return ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
         {"role": "user", "content": user}
     ]

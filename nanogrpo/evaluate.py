@@ -56,7 +56,8 @@ def heldout_rows(cfg) -> list[dict]:
     if not source:
         return []
     kind, gold_check = row_kind(cfg)
-    return tasks.load_rows(source, kind, split="test", seed=cfg.seed, gold_check=gold_check)[: cfg.eval_size]
+    n = cfg.eval_size if source.partition(":")[0] in tasks.SOURCES else None  # a source's set: exactly eval_size
+    return tasks.load_rows(source, kind, split="test", n=n, seed=cfg.seed, gold_check=gold_check)[: cfg.eval_size]
 
 
 def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg, prefilled_think: bool = False,

@@ -130,7 +130,7 @@ def scan(records: list[tuple[str, dict]], column: str, index: Index, names: list
 
 
 def load_training(source: str, split: str, subset: str | None, n: int | None) -> list[tuple[str, dict]]:
-    if source in tasks.TASKS:  # a built-in task: its generated train rows
+    if source in tasks.TASKS or source.partition(":")[0] in tasks.SOURCES:  # a task (reasoning_gym:...): its rows
         return [(f"{source}[{split}] row {i}", r) for i, r in enumerate(tasks.load_rows(source, split=split, n=n), 1)]
     return data.read_records(source, split, subset)
 

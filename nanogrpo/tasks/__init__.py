@@ -38,8 +38,11 @@ TASKS = {
     "word_problems": Task(word_problem_rows, rewards.number, "math_eval"),
     "word_problems_large": Task(large_word_problem_rows, rewards.number, "math_eval"),
 }
-# "PREFIX:NAME" task sources: prefix -> source(NAME) -> Task, imported when a config names one
+# "PREFIX:NAME" task sources: prefix -> source(NAME) -> Task (a ValueError naming a bad NAME)
 SOURCES: dict[str, Callable[[str], Task]] = {}
+from nanogrpo.tasks import reasoning_gym  # noqa: E402  (its package is imported only when a spec names it)
+
+SOURCES["reasoning_gym"] = lambda name: Task(*reasoning_gym.task(name))
 
 
 def get(spec: str, key: str = "task") -> Task:
@@ -54,7 +57,10 @@ def get(spec: str, key: str = "task") -> Task:
         return _USER[spec][1]
     prefix, sep, name = spec.partition(":")
     if sep and prefix in SOURCES:
-        return SOURCES[prefix](name)
+        try:
+            return SOURCES[prefix](name)
+        except ValueError as e:
+            raise ConfigError(f"config key '{key}': {e}") from None
     if spec.endswith(".py"):
         raise ConfigError(f"config key '{key}': {spec!r} is a Python file: name what in it is the task, {spec}:NAME")
     if "/" not in spec and not Path(spec).suffix and not Path(spec).exists():  # a name, not a path or an id

@@ -20,7 +20,7 @@ import numpy as np
 
 from nanogrpo import ConfigError, answer, data, files, hub, rewards
 from nanogrpo.data import MATH_TEMPLATE
-from nanogrpo.tasks import convert
+from nanogrpo.tasks import convert, reasoning_gym
 
 # The math benchmarks are committed (data/benchmarks/, its README gives origin and licence): a clone
 # evaluates with no network and nothing beside it. NANOGRPO_DATA or --data point elsewhere.
@@ -240,7 +240,8 @@ def load_task(spec: str, data_dir: str | Path | None = None, limit: int | None =
     in the repository by default); `lcb` reads DATA_DIR/lcb.jsonl by default.
 
     A name outside the registry with a PATH or HUB is a custom math set (a held-out split, say)."""
-    name, _, path = spec.partition("=")
+    # reasoning_gym:NAME(K=V, ...) is a training task whose settings hold '=', not NAME=PATH
+    name, _, path = (spec, "", "") if reasoning_gym.is_spec(spec) else spec.partition("=")
     name = name.strip()
     data_dir = Path(data_dir) if data_dir else DEFAULT_DATA_DIR
     source = None
@@ -281,8 +282,11 @@ def training_task(spec: str, limit: int | None) -> Task:
     if task.rows is None:
         raise ValueError(f"{spec!r} is a dataset: evaluate it as NAME={spec}")
     rows = task.rows("test" if task.heldout else "train", limit or 500, 0)
-    return Task(spec.rpartition(":")[2], task.reward, rows, 1, lambda row: row["problem"], meta={"source": spec},
-                template=task.template)
+    meta = {"source": spec}
+    if reasoning_gym.is_spec(spec):  # what fixes its held-out set, into the results
+        meta.update(reasoning_gym.heldout_description(spec, len(rows)))
+    return Task(spec if reasoning_gym.is_spec(spec) else spec.rpartition(":")[2], task.reward, rows,
+                1, lambda row: row["problem"], meta=meta, template=task.template)
 
 
 def user_messages(task: Task, row: dict) -> list[dict]:
