@@ -4,13 +4,17 @@
     python scripts/bench_learning.py --seeds 5 --grpo-seeds 2     # the sweep: 5 warm starts x 2 GRPO seeds
     python scripts/bench_learning.py --nproc 2                    # each run under torchrun, 2 ranks (gloo)
     python scripts/bench_learning.py --seeds 5 --plot docs/reward_curve.png  key=value ...  (overrides go to train.py)
+    python scripts/bench_learning.py --config configs/rg_letter_counting.toml --model DIR --grpo-seeds 3
+        [--first-seed 100] [--target 0.2]        # another recipe and its model, GRPO seeds 100..102
 
 Warm start 0 is the committed default model (models/tiny-arithmetic); warm starts 1..N-1 are built here by
 `scripts/build_tiny_model.py --seed S` (the same recipe on this machine's kernels, so the sweep also says whether
-the recipe learns from starts it was not tuned on). Each run is `train.py configs/tiny_arithmetic.toml
-model=... seed=G` in a subprocess (1 and N ranks take the same path), `--jobs` of them at a time with the cores
-split between them; its log is OUT/ws{S}-g{G}/train.log. Held-out accuracy is read from metrics.jsonl: sampled
-at temperature 1 on 500 held-out sums never seen in training or in any warm start.
+the recipe learns from starts it was not tuned on). Each run is `train.py CONFIG model=... seed=G` (CONFIG:
+--config, default configs/tiny_arithmetic.toml; with --model, that model and no warm starts) in a subprocess (1
+and N ranks take the same path), `--jobs` of them at a time with the cores split between them; its log is
+OUT/ws{S}-g{G}/train.log. Held-out accuracy is read from metrics.jsonl (the default recipe: sampled at temperature 1
+on 500 held-out sums never seen in training or in any warm start). Per run: the completion tokens generated (dropped
+groups of dynamic sampling included), the wall time, and minutes per held-out point gained.
 """
 
 from __future__ import annotations
@@ -45,9 +49,12 @@ def warm_start(seed: int, out: Path, threads: int, committed: Path = DEFAULT_MOD
     return path
 
 
-def command(nproc: int, model: Path, seed: int, out_dir: Path, overrides: list[str]) -> list[str]:
-    args = [str(ROOT / "train.py"), str(ROOT / "configs" / "tiny_arithmetic.toml"), f"model={model}", f"seed={seed}",
-            f"out_dir={out_dir}", *overrides]
+DEFAULT_CONFIG = ROOT / "configs" / "tiny_arithmetic.toml"
+
+
+def command(nproc: int, model: Path, seed: int, out_dir: Path, overrides: list[str],
+            config: Path = DEFAULT_CONFIG) -> list[str]:
+    args = [str(ROOT / "train.py"), str(config), f"model={model}", f"seed={seed}", f"out_dir={out_dir}", *overrides]
     if nproc > 1:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *args]
     return [sys.executable, *args]
@@ -60,6 +67,23 @@ def read_metrics(out_dir: Path) -> list[dict]:
 
 def heldout(rows: list[dict]) -> list[tuple[int, float]]:
     return [(r["step"], r["heldout_accuracy"]) for r in rows if r.get("heldout_accuracy") is not None]
+
+
+def read_config(out_dir: Path) -> dict:
+    import tomllib
+
+    path = out_dir / "config.toml"
+    return tomllib.loads(path.read_text()) if path.is_file() else {}
+
+
+def model_name(model: Path, ws: int, given: bool) -> str:
+    """The table's model column: a given model's directory name, or the warm start with its steps."""
+    if given:
+        return model.name
+    info = json.loads((model / "warm_start.json").read_text())
+    tries = len(info.get("attempts", [])) or 1  # build_tiny_model.py retries a run that missed its target
+    return (f"{ws}{' (committed)' if ws == 0 else ''} ({info['steps_run']}"
+            f"{f', attempt {tries}' if tries > 1 else ''}{'' if info['reached_target'] else ', target missed'})")
 
 
 def plot(runs: list[dict], path: str) -> None:
@@ -96,17 +120,25 @@ def main() -> None:
     ap.add_argument("--nproc", type=int, default=1, help="ranks per run (torchrun, gloo)")
     ap.add_argument("--out", default="runs/bench-learning", help="warm starts and runs go here (runs are redone)")
     ap.add_argument("--plot", default="", help="write the held-out accuracy curves of every run here (PNG)")
+    ap.add_argument("--config", default=str(DEFAULT_CONFIG), help="the recipe every run trains")
+    ap.add_argument("--model", default="", help="train this model (no warm starts: --seeds 1)")
+    ap.add_argument("--first-seed", type=int, default=0, help="GRPO seeds first..first+G-1 (re-runs: seeds never used)")
+    ap.add_argument("--target", type=float, default=TARGET_GAIN, help="report when each run first gained this much")
     args, overrides = ap.parse_known_args()
     for name in ("seeds", "grpo_seeds", "jobs", "nproc"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
-    if not (DEFAULT_MODEL / "model.safetensors").is_file():
-        sys.exit(f"error: {DEFAULT_MODEL} is missing (it is committed: git checkout models/)")
+    if args.model and args.seeds != 1:
+        ap.error("--model trains one model: no warm starts (--seeds 1)")
+    committed = Path(args.model) if args.model else DEFAULT_MODEL
+    if not (committed / "model.safetensors").is_file():
+        sys.exit(f"error: {committed} is missing" + ("" if args.model else " (it is committed: git checkout models/)"))
     out = Path(args.out) if Path(args.out).is_absolute() else ROOT / args.out
     threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // (args.jobs * args.nproc)))
 
-    models = {s: warm_start(s, out, int(threads) * args.jobs) for s in range(args.seeds)}
-    queue = [dict(ws=s, g=g) for s in range(args.seeds) for g in range(args.grpo_seeds)]
+    models = {s: warm_start(s, out, int(threads) * args.jobs, committed) for s in range(args.seeds)}
+    seeds = range(args.first_seed, args.first_seed + args.grpo_seeds)
+    queue = [dict(ws=s, g=g) for s in range(args.seeds) for g in seeds]
     running, done, last_progress = [], [], time.time()
     while queue or running:
         while queue and len(running) < args.jobs:
@@ -115,7 +147,7 @@ def main() -> None:
             shutil.rmtree(run["dir"], ignore_errors=True)  # a fresh run each time (train.py refuses to overwrite)
             run["dir"].mkdir(parents=True)
             log = open(run["dir"] / "train.log", "w")
-            cmd = command(args.nproc, models[run["ws"]], run["g"], run["dir"], overrides)
+            cmd = command(args.nproc, models[run["ws"]], run["g"], run["dir"], overrides, Path(args.config))
             run["t0"] = time.time()
             run["proc"] = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                            env={**os.environ, "OMP_NUM_THREADS": threads})
@@ -125,7 +157,7 @@ def main() -> None:
         for run in running:  # when did the run first gain TARGET_GAIN? (to within this loop's period)
             if "to_target" not in run:
                 ev = heldout(read_metrics(run["dir"]))
-                if ev and ev[-1][1] - ev[0][1] >= TARGET_GAIN:
+                if ev and ev[-1][1] - ev[0][1] >= args.target:
                     run["to_target"] = (time.time() - run["t0"], ev[-1][0])
         for run in [r for r in running if r["proc"].poll() is not None]:
             running.remove(run)
@@ -148,23 +180,25 @@ def main() -> None:
     gains = [100 * (r["after"] - r["before"]) for r in done]
     steps = max(m["step"] for m in done[0]["metrics"])
     print()
-    print(f"{len(done)} runs of {steps} steps, {args.nproc} rank(s) each, {args.jobs} at a time, "
-          f"OMP_NUM_THREADS={threads}; held-out accuracy on 500 held-out sums, sampled at T=1")
+    cfg = read_config(done[0]["dir"])
+    print(f"{len(done)} runs of {steps} steps of {Path(args.config).name}, {args.nproc} rank(s) each, {args.jobs} at a "
+          f"time, OMP_NUM_THREADS={threads}; held-out accuracy on {cfg.get('eval_size')} held-out problems of "
+          f"{cfg.get('eval_task') or cfg.get('task')}, one sample each at T={cfg.get('eval_temperature')}")
     print()
-    print(f"| warm start (its steps) | GRPO seed | held-out before | after | gain | first +{100 * TARGET_GAIN:.0f} pts at | wall time |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| model | GRPO seed | held-out before | after | gain | first +{100 * args.target:.0f} pts at | wall time "
+          "| tokens generated | min per point |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r, gain in zip(done, gains):
-        ws = json.loads((models[r["ws"]] / "warm_start.json").read_text())
-        tries = len(ws.get("attempts", [])) or 1  # build_tiny_model.py retries a run that missed its target
-        name = (f"{r['ws']}{' (committed)' if r['ws'] == 0 else ''} ({ws['steps_run']}"
-                f"{f', attempt {tries}' if tries > 1 else ''}{'' if ws['reached_target'] else ', target missed'})")
         hit = f"step {r['to_target'][1]}, {r['to_target'][0] / 60:.1f} min" if "to_target" in r else "never"
-        print(f"| {name} | {r['g']} | {r['before']:.3f} | {r['after']:.3f} | {gain:+.1f} pts | {hit} | {r['seconds'] / 60:.1f} min |")
+        tokens = sum(m.get("generated_tokens", 0) for m in r["metrics"])
+        per_point = f"{r['seconds'] / 60 / gain:.1f}" if gain > 0 else "-"
+        print(f"| {model_name(models[r['ws']], r['ws'], bool(args.model))} | {r['g']} | {r['before']:.3f} | "
+              f"{r['after']:.3f} | {gain:+.1f} pts | {hit} | {r['seconds'] / 60:.1f} min | {tokens:,} | {per_point} |")
     std = statistics.stdev(gains) if len(gains) > 1 else 0.0
     hits = [r["to_target"][0] / 60 for r in done if "to_target" in r]
     print(f"| **all runs** | | | | mean {statistics.mean(gains):+.1f}, min {min(gains):+.1f}, max {max(gains):+.1f}, "
           f"std {std:.1f} pts | {len(hits)} of {len(done)}{f', latest {max(hits):.1f} min' if hits else ''} "
-          f"| max {max(r['seconds'] for r in done) / 60:.1f} min |")
+          f"| max {max(r['seconds'] for r in done) / 60:.1f} min | | |")
     if args.plot:
         plot(done, args.plot)
 

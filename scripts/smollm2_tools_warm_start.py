@@ -28,7 +28,6 @@ MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")  # 
 
 
 def build(out: Path, model: str, seed: int, rows: int, tool_frac: float, overrides: list[str]) -> dict:
-    import sft
     from nanogrpo import config as C
     from nanogrpo.tasks.word_problems import warm_start_rows
     from nanogrpo.tools import ToolConfig
@@ -36,13 +35,28 @@ def build(out: Path, model: str, seed: int, rows: int, tool_frac: float, overrid
     if not (Path(model) / "config.json").is_file():
         sys.exit(f"no model at {model}: convert SmolLM2 first (python scripts/smollm2_to_hf.py)")
     cfg = C.load([str(RECIPE), f"model={model}", *overrides])  # bad keys fail here, before any compute
+    made = warm_start_rows(rows, seed, tool_frac, ToolConfig.from_config(cfg))
+    info = sft_to_model(made, RECIPE, out, model, seed, overrides)
+    info.update(tool_frac=tool_frac, evals=[{k: m.get(k) for k in ("step", "heldout_accuracy", "heldout_tool_use")}
+                                            for m in info["evals"]])
+    (out / "warm_start.json").write_text(json.dumps(info, indent=1) + "\n")
+    return info
+
+
+def sft_to_model(rows: list[dict], recipe: Path, out: Path, model: str, seed: int, overrides: list[str]) -> dict:
+    """sft.py `recipe` on `rows` from `model`; OUT gets the last checkpoint's model files (not the optimizer), the rows
+    (warm_start_rows.jsonl) and warm_start.json (the recipe, the evals, the loss, the time). OUT.build/ is removed."""
+    import sft
+    from nanogrpo import config as C
+
+    cfg = C.load([str(recipe), f"model={model}", *overrides])
     build_dir = out.with_name(out.name + ".build")
     shutil.rmtree(build_dir, ignore_errors=True)
     build_dir.mkdir(parents=True)
     rows_file = build_dir / "rows.jsonl"
-    rows_file.write_text("".join(json.dumps(r) + "\n" for r in warm_start_rows(rows, seed, tool_frac, ToolConfig.from_config(cfg))))
+    rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     t0 = time.time()
-    metrics = sft.main([str(RECIPE), f"model={model}", f"task={rows_file}", f"out_dir={build_dir / 'sft'}", f"seed={seed}",
+    metrics = sft.main([str(recipe), f"model={model}", f"task={rows_file}", f"out_dir={build_dir / 'sft'}", f"seed={seed}",
                         *overrides])
     last = sorted((build_dir / "sft" / "checkpoints").glob("step_*"))[-1]
     shutil.rmtree(out, ignore_errors=True)
@@ -54,9 +68,8 @@ def build(out: Path, model: str, seed: int, rows: int, tool_frac: float, overrid
     shutil.copy2(rows_file, out / "warm_start_rows.jsonl")
     evals = [json.loads(x) for x in (build_dir / "sft" / "metrics.jsonl").read_text().splitlines()]
     evals = [m for m in evals if m.get("heldout_accuracy") is not None]
-    info = {"recipe": str(RECIPE.relative_to(ROOT)), "model": model, "seed": seed, "rows": rows, "tool_frac": tool_frac,
-            "steps": cfg.steps, "rows_per_step": cfg.prompts_per_step, "overrides": overrides,
-            "evals": [{k: m.get(k) for k in ("step", "heldout_accuracy", "heldout_tool_use")} for m in evals],
+    info = {"recipe": str(recipe.relative_to(ROOT)), "model": model, "seed": seed, "rows": len(rows),
+            "steps": cfg.steps, "rows_per_step": cfg.prompts_per_step, "overrides": overrides, "evals": evals,
             "final_loss": metrics.get("sft_loss"), "seconds": round(time.time() - t0)}
     (out / "warm_start.json").write_text(json.dumps(info, indent=1) + "\n")
     shutil.rmtree(build_dir)
