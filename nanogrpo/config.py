@@ -296,6 +296,9 @@ def validate(cfg: Config, here: bool = True) -> Config:
     _check_task_and_rewards(cfg)
     if 0 < cfg.dual_clip <= 1 + cfg.clip_high:  # a cap below the clipped arm would cut ordinary tokens' gradients
         raise ConfigError(f"config key 'dual_clip' must be 0 (off) or > 1 + clip_high = {1 + cfg.clip_high}; got {cfg.dual_clip}")
+    if cfg.dual_clip and cfg.policy_loss == "cispo":  # it caps the clip loss; CISPO's would ignore it (NeMo-RL refuses it too)
+        raise ConfigError(f"config key 'dual_clip' = {cfg.dual_clip} caps the clip loss (policy_loss = 'clip'); with "
+                          "policy_loss = 'cispo' it would have no effect: set dual_clip = 0 (cispo_high caps CISPO's weight)")
     if cfg.max_logprob_gap < 0 and cfg.max_logprob_gap != -1:
         raise ConfigError(f"config key 'max_logprob_gap' must be >= 0 (0 = off) or -1 (by precision); got {cfg.max_logprob_gap}")
     _check_exact(cfg)

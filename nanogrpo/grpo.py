@@ -19,9 +19,9 @@ Every choice is a config knob (default in brackets); docs/grpo.md derives each o
 - `mu` [1]: optimisation passes over one batch; with mu = 1 the old log-probs are the current ones, detached.
 - `beta` [0]: KL to a frozen reference (with beta = 0 none is loaded); `kl_estimator` [k3] | k3_ratio | k2;
   `kl_clamp` [10]: the per-token estimate capped at this (0 = off).
-- `ratio_level` [token] | sequence (GSPO); `policy_loss` [clip] | cispo (capped, detached weight in
-  [1 - `cispo_low`, 1 + `cispo_high`]: [1] (no floor) and [4]); `dual_clip` [0 = off] caps a clip loss with A < 0
-  at -dual_clip·A (dual-clip PPO; verl uses 3).
+- `ratio_level` [token] | sequence (GSPO: log s_i capped at 10, as verl); `policy_loss` [clip] | cispo (capped,
+  detached weight in [1 - `cispo_low`, 1 + `cispo_high`]: [1] (no floor) and [4]); `dual_clip` [0 = off] caps a
+  clip loss with A < 0 at -dual_clip·A (dual-clip PPO; verl uses 3; refused with cispo, which it would not touch).
 - `loss_norm` [token]: Z = the step's valid completion tokens over micro-batches and ranks; `sequence`
   (w = 1/len, Z = completions: the original GRPO); `constant` (w = 1/max_new_tokens: Dr.GRPO).
 - Tool output inside a completion (nanogrpo/tools.py) is masked: no loss, not in Z nor in a length.
@@ -229,12 +229,18 @@ def dual_clip(pg, adv, cap: float):
     return torch.where(adv < 0, torch.minimum(pg, -cap * adv), pg)
 
 
+SEQ_LOG_RATIO_CAP = 10.0  # GSPO's log s_i is capped here, as verl's compute_policy_loss_gspo caps it
+
+
 def gspo_ratio(log_ratio, logp, mask, inside):
     """GSPO (`ratio_level = "sequence"`): s_i = exp(mean_t log ρ_it) over a completion's counted tokens, in the
     stop-gradient form s_i·π_θ/sg(π_θ): the value is s_i at every token, each token's gradient s_i·∇logp. s_i is
-    built from every token, so one token past the clamp stops its whole completion's gradient (the new `inside`)."""
+    built from every token, so one token past the clamp stops its whole completion's gradient (the new `inside`).
+    Every token can sit inside the clamp with their mean still far out (12, 12: s_i = e^12, a gradient of 8e4 per
+    token), so log s_i is capped at SEQ_LOG_RATIO_CAP: past it the ratio is e^10, and the cap's own derivative (0)
+    leaves the clip loss no gradient there."""
     seq = (log_ratio * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)  # (B, 1)
-    ratio = torch.exp(seq.detach() + logp - logp.detach())  # (B, T)
+    ratio = torch.exp((seq.detach() + logp - logp.detach()).clamp(max=SEQ_LOG_RATIO_CAP))  # (B, T)
     return ratio, (inside | (mask == 0)).all(1, keepdim=True).expand_as(inside)
 
 
