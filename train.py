@@ -26,8 +26,8 @@ from nanogrpo.rewards import RewardError
 from nanogrpo.optim import make_optimizer
 from nanogrpo.sampler import unwrap
 from nanogrpo.evaluate import context_length, evaluate, heldout_accuracy, heldout_rows
-from nanogrpo.rollout import (StepRollouts, Worker, check_prompts, code_opts, mean_valid, row_kind, run_scoring,
-                              task_template, trainer_sampler)
+from nanogrpo.rollout import (StepRollouts, Worker, check_filled, check_prompts, code_opts, mean_valid, row_kind,
+                              run_scoring, task_template, trainer_sampler)
 
 
 def load_task(cfg: C.Config) -> tuple[list[dict], list[dict]]:
@@ -286,7 +286,8 @@ def rank_rollouts(batch: StepRollouts, cfg: C.Config) -> dict:
             "len": [len(c.token_ids) for *_, c in flat], "trunc": [c.finish_reason == "length" for *_, c in flat],
             "tools": [tools.rollout_stats(c) for *_, c in flat] if cfg.tools else [],
             "tool_stats": batch.tool_stats,  # the tool loop's (nanogrpo/tools.py)
-            "gap": batch.gap, "rounds": batch.rounds, "drawn": batch.drawn, "generated": batch.generated_tokens}
+            "gap": batch.gap, "rounds": batch.rounds, "drawn": batch.drawn, "generated": batch.generated_tokens,
+            "topped_up": batch.topped_up}
 
 
 def step_metrics(everyone: list[dict], update: dict, times: dict, t_step: float, cfg: C.Config) -> dict:
@@ -305,8 +306,8 @@ def step_metrics(everyone: list[dict], update: dict, times: dict, t_step: float,
         "time_step": time.time() - t_step,
         "tokens_per_s": sum(lens) / (time.time() - t_step),
         **(tools.metrics([x for e in everyone for x in e["tools"]], [e["tool_stats"] for e in everyone]) if cfg.tools else {}),
-        **({"groups_drawn": sum(e["drawn"] for e in everyone), "sampling_rounds": max(e["rounds"] for e in everyone)}
-           if cfg.dynamic_sampling else {}),
+        **({"groups_drawn": sum(e["drawn"] for e in everyone), "sampling_rounds": max(e["rounds"] for e in everyone),
+            "groups_topped_up": sum(e["topped_up"] for e in everyone)} if cfg.dynamic_sampling else {}),
         **(async_metrics(everyone, update) if cfg.async_steps else {}),
     }
 
@@ -347,6 +348,7 @@ def train(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitS
 
         # 3. advantages over the whole step: every rank sees all rewards (groups never span ranks)
         everyone = dist.all_gather_object(rank_rollouts(batch, cfg))
+        check_filled(step, everyone, cfg)  # dynamic sampling out of rounds: stops the run (or, dynamic_top_up, warns)
         adv = grpo.advantages([x for e in everyone for x in e["reward"]], cfg.group_size, cfg.scale, cfg.adv_eps)
         n = len(batch.total)  # every rank holds the same number of completions
         rollouts = batch.for_update(adv[run.rank * n : (run.rank + 1) * n].tolist())

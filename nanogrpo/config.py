@@ -111,8 +111,10 @@ class Config:
     tis_cap: float = ranged(0.0, "[0, inf)")  # truncated importance-sampling weight cap for sampler/trainer mismatch and async staleness; 0 = off
     async_steps: int = ranged(0, "[0, 64]")  # generate the next k steps' rollouts while this step updates (a batch trains at most k weight versions after it was sampled; corrected by tis_cap); 0 = one phase at a time (nanogrpo/pipeline.py)
     sampler_ranks: int = ranged(0, "[0, 1024]")  # split placement: the last k torchrun ranks only sample (each its own device), the others only train; weights go to them after each update (nanogrpo/placement.py); 0 = every rank does both
-    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal and generate more prompts until the step has prompts_per_step groups with signal
-    dynamic_max_rounds: int = ranged(4, "[1, 1000]")  # dynamic_sampling: at most this many generate calls per step; then the step is topped up with dropped groups (advantage 0)
+    dynamic_sampling: bool = False  # DAPO: drop groups whose dynamic_metric values are all equal and generate more prompts until the step has prompts_per_step kept groups
+    dynamic_metric: str = one_of("accuracy", ("accuracy", "reward"))  # dynamic_sampling filters on: accuracy (the verifier's, shaping terms left out: verl's DAPO recipe, NeMo-RL) | reward (the total the advantage reads)
+    dynamic_max_rounds: int = ranged(10, "[1, 1000]")  # dynamic_sampling: at most this many generate calls per step (NeMo-RL's default); then the run stops, or tops the step up (dynamic_top_up)
+    dynamic_top_up: bool = False  # dynamic_sampling out of rounds: fill the step with dropped groups (counted as groups_topped_up, warned) instead of stopping the run (verl and NeMo-RL stop)
     kl_estimator: str = one_of("k3", ("k3", "k3_ratio", "k2"))  # k3 (gradient: reverse KL's) | k3_ratio (k3 x pi/pi_old: KL(pi||ref)'s gradient) | k2 (1/2 log^2 r)
     ratio_level: str = one_of("token", ("token", "sequence"))  # token (PPO/GRPO ratio per token) | sequence (GSPO: length-normalised sequence ratio)
     policy_loss: str = one_of("clip", ("clip", "cispo"))  # clip (PPO clipped surrogate) | cispo (capped, detached IS weight x logp x A: no token dropped)

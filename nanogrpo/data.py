@@ -364,19 +364,21 @@ class PromptStream:
     def epoch(self) -> int:
         return self.consumed // len(self.rows)
 
-    def global_batch(self) -> list[dict]:
-        """The next step's global batch (all ranks); advances the stream."""
+    def global_batch(self, size: int | None = None) -> list[dict]:
+        """The next `size` rows of the global order (default: a step's, prompts_per_step); advances the stream."""
+        size = self.prompts_per_step if size is None else size
         out = []
-        for k in range(self.consumed, self.consumed + self.prompts_per_step):
+        for k in range(self.consumed, self.consumed + size):
             epoch, i = divmod(k, len(self.rows))
             out.append(self.rows[self._order(epoch)[i]])
-        self.consumed += self.prompts_per_step
+        self.consumed += size
         return out
 
-    def next_batch(self) -> list[dict]:
-        """This rank's rows for the next step."""
-        per_rank = self.prompts_per_step // self.world_size
-        return self.global_batch()[self.rank * per_rank : (self.rank + 1) * per_rank]
+    def next_batch(self, count: int | None = None) -> list[dict]:
+        """This rank's rows for the next step, or its next `count` rows (dynamic sampling's later rounds: a
+        global batch of count x world rows, this rank's slice of it)."""
+        per_rank = self.prompts_per_step // self.world_size if count is None else count
+        return self.global_batch(per_rank * self.world_size)[self.rank * per_rank : (self.rank + 1) * per_rank]
 
     def __iter__(self):
         while True:

@@ -9,12 +9,13 @@ uses the same pieces, so a number from training means the same as one from evalu
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 
 import torch
 
-from nanogrpo import data, grpo, parity, rewards, tasks, tools
+from nanogrpo import data, dist, grpo, parity, rewards, tasks, tools
 from nanogrpo import ConfigError
 from nanogrpo.sampler import Completion, Sampler, SamplingParams
 from nanogrpo.torch_sampler import TorchSampler
@@ -215,17 +216,21 @@ def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, ran
     (parity.SamplerCheck) notes after each generate call whether the sampler used the trainer's weights and
     settings; the trainer rules on it over all ranks (train.py).
 
-    dynamic_sampling (DAPO): a group whose valid rewards are all equal has no signal (advantage 0 for every
-    member), so it is dropped and the next prompts are generated, until this rank holds its share of groups with
-    signal or `dynamic_max_rounds` generate calls were made; then the share is topped up with dropped groups
-    (A = 0: no gradient, counted by the normaliser as without dynamic sampling), so every step has the same shape."""
+    dynamic_sampling (DAPO): a group whose `dynamic_metric` values are all equal is dropped (by default the
+    verifier's accuracy, as verl's DAPO recipe and NeMo-RL filter: a group all wrong is dropped even when its shaping
+    terms differ), and more prompts are generated, until this rank holds its share of kept groups or
+    `dynamic_max_rounds` generate calls were made. A later round draws only the prompts still missing, scaled by the
+    fraction of groups this step kept so far (what that round is expected to need, at most a share): drawing exactly
+    the missing ones would take many more generate calls and run out of rounds far more often. Groups kept past the
+    share are not trained. When the rounds run out, the share is topped up with dropped groups so that every step
+    keeps its shape; `topped_up` counts them and `check_filled` (train.py) stops the run unless `dynamic_top_up`."""
     out, scoring = StepRollouts(step, version), scoring or run_scoring(cfg)
     params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
     dropped: list[tuple] = []
-    share = None
+    share = want = None  # want: this round's prompts (None: a step's share)
     for round_ in range(cfg.dynamic_max_rounds if cfg.dynamic_sampling else 1):
         t0 = time.time()
-        rows = stream.next_batch()  # this rank's prompts_per_step / world rows
+        rows = stream.next_batch(want)  # this rank's prompts_per_step / world rows, or `want` of them
         share = len(rows) if share is None else share
         prompts = encode_prompts(rows, tokenizer, cfg)
         params.seed = sampling_seed(cfg, step, rank, round_)
@@ -242,8 +247,7 @@ def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, ran
         out.rounds, out.drawn = out.rounds + 1, out.drawn + len(groups)
         out.generated_tokens += sum(len(c.token_ids) for g in groups for c in g)
         g = cfg.group_size
-        flat_r = torch.tensor([math.nan if x is None else x for x in total], dtype=torch.float64)
-        silent = grpo.zero_variance(flat_r.view(-1, g)).tolist() if cfg.dynamic_sampling else [False] * len(groups)
+        silent = filtered(total, parts, cfg) if cfg.dynamic_sampling else [False] * len(groups)
         for i in range(len(groups)):
             group = (rows[i], prompts[i], groups[i], total[i * g:(i + 1) * g],
                      {k: v[i * g:(i + 1) * g] for k, v in parts.items()}, correct[i * g:(i + 1) * g])
@@ -251,13 +255,44 @@ def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, ran
                 dropped.append(group)
             elif len(out.rows) < share:
                 _add(out, group)
-        if len(out.rows) >= share:
+        kept = len(out.rows)
+        if kept >= share:
             break
-    for group in dropped[: share - len(out.rows)]:
+        want = share if not kept else min(share, math.ceil((share - kept) * out.drawn / kept))
+    out.topped_up = share - len(out.rows)
+    for group in dropped[: out.topped_up]:
         _add(out, group)
     if sleep:
         sampler.sleep()  # on GPU: give the sampler's memory to the update; generate() wakes it (no-op on CPU)
     return out
+
+
+def filtered(total: list, parts: dict, cfg) -> list[bool]:
+    """Per group: dynamic sampling drops it, its `dynamic_metric` values (the verifier's accuracy, or the total
+    reward) being all equal (grpo.zero_variance: None left out)."""
+    values = parts["accuracy"] if cfg.dynamic_metric == "accuracy" else total
+    r = torch.tensor([math.nan if x is None else x for x in values], dtype=torch.float64)
+    return grpo.zero_variance(r.view(-1, cfg.group_size)).tolist()
+
+
+class DynamicSamplingError(ConfigError):
+    """Dynamic sampling ran out of rounds before a step had its groups (train.py exits 2 with it)."""
+
+
+def check_filled(step: int, everyone: list[dict], cfg) -> None:
+    """After the step's gather (`rank_rollouts` of every rank, so every rank rules alike): groups that dynamic
+    sampling topped up stop the run, as verl and NeMo-RL stop theirs, or with `dynamic_top_up` are counted and
+    warned about."""
+    short = sum(e["topped_up"] for e in everyone)
+    if not short:
+        return
+    what = (f"step {step + 1}: dynamic sampling made dynamic_max_rounds = {cfg.dynamic_max_rounds} generate calls and "
+            f"{short} of the step's {cfg.prompts_per_step} groups still had equal {cfg.dynamic_metric} values")
+    if not cfg.dynamic_top_up:
+        raise DynamicSamplingError(f"{what}, so the run stops. The data may be too hard (or too easy) for the "
+                                   "model: raise dynamic_max_rounds, or set dynamic_top_up = true to fill such steps "
+                                   "with dropped groups (counted as groups_topped_up)")
+    dist.print0(f"warning: {what}: topped up with {short} dropped groups (dynamic_top_up)", file=sys.stderr)
 
 
 def _add(out: StepRollouts, group: tuple) -> None:

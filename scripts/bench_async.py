@@ -138,8 +138,9 @@ def learn(args, overrides: list[str]) -> None:
     print(f"\n{args.seeds} GRPO seeds per arm from the committed warm start; OMP_NUM_THREADS={threads}, {args.jobs} "
           f"at a time; held-out accuracy on 500 held-out sums at T=1\n")
     print(f"| arm | overrides | gain per seed (pts) | mean | min | spread | tokens to +{100 * TARGET_GAIN:.0f} pts "
-          "(mean, runs that got there) | tokens generated in the run | trained completion length |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "(mean, runs that got there) | tokens generated in the run | trained completion length | generate calls per "
+          "step | tokens generated per step |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for arm in args.arms:
         rs = [done[arm, g] for g in range(args.seeds)]
         gains = [r["gain"] for r in rs]
@@ -147,7 +148,8 @@ def learn(args, overrides: list[str]) -> None:
         print(f"| {arm} | {' '.join(ARMS[arm]) or '-'} | {', '.join(f'{x:+.1f}' for x in gains)} | "
               f"{statistics.mean(gains):+.1f} | {min(gains):+.1f} | {max(gains) - min(gains):.1f} | "
               f"{f'{statistics.mean(hit):,.0f}' if hit else 'never'} ({len(hit)}/{len(rs)}) | "
-              f"{statistics.mean(r['all_tokens'] for r in rs):,.0f} | {statistics.mean(r['length'] for r in rs):.3f} |")
+              f"{statistics.mean(r['all_tokens'] for r in rs):,.0f} | {statistics.mean(r['length'] for r in rs):.3f} | "
+              f"{statistics.mean(r['rounds'] for r in rs):.2f} | {statistics.mean(r['step_tokens'] for r in rs):,.0f} |")
 
 
 def summary(m: list[dict], minutes: float) -> dict:
@@ -155,7 +157,9 @@ def summary(m: list[dict], minutes: float) -> dict:
     steps = [x for x in m if "completion_len_mean" in x]
     return {"gain": 100 * (ev[-1][1] - ev[0][1]), "before": ev[0][1], "after": ev[-1][1], "minutes": minutes,
             "tokens": tokens_to_target(m), "all_tokens": sum(x.get("generated_tokens", 0) for x in m),
-            "length": statistics.mean(x["completion_len_mean"] for x in steps)}  # per step, over the run
+            "length": statistics.mean(x["completion_len_mean"] for x in steps),  # per step, over the run
+            "rounds": statistics.mean(x.get("sampling_rounds", 1) for x in steps),  # dynamic sampling's generate calls
+            "step_tokens": statistics.mean(x.get("generated_tokens", 0) for x in steps)}
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ max(0, j - k) updates. train.py must give the same weights, bit for bit, with th
 
 import json
 import math
+import re
 import shutil
 import time
 from pathlib import Path
@@ -213,40 +214,87 @@ def test_dynamic_sampling_keeps_groups_with_signal_and_counts_what_it_drew(warm_
     assert any(m["groups_drawn"] > 4 for m in got), "the warm start has groups without signal: more were drawn"
 
 
-def test_dynamic_sampling_against_a_hand_count(warm_model_dir, monkeypatch):
+class Scripted:
+    """A sampler whose groups are scripted, one list of kinds per generate call, one kind per prompt: "both" (every
+    sample right), "one" (the first right), "none" (all wrong), "fmt" (all wrong, the first in <think> format)."""
+
+    def __init__(self, tok, script):
+        self.tok, self.script, self.seen = tok, iter(script), []
+
+    def generate(self, prompts, n, params):
+        from nanogrpo.sampler import Completion
+
+        self.seen.append(prompts)
+        answer = lambda p: re.findall(r"\d+", self.tok.decode(p).split("+")[0])[-1]  # noqa: E731
+        make = lambda text: Completion([1], [0.0], text, "stop")  # noqa: E731
+        text = {"both": lambda p, j: answer(p), "one": lambda p, j: answer(p) if j == 0 else "x",
+                "none": lambda p, j: "x", "fmt": lambda p, j: "<think>a</think>x" if j == 0 else "x"}
+        kinds = next(self.script)[: len(prompts)]  # a round may draw fewer prompts than scripted
+        return [[make(text[kind](p, j)) for j in range(n)] for p, kind in zip(prompts, kinds)]
+
+    def sleep(self):
+        pass
+
+
+class NoCheck:
+    def problems_after(self, *a):
+        return []
+
+
+def hand_run(model, script, *extra, prompts=3):
+    cfg = C.load([f"model={model}", f"prompts_per_step={prompts}", "group_size=2", "dynamic_sampling=true", *extra])
+    tok = M.load_tokenizer(model)
+    stream = data.PromptStream([{"problem": f"{i}+0=", "answer": str(i)} for i in range(30)], prompts, 0, 1, 0)
+    sampler = Scripted(tok, script)
+    return rollout.collect(0, 0, stream, sampler, tok, cfg, NoCheck(), 0), sampler, stream
+
+
+def test_dynamic_sampling_against_a_hand_count(warm_model_dir):
     """collect() with a sampler whose groups are scripted: which groups are kept, in what order, and the top-up."""
-    cfg = C.load([f"model={warm_model_dir}", "prompts_per_step=3", "group_size=2", "dynamic_sampling=true",
-                  "dynamic_max_rounds=3"])
-    tok = M.load_tokenizer(warm_model_dir)
-    rows = [{"problem": f"{i}+0=", "answer": str(i)} for i in range(9)]
-    stream = data.PromptStream(rows, 3, 0, 1, 0)
     # rounds of 3 prompts; per prompt: both right (no signal), one right (signal), both wrong (no signal)
-    script = iter([["both", "one", "none"], ["none", "none", "one"], ["both", "both", "both"]])
-    seen = []
-
-    class Scripted:
-        def generate(self, prompts, n, params):
-            seen.append(prompts)
-            from nanogrpo.sampler import Completion
-
-            answer = lambda p: tok.decode(p).split("+")[0][-1]  # noqa: E731
-            make = lambda text: Completion([1], [0.0], text, "stop")  # noqa: E731
-            kinds = next(script)
-            return [[make(answer(p) if kind != "none" and (kind == "both" or j == 0) else "x") for j in range(n)]
-                    for p, kind in zip(prompts, kinds)]
-
-        def sleep(self):
-            pass
-
-    class NoCheck:
-        def problems_after(self, *a):
-            return []
-
-    out = rollout.collect(0, 0, stream, Scripted(), tok, cfg, NoCheck(), 0)
+    out, sampler, _ = hand_run(warm_model_dir, [["both", "one", "none"], ["none", "none", "one"],
+                                                ["both", "both", "both"]], "dynamic_max_rounds=3")
+    seen = sampler.seen
     assert out.rounds == 3 and out.drawn == 9
     # kept: round 1's "one", round 2's "one", then topped up with the first dropped group (round 1's "both")
     assert out.total == [1.0, 0.0, 1.0, 0.0, 1.0, 1.0]
     assert out.prompts == [seen[0][1], seen[1][2], seen[0][0]]
+    assert out.topped_up == 1
+
+
+def test_dynamic_sampling_draws_only_the_prompts_still_missing(warm_model_dir):
+    """A later round draws the missing groups over the fraction kept so far (3 of 4 kept: 1 missing -> 2 prompts, not
+    another 4), and the stream moves by what was drawn, so a resumed run reads on from there."""
+    out, sampler, stream = hand_run(warm_model_dir, [["one", "one", "none", "one"], ["none", "one"]], prompts=4)
+    assert [len(p) for p in sampler.seen] == [4, 2]
+    assert out.rounds == 2 and out.drawn == 6 and out.topped_up == 0 and stream.consumed == 6
+    assert out.prompts == [*sampler.seen[0][:2], sampler.seen[0][3], sampler.seen[1][1]]
+
+
+@pytest.mark.parametrize("metric, kept", [("accuracy", 1), ("reward", 2)])
+def test_dynamic_sampling_filters_on_the_verifier_by_default(warm_model_dir, metric, kept):
+    """An all-wrong group whose shaping terms differ (one answer in <think> format, weighted in) has no signal on the
+    verifier's accuracy: dropped by default (verl's DAPO recipe filters on acc, NeMo-RL on the unshaped reward),
+    kept by dynamic_metric = reward."""
+    out, sampler, _ = hand_run(warm_model_dir, [["fmt", "one", "none"], ["none", "none", "none"]],
+                               'rewards=["accuracy", "think_format"]', "reward_weights=[1.0, 0.5]",
+                               f"dynamic_metric={metric}", "dynamic_max_rounds=2", "dynamic_top_up=true")
+    assert len(out.rows) == 3 and out.topped_up == 3 - kept
+    fmt_kept = out.prompts.index(sampler.seen[0][0]) < kept if sampler.seen[0][0] in out.prompts else False
+    assert fmt_kept == (metric == "reward")
+
+
+def test_dynamic_sampling_out_of_rounds_stops_the_run_or_counts_the_top_up(warm_model_dir, tmp_path, capsys):
+    """verl and NeMo-RL raise when their generation batches run out; so does a run here, naming it, unless
+    dynamic_top_up, which trains the step topped up with dropped groups, counts them and warns."""
+    run = lambda out, *extra: train.main(args(warm_model_dir, out, "dynamic_sampling=true", "dynamic_max_rounds=1",  # noqa: E731
+                                              "steps=2", "save_final=false", *extra))
+    with pytest.raises(rollout.DynamicSamplingError, match="dynamic_max_rounds = 1 generate calls and [1-4] of"):
+        run(tmp_path / "a")
+    run(tmp_path / "b", "dynamic_top_up=true")
+    got = [m for m in metrics(tmp_path / "b") if "groups_topped_up" in m]
+    assert len(got) == 2 and all(m["groups_topped_up"] == round(4 * m["zero_std_frac"]) for m in got)
+    assert any(m["groups_topped_up"] for m in got) and "topped up with" in capsys.readouterr().err
 
 
 @pytest.mark.slow
