@@ -314,9 +314,10 @@ def step_metrics(everyone: list[dict], update: dict, times: dict, t_step: float,
 
 def async_metrics(everyone: list[dict], update: dict) -> dict:
     """async_steps: the gap against the weights that sampled (what the gate reads), and against the current ones."""
-    tokens = sum(e["gap"][1] for e in everyone)
+    tokens, dev, var = (sum(e["gap"][i] for e in everyone) for i in (1, 2, 3))
     return {"logprob_gap": sum(e["gap"][0] for e in everyone) / tokens if tokens else float("nan"),
-            "logprob_gap_now": update["logprob_gap"]}  # the updates since sampling included: not a fault
+            "logprob_gap_now": update["logprob_gap"],  # the updates since sampling included: not a fault
+            "sample_z": dev / var**0.5 if var > 0 else float("nan")}  # with the weights that sampled, as the gap
 
 
 def train(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitStack) -> dict:
@@ -335,6 +336,7 @@ def train(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitS
 
     none_history: list[float] = []  # none_frac per step (check_rewards_alive)
     skipped: list[int] = []  # updates_skipped per step: a non-finite loss or gradient (grpo.check_finite)
+    sample_gate = parity.SampleGate(cfg.max_sample_z, cfg.temperature, cfg.top_p)  # the draws' calibration
     stopped = ""  # the stop signal's name, once one arrived (on any rank)
     for step in range(run.start, cfg.steps):
         t_step = time.time()
@@ -381,6 +383,7 @@ def train(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitS
         skipped.append(update["updates_skipped"])
         grpo.check_finite(skipped)
         run.gap_gate(step, metrics["logprob_gap"])  # warns, and stops a run whose sampler and trainer drifted apart
+        sample_gate(step, metrics["sample_z"])  # stops a run whose sampler draws from another distribution
 
         # 7. checkpoint, and a stop signal
         stopped = "" if last else stop.requested()  # an all-reduce: every rank stops after the same step

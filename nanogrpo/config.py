@@ -126,6 +126,7 @@ class Config:
     exact_logprobs: bool = False  # sampler=torch: recompute the sampler's log-probs with its own weights through the trainer's forward in the update's micro-batches: bit-equal to the trainer's (logprob_gap exactly 0) while the weights are (nanogrpo/parity.py)
     max_logprob_gap: float = -1.0  # a step whose logprob_gap is above this warns, gap_patience such steps in a row stop the run naming the likely cause (stale weights, dtype, kernels); 0 = off; -1 = by precision: 1e-3 at float32, 0.1 at bfloat16 / float16, and any gap > 0 with exact_logprobs (measured gaps and why: docs/precision.md)
     gap_patience: int = ranged(5, "[1, inf)")  # steps in a row above max_logprob_gap before the run stops
+    max_sample_z: float = ranged(6.0, "[0, inf)")  # the sampler's calibration check: a CUSUM of sample_z (the step's sampled tokens' log p against its expectation under the trainer's distribution at temperature / top_p, a z-score: nanogrpo/parity.py) above this stops the run; 0 = off (not computed)
 
     # --- LoRA (lora_rank = 0: full fine-tuning) ---
     lora_rank: int = ranged(0, "[0, inf)")  # rank r of the adapters; > 0 trains only them (base frozen), see nanogrpo/lora.py

@@ -34,6 +34,9 @@ Every choice is a config knob (default in brackets); docs/grpo.md derives each o
 - `exact_logprobs` [off] (nanogrpo/parity.py): logp_sampler recomputed from the sampler's own weights
   through this forward (`step`'s `behaviour`): bit-equal while the weights are, so c_it = 1 and the gap 0.
 - `skip_zero_advantage` [on]: completions with A = 0 are not run (they add exactly 0 when beta = 0).
+- `max_sample_z` [6] (nanogrpo/parity.py, SampleGate): the first pass's forward (and one without backward over the
+  completions skipped) also gives each sampled token's E[log p] and Var[log p] under the distribution the sampler
+  draws from; `sample_z` checks the draws against it.
 - A pass whose loss or gradient norm is not finite (NaN, inf: on any rank) makes no optimizer step: no weight,
   Adam moment or schedule moves (`apply_update`); `updates_skipped` counts them, and NONFINITE_PATIENCE steps in
   a row with one stop the run (`check_finite`): a non-finite number never reaches the weights.
@@ -52,6 +55,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+from torch.distributed.fsdp import FSDPModule
 
 from nanogrpo import dist, packing
 from nanogrpo.config import CHOICES
@@ -295,16 +299,18 @@ def make_batches(rollouts: list[Rollout], micro_batch_size: int, pad_id: int, cf
     return packing.make_batches(rollouts, counted, weights, micro_batch_size, pad_id, micro_batch_tokens)
 
 
-def batch_logprobs(model, b: packing.Batch, temperature: float, device, entropy: bool = False):
+def batch_logprobs(model, b: packing.Batch, temperature: float, device, entropy: bool = False, sampling=None):
     """(logp, entropy) of micro-batch `b` under `model`, in the loss layout ((B, T-1) padded, (N, L) packed),
-    0 off the completions."""
+    0 off the completions. sampling = (top_p, top_k): entropy is (..., 3), with the sampling distribution's
+    moments of log p (logprobs.chunked_logprobs)."""
     to = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
     lp, ent = model(to(b.input_ids), to(b.attention_mask), temperature=temperature, with_entropy=entropy,
-                    position_ids=to(b.position_ids), positions=to(b.positions))
+                    position_ids=to(b.position_ids), positions=to(b.positions), sampling=sampling)
     if b.positions is None:
         return lp, ent
-    dest = to(b.dest)
-    place = lambda x: torch.zeros(b.loss_mask.numel(), device=device).scatter(0, dest, x[0]).view(b.loss_mask.shape)  # noqa: E731
+    dest, n = to(b.dest), b.loss_mask.numel()
+    place = lambda x: torch.zeros((n, *x.shape[2:]), device=device).index_copy_(0, dest, x[0]).view(  # noqa: E731
+        *b.loss_mask.shape, *x.shape[2:])
     return place(lp), place(ent)
 
 
@@ -327,9 +333,17 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     trained = [r for r in rollouts if not skip or (r.advantage is not None and r.advantage != 0)]
     batches = make_batches(trained, cfg.micro_batch_size, pad_id, cfg, budget) if trained else []
     filler = Rollout([pad_id], [pad_id], [0.0], None, False)  # reward None: nothing in the loss, gradient or z
-    batches = dist.even_out(batches, lambda: make_batches([filler], 1, pad_id, cfg, budget)[0])
+    even = lambda bs: dist.even_out(bs, lambda: make_batches([filler], 1, pad_id, cfg, budget)[0])  # noqa: E731
+    batches = even(batches)
     to = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
-    logprobs = lambda model, b, entropy=False: batch_logprobs(model, b, cfg.temperature, device, entropy)  # noqa: E731
+    logprobs = lambda model, b, entropy=False, sampling=None: batch_logprobs(model, b, cfg.temperature, device,  # noqa: E731
+                                                                             entropy, sampling)
+    sums = {k: torch.zeros((), dtype=torch.float64) for k in ("tokens", "clip_low", "clip_high", "kl", "is_weight",
+                                                               "is_capped", "entropy", "gap", "loss", "sample_dev",
+                                                               "sample_var")}
+    # the sampler's calibration check (nanogrpo/parity.py): the moments of log p under the distribution it draws from,
+    # from the first pass's forward (async_steps: parity.sampled_gap, with the weights that sampled)
+    sampling = (cfg.top_p, 0) if cfg.max_sample_z and not cfg.async_steps else None
 
     with torch.no_grad():  # fixed targets: reference (beta > 0) and old (mu > 1) log-probs, taken once
         ref = [logprobs(ref_policy, b)[0] for b in batches] if cfg.beta > 0 else [None] * len(batches)
@@ -337,15 +351,22 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
         t0 = time.perf_counter()
         behaved = [logprobs(behaviour, b)[0] for b in batches] if behaviour is not None else [None] * len(batches)
         t_recompute = time.perf_counter() - t0
-
-    sums = {k: torch.zeros((), dtype=torch.float64)
-            for k in ("tokens", "clip_low", "clip_high", "kl", "is_weight", "is_capped", "entropy", "gap", "loss")}
+        # The check reads every completion. The skipped ones (A = 0) are those of groups whose rewards came out
+        # equal: leaving them out selects the groups by what was sampled, and the rest look flatter than draws
+        # (sample_z drifted to -0.5 per step on the default run). Their forward here, without a backward.
+        unrun = [r for r in rollouts if r.advantage is None or r.advantage == 0] if skip and sampling else []
+        looked = even(make_batches(unrun, cfg.micro_batch_size, pad_id, cfg, budget) if unrun else [])
+        for b in looked:
+            lp, moments = logprobs(policy, b, sampling=sampling)
+            sample_sums(sums, lp, moments, to(b.loss_mask))
+        if looked and isinstance(policy, FSDPModule):
+            policy.reshard()  # FSDP2's root stays gathered after a forward, for a backward that may not come
     grad_norms, skipped = [], 0
     world = float(dist.world_size())
     for p in range(cfg.mu):
         nonfinite = torch.zeros((), device=device)  # micro-batches of this pass whose loss is not finite (this rank)
         for i, b in dist.syncing_grads(policy, batches, cfg.grad_accumulation):
-            logp, ent = logprobs(policy, b, entropy=p == 0)
+            logp, ent = logprobs(policy, b, entropy=p == 0, sampling=sampling if p == 0 else None)
             old_logp = old[i] if old[i] is not None else logp.detach()
             mask = to(b.loss_mask)
             sampler_logp = to(b.sampler_logp) if behaved[i] is None else behaved[i]
@@ -356,6 +377,8 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
                 for k, v in st.items():
                     sums[k] += v.double().cpu()
                 sums["loss"] += loss.detach().double().cpu()
+                if sampling:
+                    ent = sample_sums(sums, logp.detach(), ent, mask)
                 sums["entropy"] += (ent * mask).sum().double().cpu()
                 sums["gap"] += ((logp.detach() - sampler_logp).abs() * mask).sum().double().cpu()
         norm, applied = apply_update(policy, optimizer, scheduler, cfg.grad_clip, nonfinite.item() == 0)
@@ -399,6 +422,15 @@ def check_finite(skipped: list[int]) -> None:
             "reward_weights so large that the advantages overflow")
 
 
+def sample_sums(sums: dict, logp, moments, mask) -> torch.Tensor:
+    """Add the sampled tokens' log p - E[log p] and Var[log p] (`moments` (..., 3): the entropy, E, Var) to the
+    calibration check's sums (parity.SampleGate); returns the entropy."""
+    ent, expected, var = moments.unbind(-1)
+    sums["sample_dev"] += ((logp - expected) * mask).sum().double().cpu()
+    sums["sample_var"] += (var * mask).sum().double().cpu()
+    return ent
+
+
 def step_metrics(sums: dict[str, torch.Tensor], grad_norms: list[float]) -> dict[str, float]:
     """The update's metrics from this rank's token sums (summed over ranks here): per-token means over the
     trained completions (advantage != 0, or all of them when beta > 0)."""
@@ -416,4 +448,6 @@ def step_metrics(sums: dict[str, torch.Tensor], grad_norms: list[float]) -> dict
         "is_capped_frac": t["is_capped"] / tokens,  # tokens whose weight tis_cap cut
         "grad_norm": sum(grad_norms) / len(grad_norms),
         "train_tokens": t["tokens"],
+        # the sampled tokens' calibration (nanogrpo/parity.py): sum of log p - E[log p] over sqrt(sum of Var[log p])
+        "sample_z": t["sample_dev"] / math.sqrt(t["sample_var"]) if t["sample_var"] > 0 else math.nan,
     }

@@ -174,13 +174,15 @@ class Policy(nn.Module):
         self.lm_head_fp32 = lm_head_fp32  # the lm_head matmul in fp32 (see fp32_head); a no-op for fp32 weights
 
     def forward(self, input_ids, attention_mask, temperature: float = 1.0, with_entropy: bool = False, position_ids=None,
-                positions=None):
+                positions=None, sampling: tuple[float, int] | None = None):
         """(logp, entropy), each (B, T-1) fp32: log p(input_ids[:, t+1] | input_ids[:, :t+1]).
 
         A packed row: attention_mask None, position_ids (1, T) restarting at 0 per sequence; the
         entries that predict the next sequence's first token are meaningless (callers never use them).
         `positions` (K,): only these slots of the flattened (B*(T-1)) predictions go through the
         lm_head (the completion tokens; prompt and padding need none), and the result is (1, K).
+        `sampling` = (top_p, top_k): the second output is (..., 3), the entropy and the sampling distribution's
+        moments of log p (logprobs.chunked_logprobs).
         """
         kw = {}
         if self.hf.config._attn_implementation == SEGMENT_SDPA:
@@ -197,7 +199,7 @@ class Policy(nn.Module):
             h = h.reshape(-1, h.shape[-1])[positions].unsqueeze(0)  # (1, K, H)
             targets = targets.reshape(-1)[positions].unsqueeze(0)  # (1, K)
         return chunked_logprobs(self.hf.get_output_embeddings(), h, targets, temperature, with_entropy, self.chunk_size,
-                                self.lm_head_fp32)
+                                self.lm_head_fp32, sampling)
 
 
 def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk_size=512, with_entropy=False, position_ids=None,

@@ -103,14 +103,15 @@ class SamplerPolicy(nn.Module):
 
 
 @torch.no_grad()
-def sampled_gap(behaviour: SamplerPolicy, batch, cfg, pad_id: int, weights=None) -> tuple[float, float]:
-    """(sum, tokens) of |trainer forward - sampler| log-prob over the counted completion tokens of a batch (async_steps,
-    nanogrpo/pipeline.py), the forward run over `weights`: the (name, tensor) copy of the trainer's weights this
-    batch was sampled with (None: the ones both sides loaded). The gap the gate reads then measures what it
-    measures without async: what the sampler holds and computes against what the trainer pushed, and not the
-    updates made since the batch was sampled. `behaviour` lends the forward its modules (the sampler's). One
-    micro-batch of the batch is enough for a gate whose limits are orders of magnitude apart, and keeps the
-    forward, which runs beside the update, a fraction of it."""
+def sampled_gap(behaviour: SamplerPolicy, batch, cfg, pad_id: int, weights=None) -> tuple[float, ...]:
+    """(sum, tokens, dev, var): |trainer forward - sampler| log-prob summed over the counted completion tokens of a
+    batch (async_steps, nanogrpo/pipeline.py), and their calibration sums (`SampleGate`: log p - E[log p] and Var[log p]
+    under the distribution the sampler draws from; 0, 0 with max_sample_z = 0), the forward run over `weights`: the
+    (name, tensor) copy of the trainer's weights this batch was sampled with (None: the ones both sides loaded). The gap
+    the gate reads then measures what it measures without async: what the sampler holds and computes against what the
+    trainer pushed, and not the updates made since the batch was sampled; so does the calibration. `behaviour` lends
+    the forward its modules (the sampler's). One micro-batch of the batch is enough for a gate whose limits are orders
+    of magnitude apart, and keeps the forward, which runs beside the update, a fraction of it."""
     model = behaviour
     if weights is not None:
         dtype = next(behaviour.parameters()).dtype
@@ -118,13 +119,17 @@ def sampled_gap(behaviour: SamplerPolicy, batch, cfg, pad_id: int, weights=None)
         model = lambda *a, **kw: torch.func.functional_call(behaviour, params, a, kw)  # noqa: E731
     rollouts = batch.for_update([0.0] * len(batch.total))
     total = tokens = 0.0
+    calibration = {"sample_dev": torch.zeros((), dtype=torch.float64), "sample_var": torch.zeros((), dtype=torch.float64)}
     device = next(behaviour.parameters()).device
+    sampling = (cfg.top_p, 0) if cfg.max_sample_z else None
     for b in grpo.make_batches(rollouts, cfg.micro_batch_size, pad_id, cfg, cfg.micro_batch_tokens)[:1]:
-        lp, _ = grpo.batch_logprobs(model, b, cfg.temperature, device)
+        lp, moments = grpo.batch_logprobs(model, b, cfg.temperature, device, sampling=sampling)
         mask = b.loss_mask.to(device)
         total += ((lp - b.sampler_logp.to(device)).abs() * mask).sum().item()
         tokens += mask.sum().item()
-    return total, tokens
+        if sampling:
+            grpo.sample_sums(calibration, lp, moments, mask)
+    return total, tokens, calibration["sample_dev"].item(), calibration["sample_var"].item()
 
 
 # max_logprob_gap = -1: the limit by precision (docs/precision.md). fp32: healthy runs measure at most 6e-6 per
@@ -397,3 +402,64 @@ class GapGate:
         first = self.cause()
         rest = "; ".join(causes[c] for c in causes if c != first)
         return f"{trend}Likely cause: {causes[first]}. Otherwise: {rest}."
+
+
+# ---- the sampler's calibration check: are the sampled tokens draws from the trainer's distribution? ----
+
+
+class SamplerDistributionError(LogprobGapError):
+    """The sampled tokens are not draws from the distribution the sampler reports (train.py exits 2 with it)."""
+
+
+class SampleGate:
+    """Watches `sample_z` step by step: the sampled tokens against the trainer's own distribution.
+
+    The sampler check compares what the sampler holds and says it used, the gap gate its reported log-probs with the
+    trainer's; neither reads the draws. A sampler whose draw uses another temperature or top-p than its log-probs
+    (an engine with two settings) passes both. For every sampled token t of the step, with p the trainer's
+    distribution at `temperature` truncated to `top_p` as the sampler draws (the update's forward computes it: grpo.step;
+    the completions it skips, those of groups without signal, get a forward of their own, since leaving them out would
+    select the groups by what was sampled), log p(x_t) - E_p[log p] has mean 0 and variance Var_p[log p] given the
+    tokens before it, whatever the model. So
+
+        sample_z = Σ_t (log p(x_t) - E_p[log p]) / sqrt(Σ_t Var_p[log p])
+
+    is about N(0, 1) on each step of a healthy run (it is the score test of a temperature change: the most
+    powerful against one), and it drifts up when the draws are sharper than reported (a lower temperature, a
+    truncation the log-probs do not know) and down when they are flatter. The steps are combined by a two-sided
+    CUSUM (Page, 1954): S = max(0, S + z - SLACK) on each side, so a shift of more than SLACK per step accumulates
+    and noise does not; S > max_sample_z stops the run. Measured (docs/precision.md, scripts/bench_sample_z.py):
+    the false alarms over clean runs of every recipe and the steps to catch a hidden temperature or top-p."""
+
+    # per step, in standard deviations. Clean default runs measured sample_z with sd 1.0-1.1 and a heavier tail on
+    # the flatter side (a rare unlikely token weighs more than many likely ones: -3.9 once in 170 steps), which a
+    # slack of 1 let climb to 4.2 of 6; the hidden faults give 3 to 4.6 per step, caught at the third step either way
+    SLACK = 1.5
+
+    def __init__(self, limit: float, temperature: float = 1.0, top_p: float = 1.0):
+        self.limit, self.temperature, self.top_p = limit, temperature, top_p
+        self.up = self.down = 0.0
+        self.history: list[tuple[int, float]] = []  # (1-based step, sample_z)
+
+    def __call__(self, step: int, z: float | None) -> None:
+        """After step `step` (0-based) with its `sample_z` (NaN: no trained token): raise SamplerDistributionError."""
+        if not self.limit or z is None or math.isnan(z):
+            return
+        self.history.append((step + 1, z))
+        self.up, self.down = max(0.0, self.up + z - self.SLACK), max(0.0, self.down - z - self.SLACK)
+        if max(self.up, self.down) > self.limit:
+            raise SamplerDistributionError(self.message())
+
+    def message(self) -> str:
+        (s1, _), sharp = self.history[-1], self.up > self.down
+        run = [f"{z:+.1f}" for _, z in self.history[-8:]]
+        return (f"step {s1}: SAMPLER DISTRIBUTION: the sampled tokens are not draws from the trainer's distribution at "
+                f"temperature = {self.temperature:g}, top_p = {self.top_p:g}: their log-probs sat {'above' if sharp else 'below'} "
+                f"what such draws give by sample_z = {', '.join(run)} standard deviations on the last steps, a CUSUM of "
+                f"{max(self.up, self.down):.1f} > max_sample_z = {self.limit:g} (nanogrpo/parity.py), so the run stops. "
+                + ("The draws are sharper than reported: the sampler samples at a lower temperature, or truncates "
+                   "(top-p, top-k) where its log-probs do not" if sharp else
+                   "The draws are flatter than reported: the sampler samples at a higher temperature, or truncates "
+                   "less than it says")
+                + " (its weights and reported settings matched: the sampler check). Make the sampling engine draw "
+                "with the temperature and top_p its log-probs use; max_sample_z = 0 turns the check off.")

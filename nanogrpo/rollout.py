@@ -165,9 +165,10 @@ class StepRollouts:
     correct: list = field(default_factory=list)
     tool_stats: dict = field(default_factory=dict)  # the tool loop's, summed over rounds
     problems: list[str] = field(default_factory=list)  # the sampler check's findings (nanogrpo/parity.py)
-    gap: tuple[float, float] | None = None  # async: (sum, tokens) of |trainer at `version` - sampler| (parity.sampled_gap)
+    gap: tuple[float, ...] | None = None  # async: parity.sampled_gap's (sum, tokens, dev, var) at `version`: the gap, sample_z
     rounds: int = 0  # generate calls (dynamic sampling: more than one when groups had no signal)
     drawn: int = 0  # groups generated, dropped ones included
+    topped_up: int = 0  # dynamic sampling: dropped groups that filled the share when the rounds ran out
     generated_tokens: int = 0  # completion tokens generated, dropped groups included
     times: dict = field(default_factory=dict)
 

@@ -54,7 +54,8 @@ PLAIN_READINGS = {
                                          if callable(vars(torch_sampler.KVCache)[m])}),
     str(ROOT / "nanogrpo/logprobs.py"): (
         [logprobs.reference_logprobs],
-        {"_HeadLogprobs.forward", "_HeadLogprobs.backward", "_head_logits", "chunked_logprobs"}),
+        {"_HeadLogprobs.forward", "_HeadLogprobs.backward", "_head_logits", "chunked_logprobs", "_rowdot",
+         "sampling_moments"}),
 }
 
 

@@ -177,12 +177,13 @@ def test_staleness_does_not_trip_the_gap_gate_and_a_broken_sync_does(warm_model_
     metrics_of = [m for m in metrics(tmp_path / "ok") if m.get("staleness")]
     assert max(m["logprob_gap_now"] for m in metrics_of) > 1e-2  # the updates since sampling: large
     assert max(m["logprob_gap"] for m in metrics_of) < 1e-4  # against the weights that sampled: arithmetic only (~1e-6)
-    # a sampler that stops taking weights, with the exact check blinded: the gate must still see it
+    # a sampler that stops taking weights, with the exact check blinded: the gate must still see it (the calibration
+    # check, which also stops such a run, off: draws from stale weights are not the trainer's distribution)
     monkeypatch.setattr(TorchSampler, "sync_weights", lambda self, weights: None)
     monkeypatch.setattr(parity.SamplerCheck, "problems", lambda self, *a: [])
     with pytest.raises(parity.LogprobGapError, match="logprob_gap"):
         train.main(args(warm_model_dir, tmp_path / "broken", "async_steps=1", "tis_cap=2", "lr=1e-2", "steps=8",
-                        "gap_patience=2"))
+                        "gap_patience=2", "max_sample_z=0"))
 
 
 def test_a_broken_sync_under_async_is_caught_exactly(warm_model_dir, tmp_path, monkeypatch):

@@ -31,7 +31,8 @@ def cfg(**kw):
     base = dict(clip_low=0.2, clip_high=0.28, beta=0.0, tis_cap=0.0, loss_norm="token", mask_truncated=True,
                 max_new_tokens=12, micro_batch_size=4, micro_batch_tokens=0, temperature=0.9, mu=1, grad_clip=0.0,
                 skip_zero_advantage=True, kl_estimator="k3", ratio_level="token", policy_loss="clip", cispo_high=4.0,
-                cispo_low=1.0, dual_clip=0.0, kl_clamp=10.0, log_ratio_clamp=20.0, grad_accumulation="sharded")
+                cispo_low=1.0, dual_clip=0.0, kl_clamp=10.0, log_ratio_clamp=20.0, grad_accumulation="sharded",
+                max_sample_z=0.0, async_steps=0, top_p=1.0)
     base.update(kw)
     return SimpleNamespace(**base)
 

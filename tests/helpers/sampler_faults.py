@@ -103,3 +103,37 @@ def inject(mp, name: str, onset: int, dtype: torch.dtype = torch.float32) -> Non
         return real_gen(self, prompts, n, params, progress)
 
     mp.setattr(TorchSampler, "generate", generate)
+
+
+# Faults the sampler check cannot see: the sampler reports the trainer's settings (`used`) and log-probs under them,
+# but draws its tokens from another distribution (an engine whose sampling temperature or top-p is not the one its
+# log-probs use). Only the calibration check (nanogrpo/parity.py's sample_z) reads the draws themselves.
+# name -> (what is injected, the draw's setting: a temperature or a top_p)
+HIDDEN = {
+    "hidden temperature": ("drawn at temperature 0.7, log-probs and settings reported at 1.0", 0.7),
+    "hidden top-p": ("drawn from the top_p 0.9 nucleus, log-probs and settings reported at top_p 1.0", 0.9),
+}
+
+
+def inject_hidden(mp, name: str, onset: int, value: float | None = None) -> None:
+    """Monkeypatch the PyTorch sampler's draw (sampler.sample_next) with hidden fault `name` from the `onset`-th
+    generate call on (1-based): tokens drawn at the fault's setting (or `value`), log-probs at the asked one."""
+    import nanogrpo.torch_sampler as S
+
+    value = HIDDEN[name][1] if value is None else value
+    real_next, real_gen, calls = S.sample_next, TorchSampler.generate, [0]
+
+    def generate(self, prompts, n, params, progress=None):
+        calls[0] += 1
+        return real_gen(self, prompts, n, params, progress)
+
+    def sample_next(logits, temperature, top_p, u):
+        if calls[0] < onset or temperature == 0:
+            return real_next(logits, temperature, top_p, u)
+        drawn = (value, top_p) if name == "hidden temperature" else (temperature, value)
+        tokens, _ = real_next(logits, *drawn, u)
+        logp = torch.log_softmax(logits.double() / temperature, -1).gather(-1, tokens[:, None]).squeeze(-1)
+        return tokens, logp.float()
+
+    mp.setattr(TorchSampler, "generate", generate)
+    mp.setattr(S, "sample_next", sample_next)

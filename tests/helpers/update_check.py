@@ -34,7 +34,8 @@ def config(**over) -> SimpleNamespace:
                           skip_zero_advantage=True, max_new_tokens=9, micro_batch_size=4, micro_batch_tokens=0,
                           temperature=0.9, mu=1, grad_clip=0.0, kl_estimator="k3", ratio_level="token", policy_loss="clip",
                           cispo_high=4.0, cispo_low=1.0, dual_clip=0.0, kl_clamp=10.0,
-                          log_ratio_clamp=20.0, grad_accumulation="sharded")
+                          log_ratio_clamp=20.0, grad_accumulation="sharded", max_sample_z=0.0, async_steps=0,
+                          top_p=1.0)
     cfg.__dict__.update(over)
     return cfg
 

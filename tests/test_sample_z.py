@@ -1,0 +1,147 @@
+"""The sampler's calibration check (nanogrpo/parity.py's SampleGate, `max_sample_z`): the sampled tokens against the
+trainer's own distribution.
+
+The moments it reads (E[log p] and Var[log p] under the distribution the sampler draws from: temperature, top-p,
+top-k) against a naive per-token computation; a clean sampler against one that draws from another distribution
+than it reports (tests/helpers/sampler_faults.py's HIDDEN: the sampler check and the gap gate pass both)."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import train
+from helpers.sampler_faults import HIDDEN, inject_hidden
+from nanogrpo import grpo, packing, parity
+from nanogrpo import model as M
+from nanogrpo.logprobs import chunked_logprobs, reference_logprobs
+
+
+def naive_moments(logits: torch.Tensor, temperature: float, top_p: float, top_k: int):
+    """Per position, one at a time in float64: the entropy of softmax(logits / T), and E_q[log p], Var_q[log p] for q
+    that distribution cut to the top_k most likely tokens and to the nucleus (walk down the ranks while the mass
+    above is short of top_p), renormalised."""
+    out = []
+    for row in logits.double().reshape(-1, logits.shape[-1]):
+        logp = torch.log_softmax(row / temperature, -1)
+        p = logp.exp()
+        kept, mass = [], 0.0
+        for rank, i in enumerate(p.argsort(descending=True).tolist()):
+            if mass >= top_p or (top_k and rank >= top_k):
+                break
+            kept.append(i)
+            mass += p[i].item()
+        q = torch.zeros_like(p)
+        q[kept] = p[kept] / p[kept].sum()
+        mean = (q * logp).sum()
+        out.append([-(p * logp).sum().item(), mean.item(), (q * (logp - mean) ** 2).sum().item()])
+    return torch.tensor(out).view(*logits.shape[:-1], 3)
+
+
+@pytest.mark.parametrize("temperature, top_p, top_k", [(1.0, 1.0, 0), (0.7, 1.0, 0), (1.3, 0.9, 0), (0.8, 0.5, 0),
+                                                       (1.0, 1.0, 20), (0.9, 0.95, 7)])
+def test_the_moments_equal_a_naive_per_token_computation(temperature, top_p, top_k):
+    """The kernel's chunks (chunk 4 of 18 positions) against one position at a time: entropy, E_q[log p], Var_q."""
+    g = torch.Generator().manual_seed(1)
+    head = torch.nn.Linear(16, 300, bias=True)
+    h = torch.randn(2, 9, 16, generator=g) * 2
+    targets = torch.randint(0, 300, (2, 9), generator=g)
+    logp, stats = chunked_logprobs(head, h, targets, temperature, chunk_size=4, sampling=(top_p, top_k))
+    with torch.no_grad():
+        want = naive_moments(head(h), temperature, top_p, top_k)
+    torch.testing.assert_close(stats, want.float(), atol=2e-5, rtol=1e-4)
+    with torch.no_grad():  # the plain reading of the kernel (logprobs.reference_logprobs) says the same
+        torch.testing.assert_close(reference_logprobs(head, h, targets, temperature, sampling=(top_p, top_k))[1], stats,
+                                   atol=2e-5, rtol=1e-4)
+    lp, ent = chunked_logprobs(head, h, targets, temperature, True, chunk_size=4)  # the log-probs and entropy as before
+    torch.testing.assert_close(lp, logp)
+    torch.testing.assert_close(ent, stats[..., 0])
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_the_update_forward_gives_the_moments_in_the_loss_layout(warm_model_dir, packed):
+    """grpo.batch_logprobs with sampling = (top_p, 0): padded and packed micro-batches put each completion token's
+    moments where its log-prob is, equal to the model's full logits computed naively."""
+    hf = M.load_model(warm_model_dir)
+    policy = M.Policy(hf, chunk_size=5)
+    g = torch.Generator().manual_seed(0)
+    rollouts = [grpo.Rollout([5, 6, 7][: 1 + i % 3], torch.randint(3, 200, (2 + i,), generator=g).tolist(),
+                             [0.0] * (2 + i), 1.0, False, 1.0) for i in range(4)]
+    b = grpo.make_batches(rollouts, 8, 1, type("C", (), {"mask_truncated": False, "loss_norm": "token",
+                                                          "max_new_tokens": 8})(), 64 if packed else 0)[0]
+    with torch.no_grad():
+        lp, stats = grpo.batch_logprobs(policy, b, 0.8, torch.device("cpu"), sampling=(0.9, 0))
+    for r in rollouts:
+        ids = torch.tensor([r.prompt_ids + r.completion_ids])
+        with torch.no_grad():
+            logits = hf(input_ids=ids).logits[0, len(r.prompt_ids) - 1 : -1]  # the completion tokens' predictions
+        want = naive_moments(logits, 0.8, 0.9, 0)
+        got = [stats[i, j] for i, j in zip(*torch.nonzero(b.loss_mask, as_tuple=True))]
+        assert any(torch.allclose(torch.stack(got[k : k + len(want)]), want.float(), atol=1e-4)
+                   for k in range(len(got) - len(want) + 1)), "a completion's moments are not in the layout"
+
+
+def test_the_gate_accumulates_shifts_and_not_noise():
+    """The CUSUM (slack 1.5): a step of z = 8 alone stops (8 - 1.5 > 6), z = 7.5 does not; z = 4 per step stops at the
+    3rd step (2.5 x 3 > 6), z = -4 too (flatter draws); noise around 0 and NaN steps (no trained token) never add up."""
+    for zs, stop in (([8.0], 1), ([7.5], None), ([4.0] * 6, 3), ([-4.0] * 6, 3),
+                     ([1.4, -1.4] * 500 + [math.nan] * 5, None)):
+        gate = parity.SampleGate(6.0, 1.0, 1.0)
+        stopped = None
+        for i, z in enumerate(zs):
+            try:
+                gate(i, z)
+            except parity.SamplerDistributionError as e:
+                stopped = i + 1
+                assert str(e).startswith(f"step {stopped}: SAMPLER DISTRIBUTION")
+                assert ("sharper" if z > 0 else "flatter") in str(e)
+                break
+        assert stopped == stop
+    parity.SampleGate(0.0)(0, 1e9)  # 0: off
+
+
+def run_args(model, out, *extra):
+    return [f"model={model}", f"out_dir={out}", "eval_every=0", "save_final=false", "device=cpu", *extra]
+
+
+def zs(out) -> list[float]:
+    return [json.loads(x)["sample_z"] for x in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("extra", [[], pytest.param(["top_p=0.9", "temperature=0.8"], marks=pytest.mark.slow),
+                                   pytest.param(["micro_batch_tokens=256"], marks=pytest.mark.slow),
+                                   pytest.param(["async_steps=1", "tis_cap=2"], marks=pytest.mark.slow)],
+                         ids=["default", "top_p-temperature", "packed", "async"])
+def test_a_clean_sampler_is_calibrated(warm_model_dir, tmp_path, extra):
+    """The default recipe's first steps with the PyTorch sampler: sample_z stays near N(0, 1) (also at top_p 0.9 and
+    temperature 0.8, which the moments respect: without the truncation the draws would look sharper) and the
+    check does not stop the run."""
+    train.main(run_args(warm_model_dir, tmp_path, "steps=8", *extra))
+    got = zs(tmp_path)
+    assert len(got) == 8 and all(abs(z) < 3.5 for z in got), got
+    assert abs(sum(got) / len(got)) < 1.5, got
+
+
+@pytest.mark.parametrize("fault", list(HIDDEN))
+@pytest.mark.parametrize("extra", [[], pytest.param(["async_steps=1", "tis_cap=2"], marks=pytest.mark.slow)],
+                         ids=["sync", "async"])
+def test_a_sampler_that_draws_from_another_distribution_is_stopped(warm_model_dir, tmp_path, monkeypatch, fault,
+                                                                   extra):
+    """Drawn at temperature 0.7 or from the top_p 0.9 nucleus while it reports 1.0 and the log-probs at 1.0: the
+    sampler check and the gap gate pass it (the reported settings and log-probs are right); the calibration check
+    stops the run within 3 steps, naming the draws sharper than reported."""
+    inject_hidden(monkeypatch, fault, 1)
+    with pytest.raises(parity.SamplerDistributionError, match="SAMPLER DISTRIBUTION.*sharper") as err:
+        train.main(run_args(warm_model_dir, tmp_path, "steps=12", *extra))
+    stopped = int(str(err.value).split(":")[0].removeprefix("step "))
+    assert stopped <= 3, str(err.value)
+    assert all(z > 1.5 for z in zs(tmp_path)), zs(tmp_path)
+
+
+def test_the_check_off_computes_nothing(warm_model_dir, tmp_path, monkeypatch):
+    """max_sample_z = 0: no moments (the forward as before) and no stop, whatever the sampler draws."""
+    inject_hidden(monkeypatch, "hidden temperature", 1)
+    train.main(run_args(warm_model_dir, tmp_path, "steps=4", "max_sample_z=0"))
+    assert all(z is None for z in zs(tmp_path))
