@@ -401,8 +401,9 @@ def stage_tests(rec: Record, a) -> None:
     xml = Path(a.work) / "pytest.xml"
     files = gpu_test_files()
     rec.put("files", files)
-    cmd = [sys.executable, "-m", "pytest", *files, "-m", "gpu", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
-           *(["-k", TINY_TESTS] if a.tiny else [])]
+    # one process (pytest.ini's `-n 2` cleared): the device's tests share one GPU, and its image may lack pytest-xdist
+    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", *files, "-m", "gpu", "-q", "-p", "no:cacheprovider",
+           f"--junitxml={xml}", *(["-k", TINY_TESTS] if a.tiny else [])]
     r = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "NANOGRPO_TEST_DEVICE": a.device})
     rec.put("exit_code", r.returncode)
     if not xml.is_file():

@@ -7,6 +7,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest.ini's two workers on 2 cores: one thread each, and in what they launch
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # (two threads per process on two shared cores ran 6x slower)
 
 
 @pytest.fixture(scope="session")
