@@ -220,3 +220,14 @@ def test_entries_reach_the_scorer_unchanged():
     assert rg.wire(entry) == entry and json.loads(json.dumps(rg.to_wire(entry))) != entry
     rows = rg.rows("reasoning_gym:arc_agi", "test", 2)
     assert rewards.judge(rg.score, [f"<answer>{r['answer']}</answer>" for r in rows], rows) == [1.0, 1.0]
+
+
+def test_a_checkout_under_tmp_stays_visible_to_the_confined_worker(monkeypatch):
+    """The scorer's bubblewrap gives the worker its own /tmp: a clone (and its .venv) in /tmp is bound back, or every
+    verdict of a user who cloned there would be None (the worker cannot start)."""
+    if rg.confined(["python"]) == ["python"]:
+        pytest.skip("no bubblewrap here")
+    monkeypatch.setattr(rg, "__file__", "/tmp/clone/nanogrpo/tasks/reasoning_gym.py")
+    argv = rg.confined(["python"])
+    after = argv[argv.index("--tmpfs"):]
+    assert ["--ro-bind", "/tmp/clone", "/tmp/clone"] in [after[i:i + 3] for i in range(len(after))], argv

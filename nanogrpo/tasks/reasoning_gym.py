@@ -330,7 +330,11 @@ def confined(argv: list[str]) -> list[str]:
 
     if not shutil.which("bwrap"):
         return argv
-    return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all",
+    # the worker's own /tmp hides the host's; a checkout or a venv that lives there (a clone in /tmp) is bound back
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    kept = sorted({p for p in (root, sys.prefix) if os.path.realpath(p).startswith("/tmp/")})
+    return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            *[a for p in kept for a in ("--ro-bind", os.path.realpath(p), os.path.realpath(p))], "--unshare-all",
             "--die-with-parent", "--new-session", *argv]
 
 
