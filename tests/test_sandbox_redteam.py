@@ -191,6 +191,9 @@ class _Launcher:
     ({"cpu": 0.01, "longest": 0.01}, 12, False),  # asleep or blocked, however busy the machine
     # 55 of its own processes queued on one CPU for 0.5 s: 27 s of waits added up, but no thread waited long
     ({"cpu": 0.6, "longest": 0.5}, 2, False),
+    # it finished just as the deadline came (CI: 'ok' printed, exit 0, called a timeout): no thread is left, its
+    # account is on the way, so the deadline is stretched for it, not a timeout
+    ({"cpu": 0.0, "longest": 0.0, "threads": 0}, 12, True),
 ])
 def test_the_starvation_verdict_reads_the_programs_whole_run(monkeypatch, sched, others, starved):
     """At the wall deadline, `starved_by_load` decides stretch (or None) against timeout from the program's own
@@ -198,7 +201,7 @@ def test_the_starvation_verdict_reads_the_programs_whole_run(monkeypatch, sched,
     instant."""
     from nanogrpo.sandbox import runner
 
-    monkeypatch.setattr(runner.confine, "program_sched", lambda *a, **k: {**sched, "lowered": False})
+    monkeypatch.setattr(runner.confine, "program_sched", lambda *a, **k: {"threads": 1, **sched, "lowered": False})
     monkeypatch.setattr(runner.confine, "others_running", lambda: others, raising=False)
     assert runner.starved_by_load(123456, _Launcher, elapsed=2.0, cpu_limit=1.0) is starved
 

@@ -74,8 +74,8 @@ def program_sched(uid: int, exclude=(), base_nice: int = 0) -> dict:
     live threads and of its processes that ended (reaped by their parent, or by the execution's pid 1); the
     longest any one thread was runnable (its CPU time plus its run delay, the time it waited for a CPU); and
     whether any lowered its own priority (nice above the runner's, SCHED_BATCH / SCHED_IDLE): such a program
-    starves itself on purpose."""
-    got = {"cpu": 0.0, "longest": 0.0, "lowered": False}
+    starves itself on purpose; and how many of its threads are still alive."""
+    got = {"cpu": 0.0, "longest": 0.0, "lowered": False, "threads": 0}
     tick = os.sysconf("SC_CLK_TCK")
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) in exclude:
@@ -95,6 +95,7 @@ def program_sched(uid: int, exclude=(), base_nice: int = 0) -> dict:
                 with open(f"/proc/{pid}/task/{tid}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
                 got["cpu"] += int(run_ns) / 1e9
+                got["threads"] += 1
                 got["longest"] = max(got["longest"], (int(run_ns) + int(wait_ns)) / 1e9)
                 got["lowered"] |= int(fields[16]) > base_nice or int(fields[38]) in (SCHED_BATCH, SCHED_IDLE)
         except (OSError, ValueError, IndexError, KeyError):  # the process ended while we looked

@@ -235,6 +235,9 @@ def run_exec(req, uid, launcher=None):
     while True:
         now = time.monotonic()
         if now >= deadline:
+            if select.select([launcher.exit_fd], [], [], 0)[0]:  # it ended as the deadline came: not a timeout
+                exited = True
+                break
             if starved_by_load(uid, launcher, now - t0, float(lim["cpu_s"])):
                 if now < hard_deadline:
                     deadline = min(now + wall_s, hard_deadline)
@@ -334,6 +337,8 @@ def starved_by_load(uid, launcher, elapsed, cpu_limit):
     one CPU just before each deadline wait for each other, not for other work; an endless loop alone on the
     machine runs rather than waits."""
     me = confine.program_sched(uid, exclude=(os.getpid(), launcher.pid), base_nice=BASE_NICE)
+    if not me["threads"]:  # every thread has ended and its account is on the way (its supervisor may be starved too)
+        return True
     return me["longest"] >= STARVED * elapsed and me["cpu"] < cpu_limit and not me["lowered"]
 
 
