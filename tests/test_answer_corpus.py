@@ -15,6 +15,7 @@ def _rows(pattern: str = "") -> list[dict]:
     return [r for r in rows if re.search(pattern, r["class"])]
 
 
+@pytest.mark.slow
 def test_the_adversarial_classes_meet_the_targets():
     """The adversarial classes (each a rule over many numbers): every verdict equals its label."""
     rows = _rows(r"^(?!math-verify|math500|amc23|gsm8k|aime24)")

@@ -162,6 +162,7 @@ def test_resume_with_rollouts_in_flight_continues_exactly(warm_model_dir, tmp_pa
     assert_same_weights(weights(cut), weights(tmp_path / "full"))
 
 
+@pytest.mark.slow
 def test_resume_with_another_async_steps_is_refused(warm_model_dir, tmp_path):
     extra = ("async_steps=1", "tis_cap=2", "steps=3", "save_every=2", "save_final=false")
     train.main(args(warm_model_dir, tmp_path, *extra))  # its checkpoint (step 2) holds step 3's rollouts
@@ -186,6 +187,7 @@ def test_staleness_does_not_trip_the_gap_gate_and_a_broken_sync_does(warm_model_
                         "gap_patience=2", "max_sample_z=0"))
 
 
+@pytest.mark.slow
 def test_a_broken_sync_under_async_is_caught_exactly(warm_model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(TorchSampler, "sync_weights", lambda self, weights: None)
     with pytest.raises(parity.StaleSamplerError, match="STALE WEIGHTS"):
@@ -203,6 +205,7 @@ def test_bad_async_settings_are_named_before_compute(bad, message):
         C.load(bad)
 
 
+@pytest.mark.slow
 def test_dynamic_sampling_keeps_groups_with_signal_and_counts_what_it_drew(warm_model_dir, tmp_path):
     train.main(args(warm_model_dir, tmp_path, "dynamic_sampling=true", "dynamic_max_rounds=6", "steps=3"))
     got = [m for m in metrics(tmp_path) if "staleness" in m]
@@ -285,6 +288,7 @@ def test_dynamic_sampling_filters_on_the_verifier_by_default(warm_model_dir, met
     assert fmt_kept == (metric == "reward")
 
 
+@pytest.mark.slow
 def test_dynamic_sampling_out_of_rounds_stops_the_run_or_counts_the_top_up(warm_model_dir, tmp_path, capsys):
     """verl and NeMo-RL raise when their generation batches run out; so does a run here, naming it, unless
     dynamic_top_up, which trains the step topped up with dropped groups, counts them and warns."""

@@ -114,6 +114,7 @@ def test_code_reward_on_rows_without_tests_names_the_row(tiny_model_dir, tmp_pat
         train.main(small(tiny_model_dir, tmp_path / "out", "rewards=code", f"task={f}"))
 
 
+@pytest.mark.slow
 def test_a_run_without_any_reward_stops_naming_the_reward(tiny_model_dir, tmp_path, monkeypatch):
     def no_rewards(completions, rows, *rest):
         return [None] * len(completions), {}, [None] * len(completions)
@@ -150,6 +151,7 @@ def test_resume_without_a_checkpoint_refuses_and_keeps_the_metrics(entry, tiny_m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
 
 
+@pytest.mark.slow
 def test_torn_last_metrics_line_is_dropped_on_resume(tiny_model_dir, tmp_path, capsys):
     train.main(small(tiny_model_dir, tmp_path, "steps=2"))
     with open(tmp_path / "metrics.jsonl", "a") as f:
@@ -215,6 +217,7 @@ def test_eval_bad_input_is_named_before_generating_and_changes_no_file(case, tin
     assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
+@pytest.mark.slow
 def test_eval_writes_results_whole(tiny_model_dir, math_file, tmp_path):
     out = tmp_path / "r" / "results.json"
     eval_cli.main(["--model", tiny_model_dir, "--tasks", f"t={math_file}", "--out", str(out), "--n", "1",

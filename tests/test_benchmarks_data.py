@@ -77,6 +77,7 @@ CACHE_DATASET = """
 needs_datasets = pytest.mark.skipif(not HAS_DATASETS, reason="the `datasets` package is not installed")
 
 
+@pytest.mark.slow
 @needs_datasets
 def test_math_tasks_load_from_a_cached_hub_dataset_offline(tmp_path):
     from test_hub import offline_python

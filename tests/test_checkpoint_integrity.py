@@ -51,6 +51,7 @@ def two_layers(path):  # the same size: the sizes in the manifest cannot tell
     path.write_text(text.replace('"num_hidden_layers": 4', '"num_hidden_layers": 2'))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim,edit", [("model.safetensors", flip), ("optim/__0_0.distcp", flip),
                                          ("trainer_state.pt", lambda p: flip(p, -200, 8)),
                                          ("config.json", two_layers)])
@@ -115,6 +116,7 @@ def test_a_model_of_another_architecture_is_named_for_a_checkpoint_without_a_rec
         train.main(args(run, "steps=3", f"model={two}"))
 
 
+@pytest.mark.slow
 def test_a_moved_model_with_the_same_architecture_and_tokenizer_goes_on_saying_so(run, tmp_path, capsys):
     moved = tmp_path / "moved"
     shutil.copytree(checkpoint.manifest(run / "checkpoints" / "step_000002")["model"], moved)
@@ -131,6 +133,7 @@ def test_a_manifest_nested_too_deep_is_unreadable_not_a_recursion(run):
     assert checkpoint.problem(newest) == "manifest.json is unreadable"
 
 
+@pytest.mark.slow
 def test_config_toml_is_the_runs_own_and_a_resume_rewrites_it(run):
     assert files.marked(run / "config.toml")
     train.main(args(run, "steps=3"))

@@ -16,6 +16,7 @@ def _row(i, solution, expected="3"):
             "tests": [{"input": "1 2", "output": expected}], "solution": solution}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not bwrap_available(), reason="bubblewrap missing")
 def test_validate_keeps_passing_rows_and_reports_each(tmp_path):
     good = "a, b = map(int, input().split())\nprint(a + b)"

@@ -102,6 +102,7 @@ def test_lcb_file_and_other_columns(tmp_path):
     assert rep["keep"] == [1]
 
 
+@pytest.mark.slow
 def test_refusals_and_named_errors(tmp_path):
     src = tmp_path / "t.jsonl"
     src.write_text(json.dumps({"problem": "p"}) + "\n")

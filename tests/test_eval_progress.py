@@ -230,6 +230,7 @@ def long_context_model(tmp_path_factory):
     return str(out)
 
 
+@pytest.mark.slow
 def test_cpu_default_budget_per_task_and_the_override(long_context_model, tmp_path, capsys):
     from nanogrpo.sampler import Completion
 
@@ -311,6 +312,7 @@ def counting_sampler(monkeypatch, at: int = 0) -> list:
     return built
 
 
+@pytest.mark.slow
 def test_a_stopped_eval_keeps_its_finished_calls_and_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch,
                                                                                        capsys):
     monkeypatch.setattr(E, "ROWS_PER_CALL", 4)  # n=2: 2 problems a call, 3 calls

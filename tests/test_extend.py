@@ -105,6 +105,7 @@ def test_a_user_reward_that_raises_is_named_not_a_traceback(user_files):
         rewards.judge(usercode.load(f"{user_files[1]}:broken", "test"), ["3*5+7"], [row])
 
 
+@pytest.mark.slow
 def test_a_task_and_a_reward_from_user_files_train_two_steps(tiny_model_dir, user_files, tmp_path):
     task, mine = (f"{f}:{name}" for f, name in zip(user_files, ("countdown", "brevity")))
     out = tmp_path / "out"
@@ -168,6 +169,7 @@ def test_a_name_that_does_not_resolve_is_an_error_at_load(arg, user_files, tmp_p
         C.load([arg.format(d=tmp_path)])
 
 
+@pytest.mark.slow
 def test_a_misnamed_file_stops_train_with_exit_2_before_any_model(user_files, tmp_path):
     """From the command line: exit 2 with the error named, before the (missing) model is loaded or anything
     written (eval.py's: the test below, in this process, through the same argparse exit)."""

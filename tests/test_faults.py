@@ -89,6 +89,7 @@ def signal_after_step(cmd: list[str], step: int, target=None, sig=signal.SIGTERM
 
 
 # -- stop signals ----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_sigterm_saves_the_step_exits_75_and_resume_continues_exactly(tmp_path):
     cut, full = tmp_path / "cut", tmp_path / "full"
     rc, out = signal_after_step([sys.executable, "train.py", *GRPO, f"out_dir={cut}", "steps=1000", "save_every=500"], 3)
@@ -104,6 +105,7 @@ def test_sigterm_saves_the_step_exits_75_and_resume_continues_exactly(tmp_path):
     assert_same_metrics(metrics(cut), metrics(full))
 
 
+@pytest.mark.slow
 def test_sft_stops_on_sigusr1_when_asked_and_resumes_exactly(tmp_path):
     cut, full = tmp_path / "cut", tmp_path / "full"
     rc, out = signal_after_step([sys.executable, "sft.py", *SFT, f"out_dir={cut}", "steps=1000",
@@ -117,6 +119,7 @@ def test_sft_stops_on_sigusr1_when_asked_and_resumes_exactly(tmp_path):
     assert_same_metrics(metrics(cut), metrics(full))
 
 
+@pytest.mark.slow
 def test_a_signal_in_process_stops_after_that_step_and_the_handler_is_restored(tmp_path, monkeypatch):
     real, calls = rollout.score_rollouts, []
 
@@ -188,6 +191,7 @@ def saved_run(tmp_path_factory):
     return out, metrics(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", ["trainer_state.pt", "rng_rank0.pt", "optim/__0_0.distcp"])
 def test_a_truncated_file_in_the_newest_checkpoint_is_named_and_resume_falls_back(saved_run, tmp_path, victim, capsys):
     src, want = saved_run
@@ -238,6 +242,7 @@ def _dcp_enospc():
         return CheckpointException("write", {0: _wrap_exception(e)})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["model", "optim", "trainer_state"])
 def test_a_full_disk_while_checkpointing_is_named_and_earlier_checkpoints_stay(tmp_path, monkeypatch, where):
     from transformers import PreTrainedModel
@@ -274,6 +279,7 @@ def tiny_disk(tmp_path):
     subprocess.run(["umount", str(d)], check=False)
 
 
+@pytest.mark.slow
 def test_a_real_full_disk_exits_1_with_the_named_error(tiny_disk):
     out = tiny_disk / "run"
     res = subprocess.run([sys.executable, "train.py", *GRPO, f"out_dir={out}", "steps=4", "save_every=2"], cwd=ROOT,
@@ -310,6 +316,7 @@ print(ticks[0])
 """
 
 
+@pytest.mark.slow
 def test_close_lets_other_threads_finish_before_the_interpreter_exits():
     """dist.close gives up the GIL for a moment: a gloo worker dropping a finished collective needs it, and
     one still waiting for it when the interpreter shuts down aborts the process (SIGABRT, "terminate called

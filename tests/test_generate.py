@@ -35,6 +35,7 @@ def args(task, model, out, *extra):
             "--sampler", "torch", "--device", "cpu", "--temperature", "1.0", "--max-new-tokens", "6", *extra]
 
 
+@pytest.mark.slow
 def test_verify_keeps_exactly_the_correct_generations_and_resume_is_exact(task, warm_model_dir, tmp_path):
     g = gen()
     everything = g.main(args(task, warm_model_dir, tmp_path / "all.jsonl"))
@@ -100,6 +101,7 @@ class AnswerWheel:
         pass
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not bwrap_available(), reason="bubblewrap (apt-get install bubblewrap) missing")
 def test_code_rows_keep_exactly_the_passing_programs_and_count_sandbox_failures_apart(tiny_model_dir, tmp_path,
                                                                                       monkeypatch):

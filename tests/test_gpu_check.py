@@ -86,6 +86,7 @@ def test_every_stage_runs_on_the_cpu(tmp_path):
         assert heading in md, md
 
 
+@pytest.mark.slow
 def test_a_failing_stage_is_reported_and_the_others_still_run(tmp_path):
     """env raises, train never ends (killed at its limit, keeping what it recorded), update runs regardless and
     measures the matmul peak itself, since env's is missing."""

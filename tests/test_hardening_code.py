@@ -116,6 +116,7 @@ def test_a_program_that_fills_tmp_scores_zero_not_none(pool):
     assert right is not None and right.reward == 1.0  # the slot's next job has its /tmp back
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_processes_queued_on_one_cpu_before_each_deadline_are_a_timeout_not_none(pool):
     """Their run-queue waits added up read as a program starved by load: stretched three times, then None (20 s

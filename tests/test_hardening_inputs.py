@@ -47,6 +47,7 @@ def test_the_reader_keeps_what_python_reads(tmp_path):
     assert [r["answer"] for r in data.load_rows(str(f), "math")] == ["27", "3", "x"]  # numbers and text stay golds
 
 
+@pytest.mark.slow
 def test_a_parquet_file_that_is_not_parquet_is_named(tmp_path):
     f = tmp_path / "rows.parquet"
     f.write_text("problem,answer\n1+1,2\n")

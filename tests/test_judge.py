@@ -208,6 +208,7 @@ def test_verdict_keeps_a_bounded_excerpt_of_a_20mb_output(pool):
     assert len(v.results[0].stdout) <= 100
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_the_whole_output_is_compared_before_it_is_cut(pool):
     """3 MB of stdio output and a 300,000-element call-mode value: one wrong element in the middle (far from
@@ -268,6 +269,7 @@ def test_program_randomness_does_not_shift_the_checks(pool):
 
 
 # -- infrastructure failure is None, never 0 --------------------------------------------------
+@pytest.mark.slow
 @needs_sandbox
 def test_infrastructure_failure_is_none_not_zero(pool):
     p = stdio([("", "1")])
@@ -329,6 +331,7 @@ def test_assert_mode_follows_checks_whose_calls_depend_on_answers(pool, test):
     assert [v.reward for v in judge_many([INC, INC_WRONG], [p, p], pool=pool)] == [1.0, 0.0]
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_the_programs_turns_share_one_time_limit(pool):
     """Six calls, each needing the last one's answer (six turns), 0.5 s of CPU each, under a 2 s limit: a timeout,

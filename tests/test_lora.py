@@ -76,6 +76,7 @@ def trained(tiny_model_dir):
     return policy, opt, sched, before, kls
 
 
+@pytest.mark.slow
 def test_only_adapters_train_and_the_optimizer_holds_only_them(trained):
     policy, opt, _, before, kls = trained
     adapters = {id(p) for n, p in policy.hf.named_parameters() if lora.is_adapter(n)}

@@ -26,6 +26,7 @@ def _check(cases):
 # ------------------------------------------------------------------ the cases
 
 
+@pytest.mark.slow
 def test_gold_with_upright_e_scores_a_right_answer():
     _check([
         (E_GOLD, r"so \boxed{1 - \frac{1}{e}}", 1.0),
@@ -138,6 +139,7 @@ def test_boxed_and_delimited_golds():
     ])
 
 
+@pytest.mark.slow
 def test_intervals_and_sets():
     _check([
         (r"(0, 1]", r"\boxed{(0, 1]}", 1.0),

@@ -49,6 +49,7 @@ def kept_bytes(hf_config, layers: int, tokens: int, dtype: torch.dtype, checkpoi
     return sum(n for _, n in seen)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", sorted(CONFIGS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("checkpointed", [False, True])

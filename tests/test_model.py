@@ -148,6 +148,7 @@ def _saved_bytes_per_token(policy, lengths: tuple[int, int]) -> tuple[float, int
     return (saved[1] - saved[0]) / (2 * (lengths[1] - lengths[0])), len(calls) // len(lengths)
 
 
+@pytest.mark.slow
 def test_activation_checkpointing_recomputes_each_layer_and_keeps_the_gradients(tiny_model_dir):
     """With the knob on, each decoder layer runs twice (forward, then again in backward) and keeps only its
     input: the activations kept per token shrink. The log-probs and the gradients are those without it."""

@@ -57,6 +57,7 @@ def test_weights_that_overflow_the_weighted_sum_are_named():
         score_batch(["<think>a</think>2"], [{"answer": "2"}], ["number", "think_format"], [1e308, 1e308])
 
 
+@pytest.mark.slow
 def test_a_user_reward_returning_inf_once_stops_the_run_before_its_update(warm_model_dir, tmp_path, user_reward):
     calls = []
 
@@ -100,6 +101,7 @@ def test_a_nan_loss_skips_the_update(tiny_model_dir, mu):
     assert not opt.state and sched.last_epoch == 0  # no Adam moment, no step of the schedule
 
 
+@pytest.mark.slow
 def test_a_finite_update_is_applied(tiny_model_dir):
     before, after, opt, sched, metrics = one_update(tiny_model_dir)
     assert metrics["updates_skipped"] == 0 and math.isfinite(metrics["grad_norm"])
@@ -113,6 +115,7 @@ def test_patience_counts_steps_in_a_row():
         grpo.check_finite([0, 1, 1, 1])
 
 
+@pytest.mark.slow
 def test_a_run_whose_loss_stays_nan_stops_after_3_steps_with_every_update_skipped(warm_model_dir, tmp_path,
                                                                                      monkeypatch):
     real = grpo.policy_loss
@@ -130,6 +133,7 @@ def test_a_run_whose_loss_stays_nan_stops_after_3_steps_with_every_update_skippe
 
 
 # -- checkpoints ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_no_checkpoint_is_written_with_a_nonfinite_weight(tiny_model_dir, tmp_path):
     from transformers import AutoTokenizer
 

@@ -164,6 +164,7 @@ def same(a, b, tol=2e-6):
         torch.testing.assert_close(w, b["weights"][name], rtol=0, atol=tol, msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.parametrize("loss_norm,mu,beta", [("token", 1, 0.0), ("sequence", 2, 0.1)])
 def test_packed_update_equals_padded(tiny_model_dir, tmp_path, device, loss_norm, mu, beta):

@@ -37,6 +37,7 @@ def gaps(out_dir) -> list[float]:
 # ---------------------------------------------------------------- exact_logprobs
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout,dtype", [("padded", "float32"), ("packed", "float32"), ("padded", "bfloat16"),
                                           ("packed", "float16")])
@@ -124,6 +125,7 @@ def break_sync_after(monkeypatch, n_ok: int) -> list[int]:
     return calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exact", [False, True])
 def test_a_sampler_that_stops_getting_weights_is_caught_at_its_first_stale_step(warm_model_dir, tmp_path, monkeypatch,
                                                                                  exact):
@@ -136,6 +138,7 @@ def test_a_sampler_that_stops_getting_weights_is_caught_at_its_first_stale_step(
     assert len(gaps(tmp_path)) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exact", [False, True])
 def test_without_the_check_the_gate_stops_a_stale_sampler(warm_model_dir, tmp_path, monkeypatch, capsys, exact):
     """A sampler of the user's own that cannot say what it holds (no held_weights): the gap gate alone, which
@@ -156,6 +159,7 @@ def test_without_the_check_the_gate_stops_a_stale_sampler(warm_model_dir, tmp_pa
     assert capsys.readouterr().err.count("warning: step") == 3
 
 
+@pytest.mark.slow
 def test_a_healthy_run_is_not_stopped(warm_model_dir, tmp_path):
     """The default limit (fp32: 1e-3) with gap_patience = 1: a single step above it would stop the run."""
     train.main(small(warm_model_dir, tmp_path, "steps=6", "gap_patience=1"))

@@ -37,6 +37,7 @@ def small(out_dir, *extra):
             "save_final=false", *extra]
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,head", [("float32", False), ("bfloat16", False), ("float16", False),
                                         ("bfloat16", True), ("float16", True)])
@@ -50,6 +51,7 @@ def test_sampler_trainer_gap_in_each_dtype(tmp_path, device, dtype, head):
     assert max(gaps) < GAP_TOL[dtype], gaps
 
 
+@pytest.mark.slow
 def test_the_low_dtype_is_really_used(warm_model_dir):
     """Trainer and sampler compute in the dtype (the gap test above would also pass if both stayed fp32), and
     lm_head_fp32 gives fp32 logits from the same low-precision weights on both sides. The committed model: a
@@ -134,6 +136,7 @@ def torchrun(nproc: int, *args) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_fsdp_hands_gloo_low_precision_only_to_gather(tiny_model_dir, tmp_path):
     """Mixed precision under gloo, 2 ranks: parameters are all-gathered in the dtype (a copy, no arithmetic),
     gradients reduce-scattered in fp32 (reduce_dtype), master weights stay fp32."""
@@ -144,6 +147,7 @@ def test_fsdp_hands_gloo_low_precision_only_to_gather(tiny_model_dir, tmp_path):
         assert got[dtype]["master"] == ["torch.float32"]
 
 
+@pytest.mark.slow
 def test_gloo_sums_low_precision_in_that_precision(tmp_path):
     """Why reduce_dtype must be fp32: gloo adds bf16 / fp16 tensors in bf16 / fp16, rounding every partial sum,
     so small terms vanish and the result depends on the order; in fp32 (rounded once) they would count."""

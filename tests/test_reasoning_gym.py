@@ -49,6 +49,7 @@ def test_bad_spec_is_a_named_error(spec, says):
         tasks.get(spec)
 
 
+@pytest.mark.slow
 def test_a_dataset_this_project_never_tried_trains_and_scores():
     """Any name works: rows, prompts and verdicts of a dataset chosen for no reason but that nothing else here uses."""
     spec = "reasoning_gym:string_synthesis"
@@ -129,6 +130,7 @@ def test_extraction_is_linear_on_hostile_text():
         # 5,000 repeats of the first (quadratic), hours on these
 
 
+@pytest.mark.slow
 def test_verdict_is_bounded_and_none_only_for_infrastructure():
     """A huge answer is wrong unread; an answer that would never finish (sympy evaluating a power tower) is wrong
     after the timeout; model code the scorer evaluates cannot write files; a row no judge can read is None."""
@@ -143,6 +145,7 @@ def test_verdict_is_bounded_and_none_only_for_infrastructure():
     assert rg.score(["<answer>1</answer>"], reasoning_gym=[{"dataset": "nope"}], answer=["1"]) == [None]
 
 
+@pytest.mark.slow
 def test_partial_scores_are_reasoning_gyms():
     rows = rg.rows("reasoning_gym:leg_counting", "test", 1)  # ProceduralDataset.score_answer: partial credit
     gold = rows[0]["answer"]
@@ -169,6 +172,7 @@ def test_train_and_eval_stop_on_a_bad_name_or_setting_before_compute(tmp_path, c
     assert not (tmp_path / "r").exists() and not (tmp_path / "e.json").exists()
 
 
+@pytest.mark.slow
 def test_eval_runs_reasoning_gym_tasks_on_the_tiny_model(tiny_model_dir, tmp_path):
     """eval.py --tasks with two RG datasets (settings with commas inside): one result each, the held-out set
     described (package version, settings, seed, size), every sample judged."""
@@ -186,6 +190,7 @@ def test_eval_runs_reasoning_gym_tasks_on_the_tiny_model(tiny_model_dir, tmp_pat
                                       "system_prompt": "direct"}]
 
 
+@pytest.mark.slow
 def test_a_mix_never_tried_here_trains_two_steps(tiny_model_dir, tmp_path):
     """train.py on a weighted mix of two datasets nothing else here uses: its rows, its reward (every completion
     judged, none None), and its held-out accuracy on eval_size rows of the fixed held-out set."""
@@ -212,6 +217,7 @@ def test_a_scorer_that_denies_its_own_gold_stops_the_load(monkeypatch):
         rg.rows("reasoning_gym:products", "train", 3)
 
 
+@pytest.mark.slow
 def test_entries_reach_the_scorer_unchanged():
     """The worker gets each entry through JSON; RG's metadata holds tuples (arc_agi's scorer compares grids as
     tuples) and int-keyed dicts (graph_color): both come back as they were, where plain JSON would not."""

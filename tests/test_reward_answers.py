@@ -48,6 +48,7 @@ MATH_CASES = [
 ]
 
 
+@pytest.mark.slow
 def test_math_reward_scores_what_the_box_says_against_the_gold():
     got = math_rewards([c for c, _, _ in MATH_CASES], [g for _, g, _ in MATH_CASES])
     wrong = [(c, g, r, want) for (c, g, want), r in zip(MATH_CASES, got) if r != want]
@@ -64,6 +65,7 @@ def test_number_gold_check_names_golds_that_are_not_numbers():
     assert "needs a number" in number_gold_error("\\frac{1}{2}")
 
 
+@pytest.mark.slow
 def test_eval_scores_gsm8k_and_aime_as_the_number_reward_does():
     """eval.py used math-verify on GSM8K: a boxed expression scored 1 there and 0 in training."""
     from nanogrpo.evaluate import score
@@ -107,6 +109,7 @@ ISSUE_MATH = [
 ]
 
 
+@pytest.mark.slow
 def test_issue_46_math_cases():
     got = math_rewards([c for c, _, _ in ISSUE_MATH], [g for _, g, _ in ISSUE_MATH])
     wrong = [(c[:60], g, want, r) for (c, g, want), r in zip(ISSUE_MATH, got) if r != want]

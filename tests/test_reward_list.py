@@ -264,6 +264,7 @@ def test_a_toml_reward_list_with_integer_weights(tmp_path):
     assert cfg.reward_weights == [1.0, 0.2] and C.load([str(f)]).rewards == ["accuracy", "format"]
 
 
+@pytest.mark.slow
 def test_train_logs_every_reward_and_sums_them_with_weights(tiny_model_dir, tmp_path):
     import train
 

@@ -80,6 +80,7 @@ def test_unparseable_gold_is_none(gold):
     assert math_reward("\\boxed{1}", gold) is None
 
 
+@pytest.mark.slow
 def test_pathological_expression_times_out_as_zero_and_pool_recovers():
     # sympy evaluates this tower in C; SIGALRM inside the worker cannot stop it, the hard kill must.
     t0 = time.monotonic()
@@ -88,6 +89,7 @@ def test_pathological_expression_times_out_as_zero_and_pool_recovers():
     assert math_reward("\\boxed{3}", "3") == 1.0  # the killed worker was replaced
 
 
+@pytest.mark.slow
 def test_dead_worker_is_none_not_zero(monkeypatch):
     pool = answer._pool()
     assert math_reward("\\boxed{\\sqrt{1}}", "1") == 1.0  # make sure worker 0 is up (sympy decides: a worker item)
@@ -104,6 +106,7 @@ def test_dead_worker_is_none_not_zero(monkeypatch):
     assert math_rewards(["\\boxed{\\sqrt{1}}", "\\boxed{\\sqrt{4}}"], ["1", "2"]) == [None, None]
 
 
+@pytest.mark.slow
 def test_worker_killed_mid_item_is_none():
     import threading
 
@@ -152,6 +155,7 @@ def test_number_reward(completion, answer, expected):
     assert rewards.number_reward(completion, answer) == expected
 
 
+@pytest.mark.slow
 def test_math_verify_accepts_an_unevaluated_expression_that_number_refuses():
     """The reason the number reward exists: math-verify evaluates what it parses."""
     text = "Therefore, the final answer is: $\\boxed{22 * 46 - 844}$."

@@ -140,6 +140,7 @@ def test_a_sampler_that_draws_from_another_distribution_is_stopped(warm_model_di
     assert all(z > 1.5 for z in zs(tmp_path)), zs(tmp_path)
 
 
+@pytest.mark.slow
 def test_the_check_off_computes_nothing(warm_model_dir, tmp_path, monkeypatch):
     """max_sample_z = 0: no moments (the forward as before) and no stop, whatever the sampler draws."""
     inject_hidden(monkeypatch, "hidden temperature", 1)

@@ -45,6 +45,7 @@ def plain(model, tokenizer, prompt, max_new, stops=()):
 # ---- (1) log-probs equal the trainer-style full forward, padding changes nothing ----
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9)])
 def test_logprobs_match_full_forward(tiny_model_dir, device, temperature, top_p):
@@ -64,6 +65,7 @@ def test_logprobs_match_full_forward(tiny_model_dir, device, temperature, top_p)
 # ---- (2) greedy equals HF generate and a naive decoder ----
 
 
+@pytest.mark.slow
 def test_greedy_equals_hf_generate(sampler):
     prompts = encode(sampler, PROMPTS)
     result = sampler.generate(prompts, n=2, params=SamplingParams(max_new_tokens=10, temperature=0.0))
@@ -84,6 +86,7 @@ def test_greedy_equals_hf_generate(sampler):
             torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature,top_p,stop", [(1.0, 1.0, False), (0.7, 0.9, False), (1.3, 0.5, True),
                                                     (0.0, 1.0, True)])
 def test_equals_its_plain_reading_token_for_token(sampler, tiny_model_dir, temperature, top_p, stop):
@@ -147,6 +150,7 @@ def test_stop_string_matches_naive(sampler):
     assert reasons[0] == "stop" and stop in result[0][0].text and len(result[0][0].token_ids) < 16
 
 
+@pytest.mark.slow
 def test_sampled_stop_strings_cut_at_completing_token(sampler):
     prompts = encode(sampler, PROMPTS)
     stops = ("1", "a", "e ")
@@ -195,6 +199,7 @@ def test_eos_from_generation_config_list(tmp_path, tiny_model_dir):
 # ---- (4) seeds, top-p, the sampling distribution ----
 
 
+@pytest.mark.slow
 def test_seed_reproducible(sampler):
     prompts = encode(sampler, PROMPTS)
     params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=11)
@@ -225,6 +230,7 @@ def test_tiny_top_p_keeps_only_argmax(sampler):
             assert max(c.logprobs) < -1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature,top_p", [(0.3, 1.0), (0.3, 0.5)])
 def test_first_token_distribution(tiny_model_dir, temperature, top_p):
     """Empirical first-token frequencies fit softmax(logits / T) restricted to the nucleus (chi-square)."""
@@ -265,6 +271,7 @@ def _hf_names(model):
             yield name, t
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.parametrize("tied", [True, False])
 def test_sync_weights_gives_other_models_logprobs(tmp_path, tiny_model_dir, tiny_untied_model_dir, device, tied):
@@ -313,6 +320,7 @@ def test_bad_inputs(sampler, tmp_path):
     assert sampler.generate([], 2, SamplingParams()) == []
 
 
+@pytest.mark.slow
 def test_token_budget_splits_but_keeps_results(tiny_model_dir):
     """max_batch_tokens only changes how rows are grouped: greedy results stay the same."""
     big = TorchSampler(tiny_model_dir, max_batch_size=64)
@@ -375,6 +383,7 @@ def _arch_dir(root: Path, arch: str, **extra) -> str:
     return str(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral"])
 def test_every_architecture_matches_transformers(tmp_path, arch):
     """The decode loop drives the model's own layers: greedy equals HF generate, log-probs equal a full forward."""
@@ -392,6 +401,7 @@ def test_every_architecture_matches_transformers(tmp_path, arch):
             torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=2e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_other_architectures_and_windows_are_named(tmp_path):
     (tmp_path / "gpt2").mkdir()
     (tmp_path / "gpt2" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
@@ -405,6 +415,7 @@ def test_other_architectures_and_windows_are_named(tmp_path):
         s.generate([prompt], 1, SamplingParams(max_new_tokens=40, temperature=0.0))
 
 
+@pytest.mark.slow
 def test_continuous_batching_refills_slots_and_keeps_results(sampler, tiny_model_dir):
     """Rows that stop early free their slots for waiting prompts (the last running row moves into the hole);
     greedy results and log-probs equal a naive decoder's, whatever the slot count."""
@@ -430,6 +441,7 @@ def test_continuous_batching_refills_slots_and_keeps_results(sampler, tiny_model
             assert any(d and t2 == full for (d, _), (_, t2) in zip(per_step, per_step[1:]))
 
 
+@pytest.mark.slow
 def test_cache_grows_past_its_first_size(sampler):
     """The cache starts at the prompt's length and doubles: a long greedy run equals HF generate."""
     prompt = encode(sampler, ["7"])[0]
@@ -440,6 +452,7 @@ def test_cache_grows_past_its_first_size(sampler):
     assert c.token_ids == out[0, len(prompt):].tolist() and len(c.token_ids) > 100
 
 
+@pytest.mark.slow
 def test_a_samples_draws_do_not_depend_on_its_batch(tiny_model_dir):
     """Each sample draws from its own stream (seed, prompt, sample, token): the slot count, and so which rows
     share a step, leaves every sampled token as it was."""
@@ -471,6 +484,7 @@ def test_uniforms_are_splitmix64():
     assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.005 and abs(u.var() - 1 / 12) < 0.002
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("V,temperature,top_p,scale", [
     (1000, 1.0, 1.0, 3.0),   # 3 full blocks of 256 and a remainder of 232
     (2048, 0.7, 0.9, 4.0),   # peaked: the nucleus lies in the top 1024 (topk)

@@ -41,6 +41,7 @@ def test_correct_program_passes(pool):
     assert v.reward == 1.0 and v.status == "passed"
 
 
+@pytest.mark.slow
 def test_infinite_loop_times_out(pool):
     t = time.monotonic()
     v = run(pool, A.INFINITE_LOOP, stdio(tl=1))
@@ -50,6 +51,7 @@ def test_infinite_loop_times_out(pool):
     assert time.monotonic() - t < 10 or v.results[0].time_s > 6  # > 6 s: its backstop was stretched under load
 
 
+@pytest.mark.slow
 def test_sleeping_program_hits_wall_clock(pool):
     v = run(pool, A.SLEEP, stdio(tl=0.5), wall_factor=2.0)
     assert v.status == "timeout" and v.results[0].time_s < 5
@@ -294,6 +296,7 @@ def test_pipe_and_socket_buffers_are_bounded(pool):
     assert got == want, v.results[0].stdout + v.results[0].stderr[-500:]
 
 
+@pytest.mark.slow
 def test_pids_start_afresh_in_every_execution(pool):
     """A fresh pid namespace per execution: the pid counter carries nothing from one execution to the next."""
     vs = judge_many([A.PID_READ, A.PID_WRITE, A.PID_READ, A.PID_READ], [stdio(tl=5)] * 4, pool=pool)
@@ -366,6 +369,7 @@ pool.close()
 """
 
 
+@pytest.mark.slow
 def test_an_execd_program_may_print_more_than_a_pipe_holds():
     """An exec'd program (a fresh python3 here; C++ and node programs always are) printing 1 MB. A descriptor
     received over a socket is not close-on-exec: the program used to keep the runner's "did exec fail" pipe

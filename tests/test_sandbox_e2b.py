@@ -80,6 +80,7 @@ PROBLEM = {"id": "x", "language": "python", "mode": "stdio", "time_limit_s": 2,
 ADD = "a, b = map(int, input().split())\nprint(a + b)"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="the fake runs the runner as root, like E2B's user='root'")
 def test_e2b_backend_judges_like_local(fake):
     pool = make_pool(fake)
@@ -93,6 +94,7 @@ def test_e2b_backend_judges_like_local(fake):
         pool.close()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="the fake runs the runner as root")
 def test_e2b_backend_judges_assert_mode_without_showing_the_checks(fake):
     """Assert mode on E2B: the checks' request file is gone before the program's execution, which scans its
@@ -147,6 +149,7 @@ def test_missing_api_key_is_none_not_an_exception(monkeypatch):
         pool.close()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="the fake runs the runner as root")
 def test_tool_sessions_replay_on_the_e2b_backend(fake):
     """Tool cells on E2B are the pool's replayed sessions, as on the local backend: state carries from cell to

@@ -56,6 +56,7 @@ def test_memory_pinned_outside_rlimit_as_is_capped_and_freed(pool, attack):
     assert after <= before + 64, f"host Shmem {before} -> {after} MB after the execution ended"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", by_kind("leak"))
 def test_nothing_passes_from_one_execution_to_the_next(pool, attack):
     vs = run_attack(pool, attack)
@@ -69,6 +70,7 @@ def test_multiprocessing_programs_score_one(pool, attack):
     assert v is not None and v.reward == 1.0, (v.status, v.results[0].stderr[-500:]) if v else None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", by_kind("judge"))
 def test_reward_hacks_and_unparseable_output_score_zero_not_none(pool, attack):
     t = time.monotonic()
@@ -79,6 +81,7 @@ def test_reward_hacks_and_unparseable_output_score_zero_not_none(pool, attack):
     assert not A.too_slow(attack, took), f"judged in {took:.1f} s"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", by_kind("channel"))
 def test_nothing_passes_between_slots_running_at_once(pool2, attack):
     vs = run_attack(pool2, attack)
@@ -133,6 +136,7 @@ def _running_as(uid):
     return False
 
 
+@pytest.mark.slow
 def test_bursty_load_does_not_fake_a_timeout():
     """Ten CPU hogs (each its own session) that all pause for 0.35 s around the program's 2 s wall deadline: a load
     check that looks at the machine at that instant sees it idle and calls the starved program a timeout. Judged
@@ -206,6 +210,7 @@ def test_the_starvation_verdict_reads_the_programs_whole_run(monkeypatch, sched,
     assert runner.starved_by_load(123456, _Launcher, elapsed=2.0, cpu_limit=1.0) is starved
 
 
+@pytest.mark.slow
 def test_sleeping_program_still_times_out(pool):
     v = judge_many(["import time; time.sleep(30)"], [stdio(tl=0.5)], pool=pool, wall_factor=2.0)[0]
     assert v.status == "timeout" and v.results[0].time_s < 5

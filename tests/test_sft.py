@@ -125,6 +125,7 @@ def naive_hf(model_dir, examples):
     return loss.item(), {n: p.grad for n, p in hf.named_parameters()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", [24, 64, 4096])  # many micro-batches, a few, one
 def test_packed_loss_and_grads_equal_a_naive_padded_hf_forward(chat_model_dir, budget):
     dist.init("cpu")

@@ -31,6 +31,7 @@ CASES = [(f, d, when, exact) for f in FAULTS for d in ("float32", "bfloat16")
          for when, exact in (("early", False), ("late", True))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault,dtype,when,exact", CASES, ids=[f"{f}-{d}-{w}" for f, d, w, _ in CASES])
 def test_a_stale_sampler_is_caught_at_its_first_faulty_step(warm_model_dir, tmp_path, monkeypatch, fault, dtype,
                                                             when, exact):
@@ -47,6 +48,7 @@ def test_a_stale_sampler_is_caught_at_its_first_faulty_step(warm_model_dir, tmp_
     assert steps_logged(tmp_path) == onset - 1  # the faulty rollouts were never trained on
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,exact", [("float32", False), ("bfloat16", False), ("float32", True),
                                          ("bfloat16", True)])
 def test_clean_runs_are_not_stopped(warm_model_dir, tmp_path, dtype, exact):
@@ -55,6 +57,7 @@ def test_clean_runs_are_not_stopped(warm_model_dir, tmp_path, dtype, exact):
     assert steps_logged(tmp_path) == 5
 
 
+@pytest.mark.slow
 def test_lora_clean_run_is_not_stopped(warm_model_dir, tmp_path):
     train.main(run_args(warm_model_dir, tmp_path, "steps=4", "lora_rank=4", "gap_patience=1"))
     assert steps_logged(tmp_path) == 4
@@ -79,6 +82,7 @@ def test_fingerprint_is_exact_and_order_free():
     assert fp(torch.tensor([-0.0, 1.0])) == fp(torch.tensor([0.0, 1.0]))
 
 
+@pytest.mark.slow
 def test_a_sampler_that_reports_nothing_is_named(warm_model_dir, tmp_path, monkeypatch):
     """A generate replaced wholesale (it never reaches the sampler's own generate) leaves no report."""
     real = TorchSampler.generate
@@ -93,6 +97,7 @@ def test_a_sampler_that_reports_nothing_is_named(warm_model_dir, tmp_path, monke
         train.main(run_args(warm_model_dir, tmp_path, "steps=2"))
 
 
+@pytest.mark.slow
 def test_the_tool_loop_checks_the_inner_sampler(tiny_model_dir):
     """With tools the inner sampler's later rounds extend the prompts: the trainer's prompts must start them."""
     from nanogrpo import dist
@@ -116,6 +121,7 @@ def test_the_tool_loop_checks_the_inner_sampler(tiny_model_dir):
         check(1, [[5, 9, 12]], 4, params)
 
 
+@pytest.mark.slow
 def test_matches_is_the_plain_check_and_problems_agree_with_it(tiny_model_dir):
     """Every step runs `matches` (a few equalities); `problems` only explains a mismatch. They agree on a clean call
     and on each kind of fault, one at a time."""

@@ -96,6 +96,7 @@ def test_the_checks_catch_outside_paths():
                                                     "an issue with 12 rows", "tissue 3")] == [True, True, True, False, False]
 
 
+@pytest.mark.slow
 def test_no_tracked_file_names_a_path_outside_the_repository():
     found, team_doc, tracker = [], {}, {}
     for rel in tracked_files():

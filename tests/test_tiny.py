@@ -52,6 +52,7 @@ def test_greedy_sample_matches_hf_generate_and_ignores_padding(tok):
         assert sample(model, tok, [p], temperature=0.0, max_new_tokens=6) == [got]
 
 
+@pytest.mark.slow
 def test_evaluate_accuracy_counts_exact_matches(tok):
     model = random_model(tok, seed=2)
     rows = arithmetic_rows("test", 8)

@@ -158,6 +158,7 @@ def test_timeout_and_error_become_text_and_the_session_survives(tokenizer, local
     assert outs[3] == FENCE.output_open + "10" + FENCE.output_close  # y survived; the loop was not replayed
 
 
+@pytest.mark.slow
 def test_each_cell_is_stopped_at_its_wall_clock_limit(tokenizer, local_cells):
     """tool_timeout_s = 1 and four cells that sleep 4.5 s: each is a timeout after 1 s, told to the model and
     counted (with only a CPU limit: 45 s, and no timeout)."""
@@ -171,6 +172,7 @@ def test_each_cell_is_stopped_at_its_wall_clock_limit(tokenizer, local_cells):
     assert took < 20, took
 
 
+@pytest.mark.slow
 def test_a_cell_queuing_its_own_processes_before_the_deadline_is_a_timeout_not_a_failed_rollout(tokenizer, local_cells):
     """A cell that ignores SIGALRM and runs 55 processes on one CPU just before each of the session's wall
     deadlines: their waits read as load (stretched up to 4 times, then None: the rollout failed)."""
@@ -213,6 +215,7 @@ def test_tools_file_is_loaded_and_described(tokenizer, local_cells, tmp_path):
 # ---- sessions show the model exactly what happened (the cases live in tests/helpers/attacks.py) ----
 
 
+@pytest.mark.slow
 def test_replays_of_a_session_show_the_set_order_the_model_saw(tokenizer, local_cells):
     """A session has one PYTHONHASHSEED: its calls print a set of strings in one order on every slot (the
     pool has 2), so a replay computes what the model was shown."""
@@ -304,6 +307,7 @@ def test_sandbox_failure_gives_a_none_reward_never_zero(tokenizer):
 # ---- the update: tool tokens are context only ----
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("packed", [0, 64])
 def test_update_equals_tool_output_as_context_only(tiny_model_dir, packed):
     """A rollout [m1 m2 | t1 t2 t3 | m3 m4] (t = tool output, mask 0) must give exactly the update of two
@@ -369,6 +373,7 @@ def assert_trainer_agrees(rollouts, tol):
     assert worst < tol, worst
 
 
+@pytest.mark.slow
 def test_torch_sampler_logprobs_equal_trainer_over_tool_turns():
     from nanogrpo.torch_sampler import TorchSampler
 
@@ -495,6 +500,7 @@ def test_the_committed_tool_model_copies_a_tool_output_of_either_length():
     assert by_len[9][0] >= 28 and by_len[10][0] >= 165, (by_len, wrong)  # measured: 30 / 30, 170 / 170
 
 
+@pytest.mark.slow
 def test_probe_tool_copy_names_a_bad_model_directory_before_probing_any(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "probe_tool_copy.py"), TOOL_MODEL, str(tmp_path)],
                        capture_output=True, text=True)

@@ -122,6 +122,7 @@ def test_two_ranks_train_save_and_resume(tiny_model_dir, tmp_path):
     assert len(list((checkpoint.latest(str(tmp_path)) / "optim").glob("*.distcp"))) == 2
 
 
+@pytest.mark.slow
 def test_resolved_config_is_saved(tiny_model_dir, tmp_path):
     train.main(small(tiny_model_dir, tmp_path, "steps=1", "save_final=false", "lr=3e-4"))
     from nanogrpo.config import load
@@ -129,6 +130,7 @@ def test_resolved_config_is_saved(tiny_model_dir, tmp_path):
     assert load([str(tmp_path / "config.toml")]).lr == 3e-4
 
 
+@pytest.mark.slow
 def test_start_up_prints_the_memory_plan_and_warns_when_it_does_not_fit(tiny_model_dir, tmp_path, capsys, monkeypatch):
     # the budget on CPU is the machine's RAM shared by the node's processes: claim a million of them
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1000000")
@@ -179,6 +181,7 @@ def test_vllm_run_exits_cleanly(warm_model_dir, tmp_path):
     assert "Traceback" not in r.stderr and "Invalid process group" not in r.stderr, r.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_benchmarks_every_n_steps_equal_eval_py_on_the_checkpoint(warm_model_dir, tmp_path):
     """eval_benchmarks runs eval.py's evaluate() with the trainer's synced sampler: the eval after the
     last step must equal eval.py run on the final checkpoint (same sampling, same seed), sample by sample."""

@@ -45,6 +45,7 @@ def assert_same(a, b, tol=2e-6):
         torch.testing.assert_close(w, b["weights"][name], rtol=0, atol=tol, msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_norm,variant", [("token", "clip"), ("sequence", "clip"), ("constant", "clip"),
                                                ("token", "gspo"), ("sequence", "cispo")])
 def test_micro_batch_split_does_not_change_the_update(tiny_model_dir, tmp_path, loss_norm, variant):
@@ -55,6 +56,7 @@ def test_micro_batch_split_does_not_change_the_update(tiny_model_dir, tmp_path, 
     assert whole["stats"]["grad_norm"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_mu_and_kl_split_invariant(tiny_model_dir, tmp_path, variant):
     whole = run(tiny_model_dir, tmp_path / "whole.pt", 16, "token", mu=2, beta=0.1, **VARIANTS[variant])

@@ -59,6 +59,7 @@ def test_deterministic_and_seeded():
     assert tasks.load_rows("word_problems", "math", "test", n=20) == word_problem_rows("test", 20)
 
 
+@pytest.mark.slow
 def test_splits_are_disjoint_and_test_rows_distinct():
     test = {instance_key(r["problem"]) for r in word_problem_rows("test", 500)}
     assert len(test) == 500
@@ -171,6 +172,7 @@ def test_the_no_tools_arm_sees_the_same_prompt_as_the_tools_arm(tmp_path):
     assert "You can run Python code" in "".join(map(chr, with_tools[0]))
 
 
+@pytest.mark.slow
 def test_smollm2_tools_warm_start_script_end_to_end_on_the_tiny_chat_model(tiny_model_dir, tmp_path):
     """scripts/smollm2_tools_warm_start.py: rows -> sft.py (the real tool loop in its evals) -> OUT holds a model
     that loads, trained (weights changed), the rows it saw and warm_start.json; a missing model is named first."""
