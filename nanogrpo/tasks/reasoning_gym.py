@@ -322,6 +322,11 @@ def _score_item(name: str, settings: dict, answer: str | None, entry: dict) -> f
 WORKER_MEMORY = 4 << 30  # bytes of address space a scorer worker may hold (a memory bomb fails, the worker lives)
 
 
+def _checkout() -> str:
+    """The directory holding this package: the worker imports it from there."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def confined(argv: list[str]) -> list[str]:
     """The worker's command inside bubblewrap where it is installed: the filesystem read-only, no network, its own
     /tmp. Several scorers run the model's text through sympy's parse_expr, which calls eval on it (countdown,
@@ -331,8 +336,7 @@ def confined(argv: list[str]) -> list[str]:
     if not shutil.which("bwrap"):
         return argv
     # the worker's own /tmp hides the host's; a checkout or a venv that lives there (a clone in /tmp) is bound back
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    kept = sorted({p for p in (root, sys.prefix) if os.path.realpath(p).startswith("/tmp/")})
+    kept = sorted({p for p in (_checkout(), sys.prefix) if os.path.realpath(p).startswith("/tmp/")})
     return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
             *[a for p in kept for a in ("--ro-bind", os.path.realpath(p), os.path.realpath(p))], "--unshare-all",
             "--die-with-parent", "--new-session", *argv]
@@ -376,8 +380,7 @@ def _pool():
         def _start(self, i: int) -> None:
             import subprocess
 
-            root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([_checkout(), os.environ.get("PYTHONPATH", "")]),
                        OMP_NUM_THREADS="1")
             argv = [sys.executable, "-m", "nanogrpo.tasks.reasoning_gym", "--score-worker"]
             self.procs[i] = subprocess.Popen(confined(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
