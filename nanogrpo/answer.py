@@ -71,12 +71,6 @@ _CLAUSE_END = re.compile(r"\n|\.(?=\s|$)|,\s+(?=[A-Za-z]{2})|;|\s(?:because|sinc
 _WORKING_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,])\d{3}(?!\d))*"
                              r"(?:\.\d+)?(?:/\d+(?![\d.]))?")
 _DIGIT = re.compile(r"\d")
-_FINAL_STATEMENT = re.compile(r"(?i)(?:\bfinal\s+answer\b[*\s]{0,4}(?:is\b|:|=)|####)[*:\s]{0,4}")
-_CLAUSE_END = re.compile(r"\n|\.(?=\s|$)|,\s+(?=[A-Za-z]{2})|;|\s(?:because|since|which|so|as|but)\b")
-# a number as working writes it (thousands separators in any spelling: `normalise` joins them); the leading `.*`
-# makes `match` find the last one, backtracking from the end (time linear in what follows it)
-_LAST_NUMBER = re.compile(r".*(?<![\w.])(-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,])\d{3}(?!\d))*"
-                          r"(?:\.\d+)?)", re.S)
 _WORD = re.compile(r"[A-Za-z]{3,}")
 _COMMAND = re.compile(r"\\[A-Za-z]+")
 
@@ -773,22 +767,31 @@ def gold_error(answer) -> str | None:
 
 
 def _worker_main() -> None:
-    """`python -m nanogrpo.answer --math-worker INNER_TIMEOUT`: one JSON line in, one JSON line out."""
+    """`python -m nanogrpo.answer --math-worker INNER_TIMEOUT`: math-verify's items (`_work`), over `serve_lines`."""
+
+    def prepare():
+        import logging
+
+        import math_verify  # noqa: F401  (imported before "ready": a slow import must not eat an item's timeout)
+
+        logging.getLogger("math_verify").setLevel(logging.ERROR)  # its timeout warnings would flood the logs
+
+    serve_lines(lambda item: _work(item, int(sys.argv[2])), prepare)
+
+
+def serve_lines(handle, prepare) -> None:
+    """A MathPool worker's protocol: `prepare()`, then "ready", then one JSON line out ({"ok": handle(item)}, or
+    {"error": ...}) for each JSON line in. The protocol channel is a copy of stdout; stray prints go to stderr."""
     import json
-    import logging
-    import sys
 
-    import math_verify  # noqa: F401  (import before saying ready: a slow import must not eat an item's timeout)
-
-    inner_timeout = int(sys.argv[2])
-    logging.getLogger("math_verify").setLevel(logging.ERROR)  # its timeout warnings would flood the logs
-    out = os.fdopen(os.dup(1), "w")  # the protocol channel; stray prints go to stderr instead
+    out = os.fdopen(os.dup(1), "w")
     sys.stdout = sys.stderr
+    prepare()
     out.write('"ready"\n')
     out.flush()
     for line in sys.stdin:
         try:
-            reply = {"ok": _work(json.loads(line), inner_timeout)}
+            reply = {"ok": handle(json.loads(line))}
         except BaseException as e:  # math-verify's TimeoutException is a BaseException
             reply = {"error": repr(e)[:200]}
         out.write(json.dumps(reply) + "\n")
@@ -801,25 +804,21 @@ def _worker_main() -> None:
 class MathPool:
     """A few worker processes, each with its own pipes, so that one stuck item can be killed alone.
 
-    Started lazily on first use and reused. Workers are plain subprocesses (`python -m nanogrpo.answer`),
-    not multiprocessing: no fork of a parent holding CUDA or threads, and no re-import of the caller's
-    `__main__` (multiprocessing's spawn would re-run an unguarded script).
+    Started lazily on first use and reused. Workers are plain subprocesses running `command` (`python -m
+    nanogrpo.answer`, or Reasoning Gym's scorer), not multiprocessing: no fork of a parent holding CUDA or threads,
+    and no re-import of the caller's `__main__` (multiprocessing's spawn would re-run an unguarded script).
     """
 
-    def __init__(self, workers: int, inner_timeout: int = 5):
-        self.n, self.inner_timeout = workers, inner_timeout
+    def __init__(self, workers: int, command: list[str]):
+        self.n, self.command = workers, command
         self.procs: list[subprocess.Popen | None] = [None] * workers
         self.lock = threading.Lock()  # one batch at a time; callers may share the pool across threads
 
     def _start(self, i: int) -> None:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the dir holding nanogrpo/
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([CHECKOUT, os.environ.get("PYTHONPATH", "")]))
         env["OMP_NUM_THREADS"] = "1"
-        self.procs[i] = subprocess.Popen(
-            [sys.executable, "-m", "nanogrpo.answer", "--math-worker", str(self.inner_timeout)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, bufsize=1, env=env,
-        )
+        self.procs[i] = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env)
 
     def _ensure_started(self) -> None:
         """(Re)start every dead worker, all at once, and wait until each has imported math-verify."""
@@ -911,20 +910,26 @@ class MathPool:
         return results
 
 
-_POOL: MathPool | None = None
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the directory holding nanogrpo/: workers
+# import it from there (and Reasoning Gym's confined scorer binds it back into its own /tmp)
+_POOLS: dict[tuple, MathPool] = {}
 _POOL_LOCK = threading.Lock()
 DEFAULT_TIMEOUT_S = 10.0
 STARTUP_TIMEOUT_S = 120.0  # a worker importing sympy on a loaded machine can take many seconds
 
 
-def _pool() -> MathPool:
-    global _POOL
+def pool_of(command: tuple[str, ...]) -> MathPool:
+    """This process's pool of `command`'s workers (NANOGRPO_MATH_WORKERS, default min(4, cores)), closed at exit."""
     with _POOL_LOCK:
-        if _POOL is None:
+        if command not in _POOLS:
             workers = int(os.environ.get("NANOGRPO_MATH_WORKERS", min(4, os.cpu_count() or 1)))
-            _POOL = MathPool(max(1, workers))
-            atexit.register(_POOL.close)
-        return _POOL
+            _POOLS[command] = MathPool(max(1, workers), list(command))
+            atexit.register(_POOLS[command].close)
+        return _POOLS[command]
+
+
+def _pool() -> MathPool:
+    return pool_of((sys.executable, "-m", "nanogrpo.answer", "--math-worker", "5"))
 
 
 def _run(items: list[list], timeout_s: float) -> list[float | None]:

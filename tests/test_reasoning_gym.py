@@ -233,7 +233,9 @@ def test_a_checkout_under_tmp_stays_visible_to_the_confined_worker(monkeypatch):
     verdict of a user who cloned there would be None (the worker cannot start)."""
     if rg.confined(["python"]) == ["python"]:
         pytest.skip("no bubblewrap here")
-    monkeypatch.setattr(rg, "__file__", "/tmp/clone/nanogrpo/tasks/reasoning_gym.py")
+    from nanogrpo import answer
+
+    monkeypatch.setattr(answer, "CHECKOUT", "/tmp/clone")  # the directory holding nanogrpo/ (the workers' PYTHONPATH)
     argv = rg.confined(["python"])
     after = argv[argv.index("--tmpfs"):]
     assert ["--ro-bind", "/tmp/clone", "/tmp/clone"] in [after[i:i + 3] for i in range(len(after))], argv

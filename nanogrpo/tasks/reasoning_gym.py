@@ -43,7 +43,6 @@ import json
 import os
 import random
 import sys
-import threading
 import tomllib
 from typing import NamedTuple
 
@@ -322,77 +321,45 @@ def _score_item(name: str, settings: dict, answer: str | None, entry: dict) -> f
 WORKER_MEMORY = 4 << 30  # bytes of address space a scorer worker may hold (a memory bomb fails, the worker lives)
 
 
-def _checkout() -> str:
-    """The directory holding this package: the worker imports it from there."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
 def confined(argv: list[str]) -> list[str]:
     """The worker's command inside bubblewrap where it is installed: the filesystem read-only, no network, its own
     /tmp. Several scorers run the model's text through sympy's parse_expr, which calls eval on it (countdown,
     puzzle24, ...: `__import__('os')...` runs): outside nanogrpo/sandbox/, this is the containment it gets."""
     import shutil
 
+    from nanogrpo.answer import CHECKOUT
+
     if not shutil.which("bwrap"):
         return argv
     # the worker's own /tmp hides the host's; a checkout or a venv that lives there (a clone in /tmp) is bound back
-    kept = sorted({p for p in (_checkout(), sys.prefix) if os.path.realpath(p).startswith("/tmp/")})
+    kept = sorted({p for p in (CHECKOUT, sys.prefix) if os.path.realpath(p).startswith("/tmp/")})
     return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
             *[a for p in kept for a in ("--ro-bind", os.path.realpath(p), os.path.realpath(p))], "--unshare-all",
             "--die-with-parent", "--new-session", *argv]
 
 
 def _worker_main() -> None:
-    """`python -m nanogrpo.tasks.reasoning_gym --score-worker`: one JSON line in, one JSON line out (MathPool's)."""
-    import resource
+    """`python -m nanogrpo.tasks.reasoning_gym --score-worker`: RG's scorer (`_score_item`), over answer.serve_lines."""
+    from nanogrpo.answer import serve_lines
 
-    out = os.fdopen(os.dup(1), "w")  # the protocol channel; stray prints go to stderr instead
-    sys.stdout = sys.stderr
-    import reasoning_gym  # noqa: F401  (imported before "ready": its import must not eat an item's timeout)
+    def prepare():
+        import resource
 
-    # then, before any model text is read: bounded memory, no file grows (where bwrap is missing too), no core dump
-    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        import reasoning_gym  # noqa: F401  (imported before "ready": its import must not eat an item's timeout)
 
-    out.write('"ready"\n')
-    out.flush()
-    for line in sys.stdin:
-        try:
-            name, settings, answer, entry = json.loads(line)
-            reply = {"ok": _score_item(name, settings, answer, from_wire(entry))}
-        except BaseException as e:
-            reply = {"error": repr(e)[:200]}
-        out.write(json.dumps(reply) + "\n")
-        out.flush()
+        # then, before any model text is read: bounded memory, no file grows (where bwrap is missing too), no core dump
+        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
-
-_POOL = None
-_POOL_LOCK = threading.Lock()
+    serve_lines(lambda item: _score_item(*item[:3], from_wire(item[3])), prepare)
 
 
 def _pool():
-    """MathPool's workers and timeout policy (nanogrpo/answer.py), running this module's worker."""
-    global _POOL
-    from nanogrpo.answer import MathPool
+    """MathPool's workers and timeout policy (nanogrpo/answer.py), running this module's worker, confined."""
+    from nanogrpo.answer import pool_of
 
-    class ScorePool(MathPool):
-        def _start(self, i: int) -> None:
-            import subprocess
-
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join([_checkout(), os.environ.get("PYTHONPATH", "")]),
-                       OMP_NUM_THREADS="1")
-            argv = [sys.executable, "-m", "nanogrpo.tasks.reasoning_gym", "--score-worker"]
-            self.procs[i] = subprocess.Popen(confined(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                             stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env)
-
-    with _POOL_LOCK:
-        if _POOL is None:
-            import atexit
-
-            _POOL = ScorePool(max(1, int(os.environ.get("NANOGRPO_MATH_WORKERS", min(4, os.cpu_count() or 1)))))
-            atexit.register(_POOL.close)
-        return _POOL
+    return pool_of(tuple(confined([sys.executable, "-m", "nanogrpo.tasks.reasoning_gym", "--score-worker"])))
 
 
 def score(completions: list[str], reasoning_gym: list | None = None, answer: list | None = None,
