@@ -91,6 +91,22 @@ class Sampler(Protocol):
     def close(self) -> None: ...  # release engines and memory; the sampler is not used after it
 
 
+def check_request(prompts: list[list[int]], n: int, params: SamplingParams) -> None:
+    """What every sampler refuses before it generates: settings out of range, n < 1, an empty prompt."""
+    params.check()
+    if n < 1:
+        raise ValueError(f"sampler: n must be >= 1, got {n}")
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"sampler: prompt {i} is empty (a prompt needs at least one token)")
+
+
+def decode(tokenizer, token_lists: list[list[int]], eos: set[int]) -> list[str]:
+    """Each completion's text (`Completion.text`, every sampler's): its tokens but a final EOS, special tokens kept."""
+    return tokenizer.batch_decode([t[:-1] if t and t[-1] in eos else t for t in token_lists],
+                                  skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
 def eos_ids(model, tokenizer) -> set[int]:
     """Every id that ends a completion: generation_config's (may be a list), config's and the tokenizer's."""
     ids: set[int] = set()

@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from nanogrpo.sampler import Completion, Progress, SamplingParams
+from nanogrpo.sampler import Completion, Progress, SamplingParams, decode
 from nanogrpo.sandbox.cells import CellResult
 
 log = logging.getLogger(__name__)
@@ -287,10 +287,9 @@ class ToolSampler:
         return output
 
     def _completion(self, r: _Rollout) -> Completion:
-        strip = lambda t: t[:-1] if t and t[-1] in self.eos_ids else t  # noqa: E731  text leaves out a final EOS
-        return Completion(r.tokens, r.logprobs, self._decode(strip(r.tokens)), r.reason or "stop", mask=r.mask,
-                              final_text=self._decode(strip(r.tokens[r.final_start :])), calls=r.calls,
-                              errors=r.errors, timeouts=r.timeouts, tool_seconds=r.seconds, failed=r.failed)
+        text, final = decode(self.tokenizer, [r.tokens, r.tokens[r.final_start :]], self.eos_ids)
+        return Completion(r.tokens, r.logprobs, text, r.reason or "stop", mask=r.mask, final_text=final, calls=r.calls,
+                          errors=r.errors, timeouts=r.timeouts, tool_seconds=r.seconds, failed=r.failed)
 
 
 def rollout_stats(c: Completion) -> tuple:

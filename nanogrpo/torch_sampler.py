@@ -49,7 +49,7 @@ from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM, A
 from transformers.masking_utils import AttentionMaskInterface
 
 from nanogrpo.logprobs import fp32_head
-from nanogrpo.sampler import Completion, Progress, SamplingParams, Used, eos_ids, uniforms
+from nanogrpo.sampler import Completion, Progress, SamplingParams, Used, check_request, decode, eos_ids, uniforms
 
 # Model types whose forward is embed_tokens -> rotary_emb -> layers -> norm -> lm_head, each layer taking
 # (hidden, attention_mask, position_ids, past_key_values, position_embeddings) and returning the hidden states.
@@ -358,12 +358,7 @@ class TorchSampler:
     def generate(
         self, prompts: list[list[int]], n: int, params: SamplingParams, progress: Progress | None = None
     ) -> list[list[Completion]]:
-        params.check()
-        if n < 1:
-            raise ValueError(f"sampler: n must be >= 1, got {n}")
-        for i, p in enumerate(prompts):
-            if len(p) == 0:
-                raise ValueError(f"sampler: prompt {i} is empty (a prompt needs at least one token)")
+        check_request(prompts, n, params)
         if not prompts:
             return []
         self.wake()  # after sleep(): weights back on the device (as the vLLM sampler does in generate)
@@ -443,13 +438,7 @@ class TorchSampler:
             cache.lens[: cache.rows] += 1
 
         results: list[list[Completion | None]] = [[None] * n for _ in prompts]
-        # The text leaves out a final EOS token (a stop string's token stays).
-        texts = self.tokenizer.batch_decode(
-            [r.tokens[:-1] if r.tokens[-1] in self.eos_ids else r.tokens for r in done],
-            skip_special_tokens=False,
-            clean_up_tokenization_spaces=False,
-        )
-        for r, text in zip(done, texts):
+        for r, text in zip(done, decode(self.tokenizer, [r.tokens for r in done], self.eos_ids)):
             results[r.prompt][r.sample] = Completion(r.tokens, r.logprobs, text, r.reason)
         return results  # type: ignore[return-value]
 

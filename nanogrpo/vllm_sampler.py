@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from nanogrpo.sampler import Completion, Progress, SamplingParams, Used
+from nanogrpo.sampler import Completion, Progress, SamplingParams, Used, check_request, decode
 
 # Must be set before the engine is built: the in-process engine is what lets sync_weights pass a
 # generator (and what external_launcher requires). vllm reads its env vars lazily, at engine build.
@@ -219,12 +219,7 @@ class VLLMSampler:
     ) -> list[list[Completion]]:
         """`progress` is called once, at the end, with every sample and token: vLLM 0.32's LLM.generate reports
         only finished requests (through `use_tqdm`, a tqdm object: no token counts), nothing per step."""
-        params.check()
-        if n < 1:
-            raise ValueError(f"vllm sampler: n must be >= 1, got {n}")
-        for i, p in enumerate(prompts):
-            if len(p) == 0:
-                raise ValueError(f"vllm sampler: prompt {i} is empty (a prompt needs at least one token)")
+        check_request(prompts, n, params)
         if params.top_p < 1.0 and params.temperature > 0 and not self._warned_top_p:
             warnings.warn(
                 "vllm sampler: with top_p < 1 vLLM reports log-probs renormalised over the nucleus, "
@@ -234,7 +229,7 @@ class VLLMSampler:
         if self._weights_discarded:
             raise RuntimeError("vllm sampler: sleep() discarded the weights (level 2); sync_weights() must refill "
                                "them before generate()")
-        self._wake_all()
+        self.wake()
         # vLLM gives the j-th child of a request seed + j; spacing prompts by n keeps every sample's seed distinct.
         # seed None: drawn from torch's global RNG, as the PyTorch sampler does (reproducible under torch.manual_seed).
         seed = params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
@@ -253,14 +248,8 @@ class VLLMSampler:
                     raise RuntimeError(f"vllm sampler: request finished with {o.finish_reason!r}")
                 row.append(Completion(ids, lps, "", o.finish_reason))
             results.append(row)
-        # Text as the PyTorch sampler makes it: all tokens but a final EOS, special tokens kept.
         flat = [c for row in results for c in row]
-        texts = self.tokenizer.batch_decode(
-            [c.token_ids[:-1] if c.token_ids and c.token_ids[-1] in self.eos_ids else c.token_ids for c in flat],
-            skip_special_tokens=False,
-            clean_up_tokenization_spaces=False,
-        )
-        for c, t in zip(flat, texts):
+        for c, t in zip(flat, decode(self.tokenizer, [c.token_ids for c in flat], self.eos_ids)):
             c.text = t
         if progress is not None:
             progress(len(flat), sum(len(c.token_ids) for c in flat))
@@ -351,9 +340,6 @@ class VLLMSampler:
             self._weights_discarded = self.sleep_level == 2
 
     def wake(self) -> None:
-        self._wake_all()
-
-    def _wake_all(self) -> None:
         if self._asleep:
             self.llm.wake_up(tags=list(self._asleep))
             self._asleep = []
