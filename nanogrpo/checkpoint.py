@@ -252,17 +252,11 @@ def problem(ckpt: Path, hashed=None) -> str:
     return ""
 
 
-def latest(out_dir: str, warn: bool = False) -> Path | None:
-    """The newest complete checkpoint directory (sizes checked), or None. `warn`: name each newer one that is
-    skipped because it is damaged (see problem). `verified` checks the contents too (what resume reads)."""
+def latest(out_dir: str) -> Path | None:
+    """The newest complete checkpoint directory (sizes checked), or None. `verified` checks the contents too (what
+    resume reads)."""
     root = Path(out_dir) / "checkpoints"
-    for p in sorted(root.glob("step_*"), reverse=True):
-        why = problem(p) if p.is_dir() else "not a directory"
-        if not why:
-            return p
-        if warn:
-            _skipped(p, why)
-    return None
+    return next((p for p in sorted(root.glob("step_*"), reverse=True) if p.is_dir() and not problem(p)), None)
 
 
 def _skipped(ckpt: Path, why: str) -> None:

@@ -360,10 +360,6 @@ class PromptStream:
             self._perm_epoch = epoch
         return self._perm
 
-    @property
-    def epoch(self) -> int:
-        return self.consumed // len(self.rows)
-
     def global_batch(self, size: int | None = None) -> list[dict]:
         """The next `size` rows of the global order (default: a step's, prompts_per_step); advances the stream."""
         size = self.prompts_per_step if size is None else size
@@ -379,10 +375,6 @@ class PromptStream:
         global batch of count x world rows, this rank's slice of it)."""
         per_rank = self.prompts_per_step // self.world_size if count is None else count
         return self.global_batch(per_rank * self.world_size)[self.rank * per_rank : (self.rank + 1) * per_rank]
-
-    def __iter__(self):
-        while True:
-            yield self.next_batch()
 
     def state_dict(self) -> dict:
         return {"consumed": self.consumed, "seed": self.seed, "num_rows": len(self.rows)}

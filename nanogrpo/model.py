@@ -317,7 +317,7 @@ def _recomputed(forward):
     return run
 
 
-def iter_full_params(policy: Policy, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_full_params(policy: Policy) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF state-dict name, full tensor) for every parameter, gathered one parameter at a time.
 
     Every rank must consume the whole iterator: each `full_tensor()` is an all-gather. At most one
@@ -335,7 +335,7 @@ def iter_full_params(policy: Policy, dtype: torch.dtype | None = None) -> Iterat
         if name in adapted:
             m = adapted[name]
             t = m.merge(t, full(m.lora_A), full(m.lora_B))
-        yield name, (t.detach().to(dtype) if dtype is not None else t.detach())
+        yield name, t.detach()
 
 
 def full_state_dict_cpu(policy: Policy) -> dict[str, torch.Tensor]:
