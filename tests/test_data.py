@@ -50,8 +50,10 @@ def test_arithmetic_splits_are_disjoint():
 
 
 def test_arithmetic_bad_split():
+    from nanogrpo import tasks
+
     with pytest.raises(ValueError, match="split"):
-        arithmetic_rows("valid", 10)
+        tasks.load_rows("arithmetic", split="valid", n=10)
 
 
 # --- normalisation -----------------------------------------------------------------------------

@@ -73,9 +73,9 @@ def test_splits_are_disjoint_and_test_rows_distinct():
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="split"):
-        word_problem_rows("valid", 5)
-    with pytest.raises(ValueError, match="positive"):
-        word_problem_rows("train", 0)
+        tasks.load_rows("word_problems", split="valid", n=5)
+    with pytest.raises(ValueError, match="n >= 1"):
+        tasks.load_rows("word_problems", split="train", n=0)
     with pytest.raises(ConfigError, match="did you mean 'word_problems'"):
         tasks.load_rows("word_problem", "math")
 

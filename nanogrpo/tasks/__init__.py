@@ -117,6 +117,8 @@ def load_rows(source: str, kind: str = "math", split: str = "train", n: int | No
     if task.rows is None:
         return data.load_rows(source, kind, split, n, seed, **kw)
     n = n if n is not None else (20_000 if split == "train" else 500)
+    if split not in ("train", "test") or n < 1:  # what every task's rows(split, n, seed) takes
+        raise data.DataError(f"{source}: a task's rows are split 'train' or 'test', n >= 1; got {split!r}, n = {n}")
     try:
         rows = task.rows(split, n, seed)
     except Exception as e:  # a user's rows function that breaks is named (a built-in's errors are its own)

@@ -240,10 +240,6 @@ def heldout_rows(spec: str, n: int) -> list[dict]:
 
 def rows(spec: str, split: str, n: int, seed: int = 0) -> list[dict]:
     """n rows of a spec: split "train" (by seed) or "test" (the held-out set, the same for every seed)."""
-    if split not in ("train", "test"):
-        raise ValueError(f"{spec!r}: split must be 'train' or 'test', got {split!r}")
-    if n <= 0:
-        raise ValueError(f"{spec!r}: n must be positive, got {n}")
     sources = parse(spec)
     if split == "test":
         held = heldout_rows(spec, n)

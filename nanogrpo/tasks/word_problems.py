@@ -104,10 +104,6 @@ def _row(t: int, a: int, b: int, c: int, rng: random.Random) -> dict:
 def _instances(split: str, n: int, seed: int, large: bool, name: str):
     """n (instance, row) pairs, deterministic in (split, n, seed, large). Train: drawn with replacement from
     instances that are not held out. Test: distinct held-out instances."""
-    if split not in ("train", "test"):
-        raise ValueError(f"{name} split must be 'train' or 'test', got {split!r}")
-    if n <= 0:
-        raise ValueError(f"{name}: n must be positive, got {n}")
     rng = random.Random(f"{name}-{split}-{seed}")
     out, seen, misses = [], set(), 0
     while len(out) < n:
