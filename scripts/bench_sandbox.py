@@ -96,9 +96,9 @@ def humaneval(group: int, concurrency: int) -> int:
     prompt's completions arrive together), judged through one pool. Prints the wall time, the sandbox executions
     per solution and how many passed. Runs against whichever checkout holds this script."""
     from nanogrpo.sandbox import pool as pool_module
-    from nanogrpo.tasks.convert import load_humaneval
+    from nanogrpo.tasks.benchmarks import load_humaneval_rows
 
-    problems = [p for p in load_humaneval() for _ in range(group)]
+    problems = [p for p in load_humaneval_rows() for _ in range(group)]
     execs = [0]
     real_exec = pool_module.Session.exec
 

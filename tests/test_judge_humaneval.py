@@ -12,9 +12,9 @@ from helpers.humaneval import altered
 
 @pytest.fixture(scope="module")
 def problems():
-    from nanogrpo.tasks.convert import load_humaneval
+    from nanogrpo.tasks.benchmarks import load_humaneval_rows
 
-    return load_humaneval()
+    return load_humaneval_rows()
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 """Running untrusted code for rewards: an asyncio pool of isolated executions (local bubblewrap or E2B).
 
     code_rewards(completions, problems, **opts) -> list[float | None]   # None: the sandbox failed
-    code_reward(completion, problem) -> float | None
 
 Start-up refuses to run without isolation (SandboxUnavailable) unless allow_unsandboxed=True; after
 that, rewards never raise. See docs/sandbox.md for what the isolation covers.
@@ -61,10 +60,6 @@ def code_rewards(completions: list[str], problems: list[dict], extract: str = "l
     return [None if v is None else v.reward for v in judge_many(codes, problems, **opts)]
 
 
-def code_reward(completion: str, problem: dict, **opts) -> float | None:
-    return code_rewards([completion], [problem], **opts)[0]
-
-
-__all__ = ["code_rewards", "code_reward", "judge_many", "extract_code", "stdio_match", "validate_problem",
+__all__ = ["code_rewards", "judge_many", "extract_code", "stdio_match", "validate_problem",
            "SandboxPool", "get_pool", "ExecResult", "ExecSpec", "Limits", "Verdict", "InfraError",
            "SandboxUnavailable", "JudgeOptions"]

