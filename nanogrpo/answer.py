@@ -724,20 +724,6 @@ def _work(item: list, inner_timeout: int) -> float | None:
     return _math_verify_alone(a, b, inner_timeout)
 
 
-def read_gold(answer, timeout: int | None = 5):
-    """The gold as the math judge compares it: ("prose", words) or ("math", its Gold), or None when it cannot be
-    read (math-verify gets no expression from it, or it is a number too long to be any answer)."""
-    gold = gold_of(answer)
-    if gold.prose is not None:
-        return ("prose", gold.prose) if gold.prose else None
-    if gold.value is not None:
-        return "math", gold
-    try:
-        return ("math", gold) if gold.answer.core and _mv_parse(gold.answer.core, timeout) else None
-    except _TooLong:
-        return None
-
-
 def gold_error(answer) -> str | None:
     """Why the math judge cannot read this gold (a sentence), or None when it can. For the data loader: numbers
     and prose answer at once, without math-verify; the rest is parsed (main thread: with math-verify's own
@@ -754,8 +740,10 @@ def gold_error(answer) -> str | None:
         return None
     try:
         main = threading.current_thread() is threading.main_thread()
-        if read_gold(answer, timeout=5 if main else None) is not None:
+        if gold.answer.core and _mv_parse(gold.answer.core, 5 if main else None):
             return None
+    except _TooLong:  # a number too long to be any answer
+        pass
     except BaseException as e:  # math-verify's TimeoutException is a BaseException
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise

@@ -203,12 +203,12 @@ def test_rewrites_are_linear_on_policy_text():
 
 
 def test_readers_say_which_kind_of_gold():
-    from nanogrpo.answer import gold_error, read_gold
+    from nanogrpo.answer import gold_error, gold_of
 
-    assert read_gold("no") == ("prose", "no")
-    assert read_gold(r"\text{Forty  Two}") == ("prose", "forty two")
-    assert read_gold("3")[0] == "math"
-    assert read_gold("sin x")[0] == "math"  # a math name and a letter: LaTeX, not words
-    assert read_gold(r"\frac{1}{") is None
+    assert gold_of("no").prose == "no"
+    assert gold_of(r"\text{Forty  Two}").prose == "forty two"
+    assert gold_of("3").prose is None and gold_of("3").value == 3
+    assert gold_of("sin x").prose is None  # a math name and a letter: LaTeX, not words
+    assert gold_error(r"\frac{1}{") is not None
     assert gold_error("12") is None and gold_error(E_GOLD) is None
     assert "no expression" in gold_error("}{")
