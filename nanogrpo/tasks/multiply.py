@@ -25,13 +25,9 @@ from __future__ import annotations
 
 import random
 
+from nanogrpo.tasks.arithmetic import _is_heldout  # the same fixed hash of the pair, the same 5% held out
+
 LO, HI = 10_000, 99_999
-HELDOUT_PER_MILLE = 50
-
-
-def _is_heldout(a: int, b: int) -> bool:
-    h = ((a * 1_000_003 + b) * 2_654_435_761) % (1 << 32)
-    return (h >> 8) % 1000 < HELDOUT_PER_MILLE
 
 
 def row(a: int, b: int) -> dict:
