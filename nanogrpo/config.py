@@ -434,11 +434,5 @@ def load(argv: list[str], here: bool = True) -> Config:
 
 
 def to_toml(cfg: Config) -> str:
-    """The resolved config as TOML (json string escapes are valid TOML basic strings)."""
-    lines = []
-    for key, value in dataclasses.asdict(cfg).items():
-        if isinstance(value, bool):
-            lines.append(f"{key} = {str(value).lower()}")
-        else:
-            lines.append(f"{key} = {json.dumps(value)}")
-    return "\n".join(lines) + "\n"
+    """The resolved config as TOML: JSON's numbers, true / false, lists and string escapes are TOML's too."""
+    return "".join(f"{key} = {json.dumps(value)}\n" for key, value in dataclasses.asdict(cfg).items())
