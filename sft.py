@@ -295,8 +295,8 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
             # sft_stop_accuracy: this step is the last (a warm start that should leave room for RL)
             if cfg.sft_stop_accuracy and last_metrics["heldout_accuracy"] >= cfg.sft_stop_accuracy:
                 last = True
-                logger.event(f"held-out accuracy {last_metrics['heldout_accuracy']:.3f} reached sft_stop_accuracy "
-                             f"{cfg.sft_stop_accuracy} after step {step + 1}: stopping")
+                dist.print0(f"held-out accuracy {last_metrics['heldout_accuracy']:.3f} reached sft_stop_accuracy "
+                            f"{cfg.sft_stop_accuracy} after step {step + 1}: stopping")
         logger.log(step, last_metrics, cfg.log_every)
         skipped.append(stats["updates_skipped"])
         grpo.check_finite(skipped)
@@ -304,10 +304,10 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
         if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final) or stopped:
             path = checkpoint.save(cfg.out_dir, step + 1, policy, optimizer, scheduler, tokenizer,
                                    {"data": stream.state_dict()}, cfg.keep_checkpoints, model=cfg.model)
-            logger.event(f"saved {path}")
+            dist.print0(f"saved {path}")
         if stopped:
-            logger.event(f"stopped by {stopped} after step {step + 1}/{cfg.steps}: exit code "
-                         f"{checkpoint.EXIT_STOPPED}; resume=true continues from {path}")
+            dist.print0(f"stopped by {stopped} after step {step + 1}/{cfg.steps}: exit code "
+                        f"{checkpoint.EXIT_STOPPED}; resume=true continues from {path}")
         if last or stopped:
             break
     logger.close()

@@ -391,10 +391,10 @@ def train(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitS
             mine = run.sampling.state(run.stream)  # first: waits for the queued rollouts, which move the stream
             path = checkpoint.save(cfg.out_dir, step + 1, run.policy, run.optimizer, run.scheduler, run.tokenizer,
                                    {"data": mine["data"]}, cfg.keep_checkpoints, mine, cfg.model)
-            run.logger.event(f"saved {path}")
+            dist.print0(f"saved {path}")
         if stopped:
-            run.logger.event(f"stopped by {stopped} after step {step + 1}/{cfg.steps}: exit code "
-                         f"{checkpoint.EXIT_STOPPED}; resume=true continues from {path}")
+            dist.print0(f"stopped by {stopped} after step {step + 1}/{cfg.steps}: exit code "
+                        f"{checkpoint.EXIT_STOPPED}; resume=true continues from {path}")
             break
     run.sampling.close()
     run.logger.close()

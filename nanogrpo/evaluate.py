@@ -40,11 +40,6 @@ class ResumeMismatch(ValueError):
     """A resumed eval whose samples file was written with other arguments (or with unknown ones)."""
 
 
-def _log(msg: str, rank: int) -> None:
-    if rank == 0:
-        print(msg, file=sys.stderr, flush=True)
-
-
 # ----------------------------------------------------------------------------------------------
 # The trainers' held-out accuracy (train.py, sft.py): a Config's prompts, rewards and sampler
 
@@ -240,7 +235,6 @@ def evaluate(
     tool_cfg: tools.ToolConfig | None = None,
     sandbox: str = "local",
     resume: bool = False,
-    shorten: str = SHORTEN,
     exclusive: bool = False,
 ) -> dict:
     """Run the tasks and return the results dict (on every rank); rank 0 writes `out` and its samples.
@@ -252,7 +246,7 @@ def evaluate(
     `max_new_tokens`: None = the reference budget on GPU, the task's default on CPU (task_budget).
     Samples are appended to OUT's .samples.jsonl as each generate call ends (SampleFile); `resume` keeps the
     calls recorded there and generates the rest, or raises ResumeMismatch (before the model is loaded) when
-    the file was written with other arguments. `shorten`: the options the long-run warning names. `exclusive`
+    the file was written with other arguments. `exclusive`
     (eval.py without --resume): the samples file and its arguments are created new, never over a file (another
     eval's, started meanwhile on the same OUT): FileExistsError before anything is generated.
     """
@@ -303,10 +297,11 @@ def evaluate(
         for (task, task_n, encoded, budget, why), got in zip(plans, recorded):
             t0 = time.monotonic()
             share = len(range(rank, len(task.rows), world))  # this rank's problems
-            _log(f"eval {task.name}: {len(task.rows)} problems, n={task_n}, max_new_tokens {budget} ({why})", rank)
+            ndist.print0(f"eval {task.name}: {len(task.rows)} problems, n={task_n}, max_new_tokens {budget} ({why})",
+                         file=sys.stderr)
             if rank == 0:  # only rank 0 prints: its share, which the other ranks' match within a problem
                 label = f"eval {task.name}" + (f" (rank 0's share of {world} ranks)" if world > 1 else "")
-                show = ProgressLine(label, share, share * task_n, budget, hint=shorten)
+                show = ProgressLine(label, share, share * task_n, budget, hint=SHORTEN)
             problems, records, budget = run_task(
                 task, sampler, tokenizer, task_n, {**sampling, "max_new_tokens": budget}, context, seed, rank, world,
                 gather, encoded=encoded, recorded=got, show=show, on_call=sample_file.append if sample_file else None)
@@ -334,14 +329,14 @@ def evaluate(
             all_records += records
             unscored = results["tasks"][task.name]["unscored"]
             if unscored:
-                _log(f"WARNING eval {task.name}: {unscored} of {samples} samples could not be scored (reward None: "
-                     "unparseable gold or a sandbox failure); pass@1 counts them as wrong", rank)
+                ndist.print0(f"WARNING eval {task.name}: {unscored} of {samples} samples could not be scored (reward "
+                             "None: unparseable gold or a sandbox failure); pass@1 counts them as wrong", file=sys.stderr)
     except BaseException:  # Ctrl-C, SIGTERM turned into an exception, a crash: say what is kept
         if show is not None:
             show.close()  # a terminal's line is ended
         if sample_file is not None:
-            _log(f"eval stopped: the samples of every finished generate call are in {sample_file.path}; the same "
-                 "command with --resume generates only the rest", rank)
+            ndist.print0(f"eval stopped: the samples of every finished generate call are in {sample_file.path}; the "
+                         "same command with --resume generates only the rest", file=sys.stderr)
         raise
     results["seconds"] = round(time.monotonic() - t_start, 1)
     if rank == 0 and out:
@@ -401,9 +396,9 @@ class SampleFile:
             for path in [self.path, *self._parts()]:
                 for rec in _read_records(path):
                     self.recorded.setdefault((rec["task"], rec["index"]), {})[rec["sample"]] = rec
-            _log(f"eval --resume: {sum(map(len, self.recorded.values()))} samples recorded in {self.path}"
-                 + (" and its rank parts" if world > 1 else "") + "; the calls they complete are not generated again",
-                 rank)
+            ndist.print0(f"eval --resume: {sum(map(len, self.recorded.values()))} samples recorded in {self.path}"
+                         + (" and its rank parts" if world > 1 else "") + "; the calls they complete are not generated "
+                         "again", file=sys.stderr)
 
     def _part(self, rank: int) -> Path:
         return self.path.with_suffix(f".rank{rank}.jsonl")

@@ -113,10 +113,6 @@ class Logger:
         finally:
             os.close(fd)
 
-    def event(self, text: str) -> None:
-        if self.main:
-            print(text, flush=True)
-
     def close(self) -> None:
         if self.wandb is not None:
             self.wandb.finish()
