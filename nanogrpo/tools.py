@@ -209,7 +209,6 @@ class ToolSampler:
             for (i, code), res in zip(calls, results):
                 self._insert(rolls[i], code, res, budget)
             ended = [i for i in running if rolls[i].reason]
-            self.cells.close(ended)  # the sessions of rollouts that just ended
             if progress is not None and ended:
                 progress(len(ended), 0)
             running = [i for i in running if not rolls[i].reason]
@@ -221,7 +220,6 @@ class ToolSampler:
             step = replace(sampling, max_new_tokens=longest, seed=seed)
             contexts = [rolls[i].prompt + rolls[i].tokens for i in running]
             segments = [g[0] for g in self.sampler.generate(contexts, 1, step, progress=inner)]
-        self.cells.close(list(range(len(rolls))))
         out = [self._completion(r) for r in rolls]
         self.last_stats = {"tool_rounds": rounds, "time_tools": t_tools, **self.cells.pop_stats()}
         return [out[k * n : (k + 1) * n] for k in range(len(prompts))]

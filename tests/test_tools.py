@@ -283,9 +283,6 @@ class FailingCells:
     def run(self, calls):
         return [None for _ in calls]
 
-    def close(self, keys):
-        pass
-
     def pop_stats(self):
         return {}
 

@@ -154,9 +154,6 @@ class ReplayCells:
         self.seconds += sum(r.seconds for r in out if r is not None)
         return out
 
-    def close(self, keys: list[int]) -> None:
-        pass  # nothing lives between calls
-
     def pop_stats(self) -> dict[str, float]:
         s, self.seconds = self.seconds, 0.0
         return {"sandbox_seconds": s}
