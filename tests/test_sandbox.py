@@ -1,4 +1,5 @@
 """Isolation of the local (bubblewrap) backend: each test is one thing an untrusted program tries."""
+import dataclasses
 import os
 import socket
 import subprocess
@@ -388,7 +389,7 @@ def test_a_sandbox_failure_before_exec_is_never_the_programs_fault(tmp_path, mon
 
     monkeypatch.setattr(runner, "JOBS_ROOT", str(tmp_path))
     uid = os.getuid()  # unconfined: the runner's own uid, no namespaces
-    ok = dict(Limits(cpu_s=2, wall_s=5).as_dict())
+    ok = dataclasses.asdict(Limits(cpu_s=2, wall_s=5))
     missing = runner.run_exec({"job": "a", "argv": ["./main"], "stdin": "", "limits": ok}, uid)
     assert missing["status"] == "runtime_error", missing  # no ./main: the program's fault
     refused = dict(ok, nofile=1 << 40)  # setrlimit fails before exec

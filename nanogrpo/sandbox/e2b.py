@@ -80,10 +80,7 @@ class E2BWorker:
         return f"e{self.slot}-{next(_ids)}"
 
     async def exec(self, job: str, spec: ExecSpec) -> ExecResult:
-        req = {"op": "exec", "job": job, "files": spec.files, "argv": spec.argv, "stdin": spec.stdin,
-               "limits": spec.limits.as_dict(), "clean": spec.clean,
-               "fresh_interpreter": spec.fresh_interpreter, "hash_seed": spec.hash_seed}
-        return ExecResult(**await self._call(req, spec.limits.wall_s + self.command_slack_s))
+        return ExecResult(**await self._call(spec.request(job), spec.limits.wall_s + self.command_slack_s))
 
     async def end_job(self, job: str) -> None:
         await self._call({"op": "end", "job": job}, 60)

@@ -168,10 +168,7 @@ class LocalWorker:
         return f"j{next(_ids)}"  # unique within the slot's own /tmp; nothing of the host in it
 
     async def exec(self, job: str, spec: ExecSpec) -> ExecResult:
-        rep = await self._call({"op": "exec", "job": job, "files": spec.files, "argv": spec.argv,
-                                "stdin": spec.stdin, "limits": spec.limits.as_dict(), "clean": spec.clean,
-                                "fresh_interpreter": spec.fresh_interpreter, "hash_seed": spec.hash_seed})
-        return ExecResult(**rep)
+        return ExecResult(**await self._call(spec.request(job)))
 
     async def end_job(self, job: str) -> None:
         # Pipelined: the runner cleans up while the next request is on its way; its reply (or its

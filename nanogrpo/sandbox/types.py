@@ -1,5 +1,5 @@
 """The small dataclasses that travel between the judge, the pool and the backends."""
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 # What a backend puts next to each other in the sandbox (runner.py imports the other two from its directory).
 RUNNER_FILES = ("runner.py", "confine.py", "seccomp.py")
@@ -37,9 +37,6 @@ class Limits:
     sockets: int = 128        # AF_UNIX sockets likewise (socket() and socketpair() cost 2; each holds <= its
                               # send buffer, the kernel's default: 208 KB here)
 
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
-
 
 @dataclass
 class ExecSpec:
@@ -52,6 +49,10 @@ class ExecSpec:
     # PYTHONHASHSEED of a fresh interpreter (str hashes, so set order, the same on every slot and every run;
     # a forked warm interpreter has its slot's). argv must not pass -I or -E: they ignore it (runner.py).
     hash_seed: int | None = None
+
+    def request(self, job: str) -> dict:
+        """The runner's request to run this in job directory `job` (runner.py; both backends send it)."""
+        return {"op": "exec", "job": job, **asdict(self)}
 
 
 @dataclass
