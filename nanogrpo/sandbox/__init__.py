@@ -41,22 +41,13 @@ def judge_many(codes: list[str | None], problems: list[dict], pool: SandboxPool 
     return verdicts
 
 
-def code_rewards(completions: list[str], problems: list[dict], extract: str = "language",
-                 **opts) -> list[float | None]:
-    """Reward per completion: fraction of tests passed (binary=True: 1/0), None on sandbox failure.
-
-    extract: "language" (last ```<problem language> block), "any" (last fenced block), "none" (whole text).
-    """
-    if extract not in ("language", "any", "none"):
-        raise ValueError(f"extract must be 'language', 'any' or 'none', got {extract!r}")
+def code_rewards(completions: list[str], problems: list[dict], **opts) -> list[float | None]:
+    """Reward per completion: fraction of tests passed (binary=True: 1/0), None on sandbox failure. The program is
+    the completion's last ```<problem language> block."""
     codes = []
     for c, p in zip(completions, problems):
         lang = p.get("language", "python") if isinstance(p, dict) else "python"
-        if extract == "none":
-            codes.append(c)
-        else:
-            codes.append(extract_code(c, lang if lang in ("python", "javascript", "cpp") else "python",
-                                      any_language=extract == "any"))
+        codes.append(extract_code(c, lang if lang in ("python", "javascript", "cpp") else "python"))
     return [None if v is None else v.reward for v in judge_many(codes, problems, **opts)]
 
 
