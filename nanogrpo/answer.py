@@ -80,10 +80,10 @@ def _has_words(text: str) -> bool:
     return any(w.lower() != "and" for w in _WORD.findall(_COMMAND.sub("", _TEXT_WRAP.sub("", text))))
 
 
-def _closing(text: str, i: int) -> int | None:
-    """Index of the `}` closing a brace opened just before `i`, looked for within ANSWER_CHARS."""
+def closing_brace(text: str, i: int, within: int = ANSWER_CHARS) -> int | None:
+    """Index of the `}` closing a brace opened just before `i`, looked for within `within` characters."""
     depth = 1
-    for m in _BRACE.finditer(text, i, min(len(text), i + ANSWER_CHARS + 1)):
+    for m in _BRACE.finditer(text, i, min(len(text), i + within + 1)):
         depth += 1 if m.group() == "{" else -1
         if depth == 0:
             return m.start()
@@ -192,7 +192,7 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
             continue  # a box inside the last one
         if len(out) == MAX_ANSWERS:
             return [("hedge", None)]
-        close = _closing(text, m.end())
+        close = closing_brace(text, m.end())
         if close is None:
             return out + [("box", None)]  # unclosed (or longer than any answer): no readable answer
         out.append(("box", text[m.end() : close]))
@@ -300,7 +300,7 @@ def _unwrap(s: str) -> str:
 
 def _strip_braces(s: str) -> str:
     """`{x}` -> `x` when the outer braces enclose it all."""
-    while s.startswith("{") and s.endswith("}") and _closing(s, 1) == len(s) - 1:
+    while s.startswith("{") and s.endswith("}") and closing_brace(s, 1) == len(s) - 1:
         s = s[1:-1].strip()
     return s
 
@@ -427,7 +427,7 @@ _EXACT_FORMS = [
      lambda s, w, a, b: _neg(s, _add(_num(w), _div(_num(a), _num(b), "")))),
     (re.compile(rf"([-+]?)\s*({_NUM})\s*\^\s*\{{?\s*([-+]?\d+)\s*\}}?"), lambda s, b, e: _neg(s, _pow(_num(b), e))),
     (re.compile(rf"([-+]?)\s*({_NUM})\s*(?:\\times|\\cdot|\*)\s*10\s*\^\s*\{{?\s*([-+]?\d+)\s*\}}?"),
-     lambda s, m, e: _neg(s, _mul(_num(m), _pow(Fraction(10), e)))),
+     lambda s, m, e: _neg(s, _num(m) * _pow(Fraction(10), e))),
 ]
 
 
@@ -458,10 +458,6 @@ def _neg(sign, x):
 
 def _add(a, b):
     return None if a is None or b is None else a + b
-
-
-def _mul(a, b):
-    return None if a is None or b is None else a * b
 
 
 def _pow(base: Fraction, exp: str):

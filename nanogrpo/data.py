@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from nanogrpo import files
+from nanogrpo.answer import closing_brace
 
 
 # ----------------------------------------------------------------------------------------------
@@ -68,20 +69,11 @@ def _read_parquet(path: Path) -> list[tuple[str, dict]]:
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} (or \\fbox{...}) in text, braces balanced; None if there is none."""
+    """Content of the last \\boxed{...} (or \\fbox{...}) in text, braces balanced; None if there is none (or it is
+    unbalanced: the caller reports the row)."""
     starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
-    if not starts:
-        return None
-    i = starts[-1]
-    depth = 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i:j].strip()
-    return None  # unbalanced: the caller reports the row
+    end = closing_brace(text, starts[-1], len(text)) if starts else None
+    return None if end is None else text[starts[-1] : end].strip()
 
 
 def gold_type_problem(value) -> str:
