@@ -107,13 +107,13 @@ def decode(tokenizer, token_lists: list[list[int]], eos: set[int]) -> list[str]:
                                   skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
-def eos_ids(model, tokenizer) -> set[int]:
-    """Every id that ends a completion: generation_config's (may be a list), config's and the tokenizer's."""
+def eos_ids(tokenizer, *values) -> set[int]:
+    """Every id that ends a completion: the tokenizer's and `values`, the eos_token_id of the model's generation
+    config (it may be a list) and of its config (the PyTorch sampler reads the model's, vLLM's the files)."""
     ids: set[int] = set()
-    for value in (model.generation_config.eos_token_id, model.config.eos_token_id, tokenizer.eos_token_id):
-        if value is None:
-            continue
-        ids.update([value] if isinstance(value, int) else value)
+    for value in (*values, tokenizer.eos_token_id):
+        if value is not None:
+            ids.update([value] if isinstance(value, int) else value)
     if not ids:
         raise ValueError("the model has no eos_token_id (generation_config, config or tokenizer)")
     return ids
@@ -136,7 +136,7 @@ def reference_generate(model, tokenizer, prompts: list[list[int]], n: int,
     number (`uniforms`: keyed by the seed, prompt i * n + sample j, and the token's index). nanogrpo/torch_sampler.py
     is how the same tokens come fast; tests/test_sampler.py holds TorchSampler to this, token for token.
     Needs `params.seed` when temperature > 0."""
-    eos = eos_ids(model, tokenizer)
+    eos = eos_ids(tokenizer, model.generation_config.eos_token_id, model.config.eos_token_id)
     decode = functools.partial(tokenizer.decode, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     out = []
     for i, prompt in enumerate(prompts):

@@ -296,7 +296,6 @@ class TorchSampler:
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
         max_batch_size: int = 128,
-        max_batch_tokens: int | None = None,
         lm_head_fp32: bool = False,
     ):
         if not (Path(model_dir) / "config.json").is_file():
@@ -305,7 +304,6 @@ class TorchSampler:
             raise ValueError(f"sampler: max_batch_size must be >= 1, got {max_batch_size}")
         self.device = torch.device(device)
         self.max_batch_size = max_batch_size  # rows decoded at once (cache slots)
-        self.max_batch_tokens = max_batch_tokens  # cap on slots * (longest prompt + max_new_tokens): the cache's size
         kind = AutoConfig.from_pretrained(model_dir).model_type
         if kind not in ARCHITECTURES:
             raise ValueError(f"sampler: the PyTorch sampler runs {', '.join(ARCHITECTURES)} models (its decode loop "
@@ -315,7 +313,7 @@ class TorchSampler:
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation=KV_ATTENTION)
         self.model = self.model.to(self.device).eval()
         cfg = self.model.config
-        self.eos_ids = eos_ids(self.model, self.tokenizer)
+        self.eos_ids = eos_ids(self.tokenizer, self.model.generation_config.eos_token_id, cfg.eos_token_id)
         if lm_head_fp32:  # the trainer's `lm_head_fp32`: logits computed in fp32, never rounded to bf16 / fp16
             head = self.model.get_output_embeddings()
             head.forward = functools.partial(fp32_head, head)  # the instance's forward: parameter names unchanged
@@ -371,8 +369,6 @@ class TorchSampler:
         dev, max_new = self.device, params.max_new_tokens
         longest = max(len(p) for p in prompts)
         slots = min(self.max_batch_size, n * len(prompts))
-        if self.max_batch_tokens is not None:  # the cache holds slots x (longest + max_new) tokens at most
-            slots = max(1, min(slots, self.max_batch_tokens // (longest + max_new)))
         cfg = self.model.config
         cache = KVCache(cfg.num_hidden_layers, slots, self.kv_heads, self.head_dim, longest + max_new,
                         self.model.dtype, dev)

