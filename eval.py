@@ -34,7 +34,7 @@ from nanogrpo.tasks.reasoning_gym import split_top
 from nanogrpo import config as C
 from nanogrpo import model as M
 # the work is done in the library (one path with train.py's in-run evals); these names stay importable from here
-from nanogrpo.evaluate import (MAX_NEW_TOKENS_CAP, ResumeMismatch, context_problem, evaluate,  # noqa: F401
+from nanogrpo.evaluate import (MAX_NEW_TOKENS_CAP, ContextError, ResumeMismatch, evaluate,  # noqa: F401
                                markdown_table, prompt_ids, samples_args_path, samples_path)
 
 
@@ -134,9 +134,6 @@ def main(argv: list[str] | None = None) -> dict:
         except C.ConfigError as e:
             ap.error(f"--tools: {e}")
         tool_cfg = tools.ToolConfig.from_config(cfg)
-    problem = context_problem(args.model, loaded, tool_cfg)  # a prompt the model cannot even read
-    if problem:
-        ap.error(f"--tasks {problem}")
     if (args.device or "").startswith("cuda"):
         import torch
 
@@ -150,6 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
                            device=args.device, temperature=args.temperature, top_p=args.top_p,
                            max_new_tokens=args.max_new_tokens, data_dir=args.data, out=args.out, seed=args.seed,
                            tool_cfg=tool_cfg, sandbox=args.sandbox, resume=args.resume, exclusive=not args.resume)
+    except ContextError as e:  # raised before the model is loaded: a prompt the model cannot even read
+        ap.error(f"--tasks {e}")
     except ResumeMismatch as e:  # raised before the model is loaded
         ap.error(f"--resume: {e}")
     except FileExistsError as e:  # another eval created the samples file meanwhile (evaluate's `exclusive`)

@@ -40,6 +40,10 @@ class ResumeMismatch(ValueError):
     """A resumed eval whose samples file was written with other arguments (or with unknown ones)."""
 
 
+class ContextError(ValueError):
+    """A task whose longest prompt leaves the model no room to answer (raised before the model is loaded)."""
+
+
 # ----------------------------------------------------------------------------------------------
 # The trainers' held-out accuracy (train.py, sft.py): a Config's prompts, rewards and sampler
 
@@ -90,21 +94,6 @@ def prompt_ids(task: Task, row: dict, tokenizer, tool_cfg: tools.ToolConfig | No
         text = "\n\n".join(m["content"] for m in messages)
         ids = tokenizer(text)["input_ids"]
     return ids, text.rstrip().endswith("<think>")
-
-
-def context_problem(model_dir: str, loaded: list[Task], tool_cfg: tools.ToolConfig | None = None) -> str:
-    """Why a task cannot be evaluated with this model's context (its longest prompt leaves no room to
-    answer), or "". Tokenizer only: checked before the model is loaded or anything is generated."""
-    from transformers import AutoTokenizer
-
-    tokenizer, context = AutoTokenizer.from_pretrained(model_dir), context_length(model_dir)
-    for task in loaded:
-        longest = max((len(prompt_ids(task, row, tokenizer, tool_cfg)[0]) for row in task.rows), default=0)
-        if longest >= context:
-            return (f"{task.name}: its longest prompt is {longest} tokens and {model_dir!r} has a context of "
-                    f"{context} (max_position_embeddings): no room for an answer; evaluate a model with a longer "
-                    "context, or fewer problems with --limit")
-    return ""
 
 
 def context_length(model_dir: str) -> int:
@@ -270,7 +259,9 @@ def evaluate(
         longest = max((len(ids) for ids, _ in encoded.values()), default=0)
         budget, why = task_budget(task, max_new_tokens, str(device).startswith("cuda"), context, longest)
         if budget < 1:
-            raise ValueError(f"eval {task.name}: the longest prompt ({longest} tokens) fills the context ({context})")
+            raise ContextError(f"{task.name}: its longest prompt is {longest} tokens and {model_dir!r} has a context of "
+                               f"{context} (max_position_embeddings): no room for an answer; evaluate a model with a "
+                               "longer context, or fewer problems with --limit")
         plans.append((task, n or task.default_n, encoded, budget, why))
     args = run_args(model_dir, plans, temperature, top_p, seed, world, str(device).split(":")[0],
                     type(sampler).__name__ if sampler is not None else sampler_kind, prompt_tools)

@@ -309,11 +309,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
-def report_ks(n: int) -> list[int]:
-    """pass@1 always; pass@n too when n > 1 (the rest of the curve is in the JSONL for whoever wants it)."""
-    return [1] if n == 1 else [1, n]
-
-
 def task_metrics(correct: list[list[bool]]) -> dict[str, float]:
     """correct[i][j]: sample j of problem i passed. Every problem has the same n. Names carry n."""
     if not correct:
@@ -322,7 +317,7 @@ def task_metrics(correct: list[list[bool]]) -> dict[str, float]:
     if any(len(c) != n for c in correct):
         raise ValueError("task_metrics: every problem needs the same number of samples")
     out = {}
-    for k in report_ks(n):
+    for k in sorted({1, n}):  # pass@1, and pass@n (the rest of the curve is in the samples file)
         out[f"pass@{k}:n={n}"] = float(np.mean([pass_at_k(n, sum(c), k) for c in correct]))
     return out
 
