@@ -83,10 +83,11 @@ def prompt_ids(task: Task, row: dict, tokenizer, tool_cfg: tools.ToolConfig | No
         system = tools.system_prompt(tool_cfg) if tool_cfg is not None and template != "raw" else None
         text = data.format_prompt(row, tokenizer, template, system_prompt=system)
         return tokenizer(text, add_special_tokens=template == "raw")["input_ids"], text.rstrip().endswith("<think>")
-    messages = benchmarks.user_messages(task, row)
+    system = task.system_prompt or ""  # the task's system message, if any, then the user prompt
     if tool_cfg is not None and getattr(tokenizer, "chat_template", None):
-        base = messages[0]["content"] if messages[0]["role"] == "system" else ""
-        messages = [{"role": "system", "content": tools.system_prompt(tool_cfg, base)}] + messages[1 if base else 0 :]
+        system = tools.system_prompt(tool_cfg, system)
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": task.user_prompt(row)})
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]

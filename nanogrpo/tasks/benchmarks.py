@@ -289,12 +289,6 @@ def training_task(spec: str, limit: int | None) -> Task:
                 1, lambda row: row["problem"], meta=meta, template=task.template)
 
 
-def user_messages(task: Task, row: dict) -> list[dict]:
-    """The chat messages for one row: the task's system message (if any), then the user prompt."""
-    system = [{"role": "system", "content": task.system_prompt}] if task.system_prompt else []
-    return system + [{"role": "user", "content": task.user_prompt(row)}]
-
-
 # ---------------------------------------------------------------- metrics
 
 
