@@ -51,20 +51,15 @@ def _read_jsonl(path: Path) -> list[tuple[str, dict]]:
 
 
 def _read_parquet(path: Path) -> list[tuple[str, dict]]:
-    try:
+    try:  # pyarrow comes with `datasets` (requirements.txt); pandas reads parquet only through it (or fastparquet)
         import pyarrow.parquet as pq
     except ImportError:
-        try:
-            import pandas as pd
-        except ImportError:
-            raise DataError(f"{path}: reading parquet needs pyarrow or pandas (pip install pyarrow)") from None
-        records = pd.read_parquet(path).to_dict(orient="records")
-    else:
-        try:
-            records = pq.read_table(path).to_pylist()
-        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid / ArrowIOError are these
-            first = (str(e).strip().splitlines() or [""])[0]
-            raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {first})") from None
+        raise DataError(f"{path}: reading parquet needs pyarrow (pip install pyarrow)") from None
+    try:
+        records = pq.read_table(path).to_pylist()
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid / ArrowIOError are these
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {first})") from None
     return [(f"{path}:row {i}", dict(r)) for i, r in enumerate(records, 1)]
 
 

@@ -127,13 +127,9 @@ def test_parquet_or_clear_error(tmp_path):
     path = tmp_path / "d.parquet"
     if pyarrow is None:
         path.write_bytes(b"PAR1")
-        try:
-            import pandas  # noqa: F401
-        except ImportError:
-            with pytest.raises(DataError, match="pyarrow"):
-                load_rows(str(path))
-            return
-        pytest.skip("pandas without pyarrow: parquet engine availability varies")
+        with pytest.raises(DataError, match="pyarrow"):
+            load_rows(str(path))
+        return
     import pyarrow as pa
     import pyarrow.parquet as pq
 
