@@ -202,14 +202,6 @@ class Policy(nn.Module):
                                 self.lm_head_fp32, sampling)
 
 
-def token_logprobs(model, input_ids, attention_mask, temperature=1.0, chunk_size=512, with_entropy=False, position_ids=None,
-                   positions=None):
-    """Chunked log-probs of an HF model (or a Policy) without materialising (B, T, V) fp32 logits."""
-    policy = model if isinstance(model, Policy) else Policy(model, chunk_size)
-    return policy(input_ids, attention_mask, temperature=temperature, with_entropy=with_entropy, position_ids=position_ids,
-                  positions=positions)
-
-
 def make_policy(path: str, device: torch.device, dtype: torch.dtype, chunk_size: int, activation_checkpointing: bool,
                 trainable: bool = True, compile: bool = False, attention: str = "auto",
                 reshard_after_forward: bool = True, lora_rank: int = 0, lora_alpha: float = 16.0,

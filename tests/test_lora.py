@@ -152,7 +152,7 @@ def test_checkpoint_is_a_merged_hf_directory_with_the_same_logprobs(trained, sav
     hf = AutoModelForCausalLM.from_pretrained(saved, dtype=torch.float32)
     ids = ids_batch()
     with torch.no_grad():
-        got, _ = M.token_logprobs(hf, ids, torch.ones_like(ids))
+        got, _ = M.Policy(hf)(ids, torch.ones_like(ids))
         want, _ = policy(ids, torch.ones_like(ids))
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     # and base + saved adapters rebuilds the trainer's model (what a resume does)

@@ -29,7 +29,7 @@ def test_chunked_logprobs_equal_full(tiny_untied_model_dir, chunk):
     attn = torch.ones_like(ids)
     attn[1, 9:] = 0  # right padding does not change the real tokens' log-probs
     want, want_ent = full_logprobs(hf, ids, attn, 0.7)
-    got, ent = M.token_logprobs(hf, ids, attn, temperature=0.7, chunk_size=chunk, with_entropy=True)
+    got, ent = M.Policy(hf, chunk)(ids, attn, temperature=0.7, with_entropy=True)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     torch.testing.assert_close(ent, want_ent, atol=1e-4, rtol=0)
     # gradients agree too (the chunks are recomputed in backward)
@@ -198,7 +198,7 @@ def test_segment_sdpa_equals_transformers_sdpa_without_a_mask(tiny_untied_model_
     got, _ = policy(ids, attn)
     layers = reference.config.num_hidden_layers
     assert calls == [(max(lengths), None)] * layers
-    want, _ = M.token_logprobs(reference, ids, attn)
+    want, _ = M.Policy(reference)(ids, attn)
     for i, n in enumerate(lengths):
         torch.testing.assert_close(got[i, : n - 1], want[i, : n - 1], atol=1e-5, rtol=0)
     # packed: the sequences back to back, positions restarting
@@ -207,7 +207,7 @@ def test_segment_sdpa_equals_transformers_sdpa_without_a_mask(tiny_untied_model_
     pos = torch.cat([torch.arange(n) for n in lengths])[None]
     got, _ = policy(row, None, position_ids=pos)
     assert calls == [(n, None) for n in lengths] * layers
-    want, _ = M.token_logprobs(reference, row, None, position_ids=pos)
+    want, _ = M.Policy(reference)(row, None, position_ids=pos)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     # a left-padded row is not the trainer's layout: refused, not silently wrong
     with pytest.raises(ValueError, match="right-padded"):

@@ -98,10 +98,10 @@ def test_packed_logprobs_and_gradients_equal_padded(tiny_untied_model_dir):
     c = cfg()
     (pad,) = grpo.make_batches(rs, 99, 1, c)
     (pk,) = grpo.make_batches(rs, 99, 1, c, micro_batch_tokens=1000)
-    want, want_ent = M.token_logprobs(hf, pad.input_ids, pad.attention_mask, 0.9, chunk_size=5, with_entropy=True)
-    got, got_ent = M.token_logprobs(hf, pk.input_ids, None, 0.9, chunk_size=5, with_entropy=True, position_ids=pk.position_ids)
+    want, want_ent = M.Policy(hf, 5)(pad.input_ids, pad.attention_mask, 0.9, with_entropy=True)
+    got, got_ent = M.Policy(hf, 5)(pk.input_ids, None, 0.9, with_entropy=True, position_ids=pk.position_ids)
     # only the completion positions through the lm_head: the same values
-    sel, sel_ent = M.token_logprobs(hf, pk.input_ids, None, 0.9, chunk_size=5, with_entropy=True,
+    sel, sel_ent = M.Policy(hf, 5)(pk.input_ids, None, 0.9, with_entropy=True,
                                     position_ids=pk.position_ids, positions=pk.positions)
     torch.testing.assert_close(sel[0], got.reshape(-1)[pk.positions], atol=1e-6, rtol=0)
     torch.testing.assert_close(sel_ent[0], got_ent.reshape(-1)[pk.positions], atol=1e-5, rtol=0)
@@ -114,7 +114,7 @@ def test_packed_logprobs_and_gradients_equal_padded(tiny_untied_model_dir):
         torch.testing.assert_close(got_ent[i, :n], want_ent[i, p - 1 : p - 1 + n], atol=1e-4, rtol=0)
     # the same sequences packed without restarting positions attend across boundaries: different values
     # (so the equality above is not an accident of the mask being ignored)
-    leak, _ = M.token_logprobs(hf, pk.input_ids, torch.ones_like(pk.input_ids), 0.9, chunk_size=5, positions=pk.positions)
+    leak, _ = M.Policy(hf, 5)(pk.input_ids, torch.ones_like(pk.input_ids), 0.9, positions=pk.positions)
     assert (leak - sel).abs().max() > 1e-3
     want = want * pad.loss_mask.ne(0)  # the loss sees log-probs at counted completion tokens only
     # loss and gradients

@@ -363,7 +363,7 @@ def assert_trainer_agrees(rollouts, tol):
     for p, c in called:
         ids = torch.tensor([p + c.token_ids])
         with torch.no_grad():
-            logp, _ = M.token_logprobs(model, ids, torch.ones_like(ids), temperature=1.0)
+            logp, _ = M.Policy(model)(ids, torch.ones_like(ids), temperature=1.0)
         trainer = logp[0, len(p) - 1 :]
         m = torch.tensor(c.mask, dtype=torch.bool)
         worst = max(worst, (trainer[m] - torch.tensor(c.logprobs)[m]).abs().max().item())

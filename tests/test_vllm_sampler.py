@@ -1,4 +1,4 @@
-"""VLLMSampler against references: the trainer's log-probs (`nanogrpo.model.token_logprobs`), HF
+"""VLLMSampler against references: the trainer's log-probs (`nanogrpo.model.Policy`), HF
 greedy `generate`, and the PyTorch sampler; weight sync checked after an SGD step on the HF model,
 for tied and untied embeddings, with the peak of live full tensors measured during the sync.
 
@@ -20,7 +20,7 @@ pytest.importorskip("vllm", reason="vllm is not installed (pip install -r requir
 import vllm  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from nanogrpo.model import token_logprobs  # noqa: E402
+from nanogrpo.model import Policy  # noqa: E402
 from nanogrpo.sampler import SamplingParams
 from nanogrpo.torch_sampler import TorchSampler  # noqa: E402
 from nanogrpo.vllm_sampler import VLLMSampler  # noqa: E402
@@ -64,7 +64,7 @@ def trainer_logprobs(model, prompt, tokens, temperature):
     """The trainer's quantity for one sequence: log_softmax(logits / T) at each completion token."""
     ids = torch.tensor([prompt + tokens])
     with torch.no_grad():
-        logp, _ = token_logprobs(model, ids, torch.ones_like(ids), temperature=temperature)
+        logp, _ = Policy(model)(ids, torch.ones_like(ids), temperature=temperature)
     return logp[0, len(prompt) - 1 :]  # (len(tokens),)
 
 
@@ -375,7 +375,7 @@ RANK_SCRIPT = r'''
 import sys, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 from transformers import AutoModelForCausalLM
-from nanogrpo.model import token_logprobs
+from nanogrpo.model import Policy
 from nanogrpo.sampler import SamplingParams
 from nanogrpo.vllm_sampler import VLLMSampler
 
@@ -392,7 +392,7 @@ prompt = [5 + rank, 6, 7]  # each rank its own prompts
 [[c]] = sampler.generate([prompt], 1, SamplingParams(max_new_tokens=8, temperature=0.9, seed=rank))
 ids = torch.tensor([prompt + c.token_ids])
 with torch.no_grad():
-    ref = token_logprobs(model, ids, torch.ones_like(ids), temperature=0.9)[0][0, len(prompt) - 1 :]
+    ref = Policy(model)(ids, torch.ones_like(ids), temperature=0.9)[0][0, len(prompt) - 1 :]
 gap = torch.tensor([(torch.tensor(c.logprobs) - ref).abs().max().item()])
 dist.all_reduce(gap, op=dist.ReduceOp.MAX)
 # One file per rank: the two ranks' stdout lines can interleave.
