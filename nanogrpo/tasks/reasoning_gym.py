@@ -359,15 +359,11 @@ def _pool():
 
 
 def score(completions: list[str], reasoning_gym: list | None = None, answer: list | None = None,
-          **_) -> list[float | None]:
+          timeout_s: float = SCORE_TIMEOUT_S, **_) -> list[float | None]:
     """The task's reward (rewards.py's signature: the rows' columns): each completion's verdict by its row's dataset
     (module docstring), a float in [0, 1]; None where the row is not a Reasoning Gym row or the scorer could not
     run. Never raises."""
-    n = len(completions)
-    return verdicts(completions, reasoning_gym or [None] * n, answer or [None] * n)
-
-
-def verdicts(completions: list[str], metas: list, golds: list, timeout_s: float = SCORE_TIMEOUT_S) -> list[float | None]:
+    metas, golds = reasoning_gym or [None] * len(completions), answer or [None] * len(completions)
     out: list[float | None] = [None] * len(completions)
     todo, items = [], []
     for i, (text, meta, gold) in enumerate(zip(completions, metas, golds)):
