@@ -22,7 +22,6 @@ from nanogrpo import checkpoint, data, dist, grpo, hub, lora, memory, parity, pi
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.log import Logger, LogError
-from nanogrpo.rewards import RewardError
 from nanogrpo.optim import make_optimizer
 from nanogrpo.sampler import unwrap
 from nanogrpo.evaluate import context_length, evaluate, heldout_accuracy, heldout_rows
@@ -414,7 +413,7 @@ if __name__ == "__main__":
     try:
         if main(sys.argv[1:]).get("stopped_by"):
             sys.exit(checkpoint.EXIT_STOPPED)
-    except (C.ConfigError, FileNotFoundError, data.DataError, M.ModelError, RewardError) as e:
+    except (C.ConfigError, FileNotFoundError, data.DataError, M.ModelError, rewards.RewardError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except (checkpoint.CheckpointError, grpo.NonFiniteError, LogError) as e:

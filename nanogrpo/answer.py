@@ -27,6 +27,7 @@ that worker and starts a fresh one. Timeout policy (decided here, tested in test
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import re
 import subprocess
@@ -655,17 +656,12 @@ def judge_number(completion: str, answer: str) -> float | None:
 # ---------------------------------------------------------------- math-verify (run inside a worker)
 
 
-_CONFIG = None  # built on first use: math-verify is imported only where it runs
-
-
+@functools.cache  # built on first use: math-verify is imported only where it runs
 def _extraction_config() -> list:
     """What math-verify looks for: `\\boxed{}` first, then LaTeX, then plain expressions."""
-    global _CONFIG
-    if _CONFIG is None:
-        from math_verify import ExprExtractionConfig, LatexExtractionConfig
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
 
-        _CONFIG = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
-    return _CONFIG
+    return [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
 
 
 def _mv_parse(core: str, timeout: int | None):

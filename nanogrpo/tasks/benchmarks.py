@@ -256,10 +256,8 @@ def load_task(spec: str, data_dir: str | Path | None = None, limit: int | None =
         rows = load_lcb_rows(Path(path) if path else data_dir / "lcb.jsonl")
         task = Task(name, rewards.code, rows, DEFAULT_N[name], lcb_prompt, LCB_SYSTEM,
                     meta={"window": [str(d) for d in LCB_V5]})
-    elif not path and ":" in name:  # a training task: PATH.py:NAME, or PREFIX:NAME of a task source
+    elif not path and (":" in name or name.endswith(".py")):  # a training task: PATH.py:NAME, or PREFIX:NAME
         task = training_task(name, limit)
-    elif name.endswith(".py") and not path:
-        raise ValueError(f"{name!r} is a Python file: name what in it is the task, {name}:NAME")
     else:
         raise ValueError(f"unknown eval task {name!r}: expected one of {', '.join(TASKS)}, NAME=PATH.jsonl, "
                          "NAME=OWNER/DATASET (a Hub dataset) or PATH.py:NAME (a task of your own)")
