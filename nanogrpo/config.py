@@ -81,7 +81,7 @@ class Config:
     # --- sampling ---
     sampler: str = one_of("torch", ("torch", "vllm"))  # torch (KV-cache sampler in PyTorch: nanogrpo/torch_sampler.py) | vllm
     prompts_per_step: int = ranged(16, "[1, inf)")  # prompts per step across all ranks (divisible by world size)
-    group_size: int = ranged(8, "[1, inf)")  # completions per prompt (G)
+    group_size: int = ranged(8, "[2, inf)")  # completions per prompt (G; at least 2: GRPO's baseline is the mean of the group)
     max_new_tokens: int = ranged(6, "[1, inf)")  # completion length cap; longer completions are truncated
     temperature: float = ranged(1.0, "[0.01, inf)")  # applied identically by the sampler and the trainer's log-probs; not 0 (greedy: every member of a group would be the same completion), nor below 0.01 (logits / 1e-300 overflow to inf: NaN log-probs)
     top_p: float = ranged(1.0, "(0, 1]")
@@ -124,7 +124,7 @@ class Config:
     kl_clamp: float = ranged(10.0, "[0, inf)")  # the per-token KL estimate capped at this value (verl, NeMo-RL: 10); 0 = off
     log_ratio_clamp: float = ranged(20.0, "(0, 700]")  # log pi/pi_old (and the KL's log pi_ref/pi) clamped to +-this before exp: no inf, no 1e10 gradient from a token whose probability ran away
     exact_logprobs: bool = False  # sampler=torch: recompute the sampler's log-probs with its own weights through the trainer's forward in the update's micro-batches: bit-equal to the trainer's (logprob_gap exactly 0) while the weights are (nanogrpo/parity.py)
-    max_logprob_gap: float = -1.0  # a step whose logprob_gap is above this warns, gap_patience such steps in a row stop the run naming the likely cause (stale weights, dtype, kernels); 0 = off; -1 = by precision: 1e-3 at float32, 0.1 at bfloat16 / float16, and any gap > 0 with exact_logprobs (measured gaps and why: docs/precision.md)
+    max_logprob_gap: float = ranged(-1.0, "[-1, -1] | [0, inf)")  # a step whose logprob_gap is above this warns, gap_patience such steps in a row stop the run naming the likely cause (stale weights, dtype, kernels); 0 = off; -1 = by precision: 1e-3 at float32, 0.1 at bfloat16 / float16, and any gap > 0 with exact_logprobs (measured gaps and why: docs/precision.md)
     gap_patience: int = ranged(5, "[1, inf)")  # steps in a row above max_logprob_gap before the run stops
     max_sample_z: float = ranged(6.0, "[0, inf)")  # the sampler's calibration check: a CUSUM of sample_z (the step's sampled tokens' log p against its expectation under the trainer's distribution at temperature / top_p, a z-score: nanogrpo/parity.py) above this stops the run; 0 = off (not computed)
 
@@ -292,8 +292,6 @@ def validate(cfg: Config, here: bool = True) -> Config:
                 f"{torch.version.cuda} build, but torch cannot use the GPU (torch.cuda.is_available() is False; "
                 "most often the driver is older than that CUDA version needs: compare `nvidia-smi`). Fix the "
                 "driver or install a torch built for it, or set device=cpu to train on the CPU on purpose")
-    if cfg.group_size < 2:
-        raise ConfigError("group_size must be >= 2: GRPO's baseline is the mean of the group")
     if cfg.tools:
         _check_tools(cfg)
     _check_task_and_rewards(cfg)
@@ -302,8 +300,6 @@ def validate(cfg: Config, here: bool = True) -> Config:
     if cfg.dual_clip and cfg.policy_loss == "cispo":  # it caps the clip loss; CISPO's would ignore it (NeMo-RL refuses it too)
         raise ConfigError(f"config key 'dual_clip' = {cfg.dual_clip} caps the clip loss (policy_loss = 'clip'); with "
                           "policy_loss = 'cispo' it would have no effect: set dual_clip = 0 (cispo_high caps CISPO's weight)")
-    if cfg.max_logprob_gap < 0 and cfg.max_logprob_gap != -1:
-        raise ConfigError(f"config key 'max_logprob_gap' must be >= 0 (0 = off) or -1 (by precision); got {cfg.max_logprob_gap}")
     _check_exact(cfg)
     return cfg
 

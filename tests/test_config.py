@@ -33,7 +33,7 @@ def test_integer_accepted_for_float():
         ("dual_clip=1.1", r"'dual_clip' must be 0 \(off\) or > 1 \+ clip_high = 1.28"),
         ("cispo_low=1.5", r"'cispo_low' must be in \[0, 1\]"),
         ("kl_clamp=-1", r"'kl_clamp' must be in \[0, inf\)"),
-        ("group_size=1", "group_size must be >= 2"),
+        ("group_size=1", r"'group_size' must be in \[2, inf\)"),
         ("steps", r"expected CONFIG.toml \(first\) or key=value"),
     ],
 )
