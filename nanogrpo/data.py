@@ -329,15 +329,11 @@ class PromptStream:
     def __post_init__(self):
         if not self.rows:
             raise DataError("PromptStream: the dataset is empty")
-        if self.prompts_per_step <= 0:
-            raise ValueError(f"prompts_per_step must be positive, got {self.prompts_per_step}")
         if self.prompts_per_step % self.world_size:
             raise ValueError(
                 f"prompts_per_step={self.prompts_per_step} is not divisible by world size {self.world_size}: "
                 "each rank must get the same number of prompts"
             )
-        if not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank {self.rank} out of range for world size {self.world_size}")
         self._perm_epoch, self._perm = -1, []
 
     def _order(self, epoch: int) -> list[int]:

@@ -45,8 +45,6 @@ def init(device: str = "auto", cpu_allocator: str = "system", sampler_ranks: int
               "allocated before dist.init); every large tensor is faulted in 4 KiB at a time", flush=True)
     if not use_cuda and cpu_allocator == "reuse":
         keep_freed_memory()
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' but CUDA is not available")
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if use_cuda:
         torch.cuda.set_device(local_rank)
