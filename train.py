@@ -105,29 +105,28 @@ class Inputs:
 
 @dataclass
 class RunEvals:
-    """A training run's evaluations (`eval_every`) of the weights its sampler holds: held-out accuracy on `rows`,
-    then eval.py's benchmarks (`eval_benchmarks`) with the trainer's sampler; `run(version)` -> their metrics."""
+    """A training run's evaluations (`eval_every`) of the weights its sampler holds: held-out accuracy on the inputs'
+    eval_rows, then eval.py's benchmarks (`eval_benchmarks`) with the trainer's sampler; `run(version)` -> their
+    metrics."""
 
     cfg: object
+    inputs: Inputs  # the held-out rows (heldout_rows), eval.py's tasks (load_benchmarks), the prompt format
     sampler: object
-    tokenizer: object
-    rows: list[dict]  # held-out rows (heldout_rows)
-    benchmarks: list  # eval.py's tasks (load_benchmarks)
     model_dir: str  # the weights the sampler loaded (eval.py's prompts read its tokenizer files)
-    prefilled_think: bool
     scoring: rewards.Scoring  # the run's rewards (rollout.run_scoring)
 
     def run(self, version: int) -> dict:
-        got = heldout_accuracy(self.sampler, self.tokenizer, self.rows, self.cfg, self.prefilled_think,
-                               self.scoring) if self.rows else {}
-        return {**got, **(self.run_benchmarks(version) if self.benchmarks else {})}
+        i = self.inputs
+        got = heldout_accuracy(self.sampler, i.tokenizer, i.eval_rows, self.cfg, i.prefilled_think,
+                               self.scoring) if i.eval_rows else {}
+        return {**got, **(self.run_benchmarks(version) if i.bench_tasks else {})}
 
     def run_benchmarks(self, version: int) -> dict:
         """eval.py's evaluate() with the trainer's sampler (weights already synced) -> {"eval/TASK/METRIC": value}
         (strict: the reward's judge) and {"eval_lenient/TASK/METRIC": value} (math-verify alone, math tasks;
         docs/eval.md). Sampling as eval.py's defaults, with the run's max_new_tokens; every sample in OUT_DIR/evals/."""
         cfg = self.cfg
-        res = evaluate(self.model_dir, self.benchmarks, n=cfg.eval_benchmarks_n, sampler=self.sampler,
+        res = evaluate(self.model_dir, self.inputs.bench_tasks, n=cfg.eval_benchmarks_n, sampler=self.sampler,
                        max_new_tokens=cfg.max_new_tokens, out=str(Path(cfg.out_dir) / "evals" / f"step_{version:06d}.json"),
                        seed=cfg.seed)
         return {f"{prefix}/{name}/{k}": v for name, t in res["tasks"].items()
@@ -177,8 +176,7 @@ def run_evals(cfg: C.Config, inputs: Inputs, sampler, model_dir: str) -> RunEval
     """The run's evaluations with this sampler (nanogrpo/evaluate.py); None when it has none."""
     if not (cfg.eval_every and (inputs.eval_rows or inputs.bench_tasks)):
         return None
-    return RunEvals(cfg, sampler, inputs.tokenizer, inputs.eval_rows, inputs.bench_tasks, model_dir,
-                    inputs.prefilled_think, run_scoring(cfg))
+    return RunEvals(cfg, inputs, sampler, model_dir, run_scoring(cfg))
 
 
 def serve_samples(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) -> dict:
