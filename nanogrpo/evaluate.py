@@ -236,9 +236,9 @@ def evaluate(
     `max_new_tokens`: None = the reference budget on GPU, the task's default on CPU (task_budget).
     Samples are appended to OUT's .samples.jsonl as each generate call ends (SampleFile); `resume` keeps the
     calls recorded there and generates the rest, or raises ResumeMismatch (before the model is loaded) when
-    the file was written with other arguments. `exclusive`
-    (eval.py without --resume): the samples file and its arguments are created new, never over a file (another
-    eval's, started meanwhile on the same OUT): FileExistsError before anything is generated.
+    the file was written with other arguments. `exclusive` (eval.py without --resume): the samples file and its
+    arguments are created new, never over a file (another eval's, started meanwhile on the same OUT):
+    FileExistsError before anything is generated.
     """
     rank, world, gather = ndist.rank(), ndist.world_size(), ndist.all_gather_object
     model_dir = hub.model_dir(model_dir)  # a Hub id: its snapshot in the HF cache

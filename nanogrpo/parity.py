@@ -249,11 +249,6 @@ class SamplerCheck:
             pass
         self.previous, self.expected = self.expected, pushed
 
-    def __call__(self, step: int, prompts: list[list[int]], n: int, params) -> None:
-        """After step `step`'s (0-based) generate call: raise StaleSamplerError on every rank if any rank's
-        sampler used or held anything else than the trainer asked for and pushed."""
-        judge(step, self.problems_after(prompts, n, params))
-
     def problems_after(self, prompts: list[list[int]], n: int, params) -> list[str]:
         """Right after a generate call, on this rank only (no collective: the rollout thread of async_steps may
         call it): what the sampler used or held that the trainer did not ask for or push."""

@@ -19,7 +19,7 @@ the prompt stream only from inside its jobs (in step order, so the stream's posi
 and on a 2-core CPU gets half the intra-op threads (`split_threads`): two phases on two cores with two threads
 each run 6x slower than either alone. Before an evaluation or a checkpoint the main thread waits for the queue
 (`drain`): an evaluation then finds the sampler holding the newest weights (the last job synced them), and a
-checkpoint saves the queued steps' rollouts (`pending`), so a resumed run trains exactly those (docs/grpo.md,
+checkpoint saves the queued steps' rollouts (`state`), so a resumed run trains exactly those (docs/grpo.md,
 "Async GRPO"). The staleness is corrected in the update (grpo.py's c_it with `tis_cap`, the decoupled objective):
 the ratio is clipped against the trainer's current weights and weighted by min(π_current / π_sampler, tis_cap).
 """
@@ -72,16 +72,13 @@ class Rollouts:
         for job in list(self.jobs.values()):
             job.result()
 
-    def pending(self) -> list:
-        """The queued steps' rollouts, oldest first, all sampled (for a checkpoint)."""
-        self.drain()
-        return [self.jobs[j].result() for j in sorted(self.jobs)]
-
     def state(self, stream) -> dict:
-        """This rank's part of a checkpoint (checkpoint.save's rank_state): the queued steps' rollouts, and its place
-        in the prompt stream (with dynamic sampling each rank draws as many rounds as it needs)."""
-        return {"rollouts": self.pending(), "async_steps": self.ahead, "world": dist.world_size(),
-                "data": stream.state_dict()}
+        """This rank's part of a checkpoint (checkpoint.save's rank_state): the queued steps' rollouts, oldest first,
+        all sampled (it waits for them), and its place in the prompt stream (with dynamic sampling each rank draws as
+        many rounds as it needs)."""
+        self.drain()
+        return {"rollouts": [self.jobs[j].result() for j in sorted(self.jobs)], "async_steps": self.ahead,
+                "world": dist.world_size(), "data": stream.state_dict()}
 
     def close(self) -> None:
         if self.pool is not None:

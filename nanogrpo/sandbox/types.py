@@ -4,10 +4,8 @@ from dataclasses import asdict, dataclass, field
 # What a backend puts next to each other in the sandbox (runner.py imports the other two from its directory).
 RUNNER_FILES = ("runner.py", "confine.py", "seccomp.py")
 
-# Statuses of one execution. A backend returns ok / runtime_error / timeout / memory / output_limit;
-# the judge turns ok into passed or wrong_answer. infra_error means the sandbox itself failed.
-STATUSES = ("passed", "wrong_answer", "runtime_error", "timeout", "memory", "output_limit",
-            "compile_error", "infra_error", "ok")
+# Statuses of one execution (ExecResult.status): a backend returns ok / runtime_error / timeout / memory / output_limit,
+# the judge makes ok passed or wrong_answer, a C++ build failure is compile_error. infra_error: the sandbox failed.
 
 
 class InfraError(Exception):
@@ -57,7 +55,7 @@ class ExecSpec:
 
 @dataclass
 class ExecResult:
-    status: str           # one of STATUSES
+    status: str           # one of the statuses above
     exit_code: int = 0    # negative: killed by that signal
     stdout: str = ""
     stderr: str = ""
