@@ -378,7 +378,7 @@ class SampleFile:
         self.path, self.args, self.rank, self.world = samples_path(out), args, rank, world
         self.exclusive = exclusive  # `start` creates the files new (evaluate's `exclusive`)
         self.args_path = samples_args_path(out)
-        self.part = self.path if rank == 0 else self._part(rank)
+        self.part = self.path if rank == 0 else self.path.with_suffix(f".rank{rank}.jsonl")
         self.recorded: dict[tuple, dict[int, dict]] = {}  # (task, index) -> {sample: record}
         self.file = None
         if resume:
@@ -391,9 +391,6 @@ class SampleFile:
             ndist.print0(f"eval --resume: {sum(map(len, self.recorded.values()))} samples recorded in {self.path}"
                          + (" and its rank parts" if world > 1 else "") + "; the calls they complete are not generated "
                          "again", file=sys.stderr)
-
-    def _part(self, rank: int) -> Path:
-        return self.path.with_suffix(f".rank{rank}.jsonl")
 
     def _parts(self) -> list[Path]:
         return sorted(self.path.parent.glob(glob.escape(self.path.stem) + ".rank*.jsonl"))
