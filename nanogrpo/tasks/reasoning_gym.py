@@ -297,10 +297,6 @@ def extract_answer(text: str) -> str | None:
         found, pos = text[start + 8 : end].strip(), end + 9
 
 
-def _too_long(answer: str | None, gold: str) -> bool:
-    return answer is not None and len(answer) > max(MAX_ANSWER_CHARS, 4 * len(gold))
-
-
 def _score_item(name: str, settings: dict, answer: str | None, entry: dict) -> float:
     """Runs in a worker: RG's score_answer, as a float in [0, 1]."""
     ds = _dataset(name, json.dumps(settings, sort_keys=True), 0, 1)
@@ -369,7 +365,7 @@ def score(completions: list[str], reasoning_gym: list | None = None, answer: lis
     for i, (text, meta, gold) in enumerate(zip(completions, metas, golds)):
         try:
             answer = extract_answer(text)
-            if _too_long(answer, str(gold)):
+            if answer is not None and len(answer) > max(MAX_ANSWER_CHARS, 4 * len(str(gold))):  # wrong, unread
                 out[i] = 0.0
                 continue
             items.append((meta["dataset"], meta["settings"], answer, to_wire(meta["entry"])))
