@@ -45,7 +45,8 @@ class Rollouts:
         self.jobs: dict[int, Future] = {}
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="rollouts") if ahead else None
         for batch in pending or []:  # a checkpoint's queued steps (resume): trained as they were sampled
-            self.jobs[batch.step] = done(batch)
+            self.jobs[batch.step] = Future()
+            self.jobs[batch.step].set_result(batch)
 
     def take(self, step: int):
         """Step `step`'s rollouts: sampled now (k = 0), or the queued job's, waited for (its error raised here)."""
@@ -107,12 +108,6 @@ def resumed(cfg, saved: dict, stream, ckpt) -> list:
     if saved:
         stream.load_state_dict(saved["data"])
     return queued
-
-
-def done(value) -> Future:
-    f: Future = Future()
-    f.set_result(value)
-    return f
 
 
 def split_threads(ahead: int, device: torch.device) -> None:
