@@ -100,11 +100,6 @@ def wait(sends: list) -> None:
     sends.clear()
 
 
-def prune(sends: list) -> None:
-    """Drop the sends that are done (and their buffers): a long run would otherwise keep every batch it sent."""
-    sends[:] = [(work, buf) for work, buf in sends if not work.is_completed()]
-
-
 class Remote:
     """The trainer side: pipeline.Rollouts' interface (`take`, `sync_weights`, `state`, `close`), the rollouts from
     this rank's sampler rank; `evaluations(version)` brings the sampler side's evaluation of that version."""
@@ -230,7 +225,8 @@ def serve(cfg, worker, streams: dict, evaluations, due) -> dict:
                     evaluate(held)
         if stopped:
             break
-        prune(sends)
+        # drop the sends that are done (and their buffers): a long run would otherwise keep every batch it sent
+        sends[:] = [(work, buf) for work, buf in sends if not work.is_completed()]
         for rank, stream in streams.items():
             batch = worker.rollouts(step, version, weights, stream, rank)
             sends.extend(send_object(split.to_trainers, Rollouts(step, batch, stream.state_dict()), rank))
