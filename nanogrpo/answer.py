@@ -27,6 +27,7 @@ that worker and starts a fresh one. Timeout policy (decided here, tested in test
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import re
@@ -823,15 +824,9 @@ class MathPool:
             return
         if p.poll() is None:
             p.kill()
-        for f in (p.stdin, p.stdout):
-            try:
-                f.close()
-            except Exception:
-                pass
-        try:
-            p.wait(timeout=5)
-        except Exception:
-            pass
+        for step in (p.stdin.close, p.stdout.close, lambda: p.wait(timeout=5)):  # each tried, whatever the others did
+            with contextlib.suppress(Exception):
+                step()
 
     def close(self) -> None:
         for i in range(self.n):
