@@ -15,6 +15,8 @@ and N ranks take the same path), `--jobs` of them at a time with the cores split
 OUT/ws{S}-g{G}/train.log. Held-out accuracy is read from metrics.jsonl (the default recipe: sampled at temperature 1
 on 500 held-out sums never seen in training or in any warm start). Per run: the completion tokens generated (dropped
 groups of dynamic sampling included), the wall time, and minutes per held-out point gained.
+A run that fails stops the sweep: no new run starts, the runs going finish and are tabled, and the script exits
+non-zero naming the failed one. `--jobs N` holds N models at once: a SmolLM2-135M run takes about 10 GB here.
 """
 
 from __future__ import annotations
@@ -139,7 +141,7 @@ def main() -> None:
     models = {s: warm_start(s, out, int(threads) * args.jobs, committed) for s in range(args.seeds)}
     seeds = range(args.first_seed, args.first_seed + args.grpo_seeds)
     queue = [dict(ws=s, g=g) for s in range(args.seeds) for g in seeds]
-    running, done, last_progress = [], [], time.time()
+    running, done, failed, last_progress = [], [], [], time.time()
     while queue or running:
         while queue and len(running) < args.jobs:
             run = queue.pop(0)
@@ -162,9 +164,12 @@ def main() -> None:
         for run in [r for r in running if r["proc"].poll() is not None]:
             running.remove(run)
             run["seconds"] = time.time() - run["t0"]
-            if run["proc"].returncode:
-                sys.exit(f"error: run ws{run['ws']}-g{run['g']} failed (exit {run['proc'].returncode}); "
-                         f"see {run['dir'] / 'train.log'}")
+            if run["proc"].returncode:  # no new runs; those going finish and are tabled (none is left orphaned)
+                failed.append(f"error: run ws{run['ws']}-g{run['g']} failed (exit {run['proc'].returncode}); "
+                              f"see {run['dir'] / 'train.log'}")
+                print(failed[-1], flush=True)
+                queue.clear()
+                continue
             run["metrics"] = read_metrics(run["dir"])
             ev = heldout(run["metrics"])
             run["before"], run["after"] = ev[0][1], ev[-1][1]
@@ -176,6 +181,8 @@ def main() -> None:
             print("  " + " | ".join(f"ws{r['ws']}-g{r['g']} step {max([m['step'] for m in read_metrics(r['dir'])] or [0])}"
                                     for r in running), flush=True)
 
+    if not done:
+        sys.exit("\n".join(failed))
     done.sort(key=lambda r: (r["ws"], r["g"]))
     gains = [100 * (r["after"] - r["before"]) for r in done]
     steps = max(m["step"] for m in done[0]["metrics"])
@@ -201,6 +208,8 @@ def main() -> None:
           f"| max {max(r['seconds'] for r in done) / 60:.1f} min | | |")
     if args.plot:
         plot(done, args.plot)
+    if failed:
+        sys.exit("\n".join(failed))
 
 
 if __name__ == "__main__":

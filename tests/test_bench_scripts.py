@@ -143,3 +143,17 @@ def test_bench_checkpoint_prints_its_row():
     assert r.returncode == 0, r.stderr[-2000:]
     row = r.stdout.strip().splitlines()[-1].split("|")
     assert row[1].strip() == "tiny-arithmetic" and float(row[4]) > 0 and float(row[5]) > 0
+
+
+@pytest.mark.slow
+def test_bench_learning_tables_the_runs_that_finished_when_one_fails(tiny_model_dir, tmp_path):
+    """A failed run (here a seed past the config's range, refused at once) stops new runs, but the ones already going
+    finish and are tabled before the script exits non-zero naming it: none is left running, orphaned, after the
+    script has gone."""
+    r = run_script("scripts/bench_learning.py", "--model", str(tiny_model_dir), "--first-seed", "2147483647",
+                   "--grpo-seeds", "2", "--jobs", "2", "--out", str(tmp_path), "steps=2", "eval_every=2",
+                   "eval_size=8", "prompts_per_step=4", "group_size=2", "save_final=false")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "run ws0-g2147483648 failed (exit 2)" in r.stderr
+    assert "1 runs of 2 steps" in r.stdout
+    assert "| 2147483647 |" in r.stdout  # the run that was going finished and has its row
