@@ -40,6 +40,7 @@ def test_spec_settings_weights_and_prompts_parse():
     ("reasoning_gym:leg_counting, leg_counting", "named twice"),
     ("reasoning_gym:leg_counting(max_animals=3", "without closing"),
     ("reasoning_gym:leg_counting(3)", "is not KEY=VALUE"),
+    ("reasoning_gym:leg_counting(partial=no)", "partial of leg_counting must be true or false, got 'no'"),
 ])
 def test_bad_spec_is_a_named_error(spec, says):
     with pytest.raises(ValueError) as e:
@@ -153,6 +154,22 @@ def test_partial_scores_are_reasoning_gyms():
                         rows * 3)
     assert got[0] == 1.0 and got[2] == 0.0
     assert got[1] == pytest.approx(len(gold) / len(f"it is {gold}"))  # RG's default partial credit
+
+
+@pytest.mark.slow
+def test_partial_false_pays_only_a_right_answer():
+    """The hedge a policy learns for the partial score (the count among other digits) earns 0 with partial=false;
+    a right answer still 1, and an unscorable row still None."""
+    spec = "reasoning_gym:letter_counting(min_words=3, max_words=5, partial=false)"
+    assert rg.parse(spec)[0].partial is False and rg.parse(spec)[0].settings == {"min_words": 3, "max_words": 5}
+    rows = rg.rows(spec, "test", 1)
+    gold = rows[0]["answer"]
+    hedge = f"<answer>{gold} {int(gold) + 1}</answer>"
+    partial_rows = rg.rows("reasoning_gym:letter_counting(min_words=3, max_words=5)", "test", 1)
+    assert rows[0]["problem"] == partial_rows[0]["problem"]  # the same questions: only the reward differs
+    assert rewards.judge(rg.score, [hedge], partial_rows)[0] == pytest.approx(len(gold) / len(hedge[8:-9]))
+    got = rewards.judge(rg.score, [f"<answer>{gold}</answer>", hedge, "<answer>zzz</answer>"], rows * 3)
+    assert got == [1.0, 0.0, 0.0]
 
 
 @pytest.mark.parametrize("spec, says", [("reasoning_gym:leg_countin", "did you mean 'leg_counting'"),

@@ -10,7 +10,8 @@ Any of its ~100 procedural datasets, by name, with its own verifier and its own 
 Inside the parentheses, `KEY=VALUE` are the fields of the dataset's config class (a TOML value: 3, 0.5, true,
 "text", ["+", "-"]; a bare word is a string); `weight` (default 1) is the share of the mix, as RG's composite
 dataset weighs its datasets; `system_prompt` names one of RG's SYSTEM_PROMPTS (default "default"; "direct" asks for
-the answer alone). An unknown name or field is an error naming the valid ones, before any compute.
+the answer alone); `partial` (default true) keeps RG's partial scores, false pays only a right answer (below). An
+unknown name or field is an error naming the valid ones, before any compute.
 
 Rows. Reasoning Gym makes item i of a dataset with seed s from `Random(s + i)`. Held-out rows come from the
 seeds HELDOUT_SEED.. and train rows from a range below it (`train_seed_base`, by the run's seed), so the two never
@@ -27,7 +28,9 @@ message is the question as it is, the chat template around them; the answer is w
 The verdict is the dataset's own `score_answer(answer, entry)` (`score`): 1.0 right, 0.0 wrong, and in between a
 partial score where RG gives one (many datasets give len(gold) / len(answer) to an answer that contains the gold;
 countdown 0.05 to a wrong expression that uses the right numbers). The trainer's reward is that score; `correct`
-and pass@k count only 1.0, as RG's evaluation does. Bounded on hostile text: the extraction is one linear scan,
+and pass@k count only 1.0, as RG's evaluation does. A policy can learn to hedge for the partial score: on
+letter_counting one GRPO seed of SmolLM2 went to answers that contain the count and more (only those earn a partial
+score), reward up and accuracy 0 (docs/results.md); `partial=false` scores anything below 1.0 as 0. Bounded on hostile text: the extraction is one linear scan,
 an answer longer than MAX_ANSWER_CHARS (or 4x the gold) is wrong without being read, and `score_answer` runs in
 worker processes killed past a timeout (several call sympy's parse_expr, which evaluates the text: `9**9**9**9`
 would never return), as math-verify does (nanogrpo/answer.py MathPool). Past the timeout: 0.0 (the model wrote
@@ -66,6 +69,7 @@ class Source(NamedTuple):
     weight: float
     settings: dict  # fields of the dataset's config class
     system_prompt: str  # the name of one of RG's SYSTEM_PROMPTS
+    partial: bool = True  # RG's partial scores as the reward; False: 1.0 right, else 0.0
 
 
 def is_spec(task: str) -> bool:
@@ -139,6 +143,9 @@ def parse(spec: str) -> tuple[Source, ...]:
         if prompt not in system_prompts():
             raise ValueError(f"{spec!r}: system_prompt={prompt!r} is not one of Reasoning Gym's SYSTEM_PROMPTS: "
                              f"{', '.join(system_prompts())}")
+        partial = settings.pop("partial", True)
+        if not isinstance(partial, bool):
+            raise ValueError(f"{spec!r}: partial of {name} must be true or false, got {partial!r}")
         if name in (s.name for s in out):
             raise ValueError(f"{spec!r}: {name} is named twice (one entry per dataset; weigh it with weight=)")
         ds = _dataset(name, json.dumps(settings, sort_keys=True), 0, 1, spec)  # a bad field or value stops here
@@ -147,7 +154,7 @@ def parse(spec: str) -> tuple[Source, ...]:
         except Exception as e:
             raise ValueError(f"{spec!r}: Reasoning Gym cannot make a {name} item with the settings {settings}: "
                              f"{type(e).__name__}: {e}") from None
-        out.append(Source(name, float(weight), settings, prompt))
+        out.append(Source(name, float(weight), settings, prompt, partial))
     return tuple(out)
 
 
@@ -163,7 +170,7 @@ def _dataset(name: str, settings_json: str, seed: int, size: int, spec: str = ""
     bad = [k for k in settings if k not in fields]
     if bad:
         raise ValueError(f"{spec or name!r}: {name} has no setting {', '.join(map(repr, bad))}; its settings: "
-                         f"{', '.join(fields)} (and weight)")
+                         f"{', '.join(fields)} (and weight, system_prompt, partial)")
     try:
         return _rg().create_dataset(name, **settings, seed=seed, size=size)
     except Exception as e:  # RG checks its config with asserts (AssertionError) and constructors (TypeError, ...)
@@ -181,7 +188,8 @@ def _row(src: Source, entry: dict, split: str, i: int) -> dict:
     gold = entry["answer"]  # None where the scorer judges by itself (a puzzle with many solutions: rush_hour, ...)
     return {"problem": entry["question"], "answer": "" if gold is None else str(gold), "id": f"rg-{src.name}-{split}-{i}",
             "system_prompt": system_prompts()[src.system_prompt], "instruction": "",  # RG's (module docstring)
-            "reasoning_gym": {"dataset": src.name, "settings": src.settings, "entry": entry}}
+            "reasoning_gym": {"dataset": src.name, "settings": src.settings, "entry": entry,
+                              **({} if src.partial else {"partial": False})}}
 
 
 def train_seed_base(seed: int) -> int:
@@ -378,7 +386,7 @@ def score(completions: list[str], reasoning_gym: list | None = None, answer: lis
         except Exception:
             got = [None] * len(items)
         for i, g in zip(todo, got):
-            out[i] = g
+            out[i] = g if g is None or metas[i].get("partial", True) else float(g == 1.0)
     return out
 
 
