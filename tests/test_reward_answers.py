@@ -130,6 +130,37 @@ def test_issue_46_number_cases(text, gold, want):
     assert number_reward(text, gold) == want
 
 
+# The same classes with other numbers (a judge tuned to the cases above could pass them and fail these)
+OTHER_NUMBERS_MATH = [
+    ("\\boxed{0.2}", "\\frac15", 1.0), ("\\boxed{0.375}", "\\frac 38", 1.0), ("\\boxed{0.125}", "2^{-3}", 1.0),
+    ("\\boxed{4.25}", "4\\frac{1}{4}", 1.0), ("\\boxed{2.5}", "\\tfrac52", 1.0), ("\\boxed{m+n=7}", "7", 1.0),
+    ("\\boxed{CD=9}", "9", 1.0), ("\\boxed{\\phi=\\frac{\\pi}{3}}", "\\frac{\\pi}{3}", 1.0),
+    ("\\boxed{x=3 \\text{ or } x=4}", "3,4", 1.0), ("\\boxed{40\\%}", "40", 1.0),
+    ("\\boxed{\\left(0.5\\right)}", "\\frac12", 1.0),
+    ("\\boxed{0.142857}", "\\frac17", 0.0), ("\\fbox{7 = 8}", "8", 0.0), ("\\boxed {1.0471975}", "\\frac{\\pi}{3}", 0.0),
+    ("\\boxed{\\approx 1.0471975}", "\\frac{\\pi}{3}", 0.0), ("\\boxed{307 \\equiv 308}", "308", 0.0),
+    ("\\boxed{309 \\to 308}", "308", 0.0), ("\\boxed{" + "9" * 6000 + "}", "9", 0.0),
+    ("I think \\boxed{5} is wrong; final answer is 6", "5", 0.0), ("\\boxed{(2, 1.0471975)}", "(2, \\frac{\\pi}{3})", 0.0),
+    ("\\boxed{+0.333}", "\\frac13", 0.0),
+]
+
+
+@pytest.mark.slow
+def test_the_math_classes_with_other_numbers():
+    got = math_rewards([c for c, _, _ in OTHER_NUMBERS_MATH], [g for _, g, _ in OTHER_NUMBERS_MATH])
+    wrong = [(c[:60], g, want, r) for (c, g, want), r in zip(OTHER_NUMBERS_MATH, got) if r != want]
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("text, gold, want", [
+    ("\\boxed{7 \\text{ cm}}", "7", 1.0), ("\\boxed{12 apples}", "12", 1.0), ("\\textbf{9}", "9", 1.0),
+    ("\\boxed{y = 6}", "6", 1.0), ("\\boxed{\u22124}", "-4", 1.0), ("\\boxed{2 000}", "2000", 1.0),
+    ("\\boxed{25\\%}", "25", 1.0), ("\\boxed{4} \\boxed{5}", "5", 0.0), ("\\boxed{5", "5", 0.0), ("\\boxed{11}", "12", 0.0),
+])
+def test_the_number_classes_with_other_numbers(text, gold, want):
+    assert number_reward(text, gold) == want
+
+
 def test_one_number_boxed_in_two_spellings_is_one_answer():
     """MATH-500's own solution to number_theory/459 boxes 15 39/40 and 639/40: one answer, not a hedge."""
     text = "$d = \\boxed{15\\frac{39}{40}},$ or $\\boxed{\\frac{639}{40}}$ inches."
