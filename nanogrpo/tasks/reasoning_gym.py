@@ -30,11 +30,13 @@ partial score where RG gives one (many datasets give len(gold) / len(answer) to 
 countdown 0.05 to a wrong expression that uses the right numbers). The trainer's reward is that score; `correct`
 and pass@k count only 1.0, as RG's evaluation does. A policy can learn to hedge for the partial score: on
 letter_counting one GRPO seed of SmolLM2 went to answers that contain the count and more (only those earn a partial
-score), reward up and accuracy 0 (docs/results.md); `partial=false` scores anything below 1.0 as 0. Bounded on hostile text: the extraction is one linear scan,
-an answer longer than MAX_ANSWER_CHARS (or 4x the gold) is wrong without being read, and `score_answer` runs in
-worker processes killed past a timeout (several call sympy's parse_expr, which evaluates the text: `9**9**9**9`
-would never return), as math-verify does (nanogrpo/answer.py MathPool). Past the timeout: 0.0 (the model wrote
-it); a worker that died: None (infrastructure), as everywhere. reasoning_gym is imported only when a spec is used.
+score), reward up and accuracy 0 (docs/results.md); `partial=false` scores anything below 1.0 as 0.
+
+Bounded on hostile text: the extraction is one linear scan, an answer longer than MAX_ANSWER_CHARS (or 4x the gold)
+is wrong without being read, and `score_answer` runs in worker processes killed past a timeout (several call sympy's
+parse_expr, which evaluates the text: `9**9**9**9` would never return), as math-verify does (nanogrpo/answer.py
+MathPool). Past the timeout: 0.0 (the model wrote it); a worker that died: None (infrastructure), as everywhere.
+reasoning_gym is imported only when a spec is used.
 """
 
 from __future__ import annotations
