@@ -276,11 +276,12 @@ def task(name: str) -> tuple:
 
 
 def heldout_description(spec: str, n: int) -> dict:
-    """What fixes a held-out set, for the results: the package, the datasets and settings, the seeds and the size."""
+    """What fixes a held-out set, for the results: the package, the datasets and settings, the seeds and the size
+    (not `partial`: it changes the reward, not the questions, and pass@k counts only 1.0 either way)."""
     from importlib.metadata import version
 
-    return {"reasoning_gym": version("reasoning-gym"),
-            "datasets": [s._asdict() for s in parse(spec)], "heldout_seed": HELDOUT_SEED, "size": n,
+    datasets = [{k: v for k, v in s._asdict().items() if k != "partial"} for s in parse(spec)]
+    return {"reasoning_gym": version("reasoning-gym"), "datasets": datasets, "heldout_seed": HELDOUT_SEED, "size": n,
             "heldout_share": f"questions whose blake2b hash is 0 mod {HELDOUT_QUARTER}"}
 
 
