@@ -158,8 +158,8 @@ def test_partial_scores_are_reasoning_gyms():
 
 @pytest.mark.slow
 def test_partial_false_pays_only_a_right_answer():
-    """The hedge a policy learns for the partial score (the count among other digits) earns 0 with partial=false;
-    a right answer still 1, and an unscorable row still None."""
+    """The hedge a policy learns for the partial score (the count and more) earns its partial score by default and
+    0 with partial=false; a right answer 1 either way, on the same held-out questions."""
     spec = "reasoning_gym:letter_counting(min_words=3, max_words=5, partial=false)"
     assert rg.parse(spec)[0].partial is False and rg.parse(spec)[0].settings == {"min_words": 3, "max_words": 5}
     rows = rg.rows(spec, "test", 1)

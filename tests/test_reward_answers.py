@@ -109,11 +109,6 @@ ISSUE_MATH = [
 ]
 
 
-@pytest.mark.slow
-def test_issue_46_math_cases():
-    got = math_rewards([c for c, _, _ in ISSUE_MATH], [g for _, g, _ in ISSUE_MATH])
-    wrong = [(c[:60], g, want, r) for (c, g, want), r in zip(ISSUE_MATH, got) if r != want]
-    assert not wrong, wrong
 
 
 @pytest.mark.parametrize("text, gold, want", [
@@ -125,6 +120,10 @@ def test_issue_46_math_cases():
     ("I think \\boxed{204} is wrong; final answer is 205", "204", 0.0), ("\\boxed{0.35}", "35", 0.0),
     ("\\boxed{" + "9" * 5000 + "}", "9", 0.0), ("\\boxed{1." + "0" * 5000 + "1}", "1", 0.0),
     ("\\boxed{204 \\approx 204}", "204", 0.0), ("\\boxed{203 = 204}", "204", 0.0),
+    # the same classes with other numbers
+    ("\\boxed{7 \\text{ cm}}", "7", 1.0), ("\\boxed{12 apples}", "12", 1.0), ("\\textbf{9}", "9", 1.0),
+    ("\\boxed{y = 6}", "6", 1.0), ("\\boxed{\u22124}", "-4", 1.0), ("\\boxed{2 000}", "2000", 1.0),
+    ("\\boxed{25\\%}", "25", 1.0), ("\\boxed{4} \\boxed{5}", "5", 0.0), ("\\boxed{5", "5", 0.0), ("\\boxed{11}", "12", 0.0),
 ])
 def test_issue_46_number_cases(text, gold, want):
     assert number_reward(text, gold) == want
@@ -146,19 +145,11 @@ OTHER_NUMBERS_MATH = [
 
 
 @pytest.mark.slow
-def test_the_math_classes_with_other_numbers():
-    got = math_rewards([c for c, _, _ in OTHER_NUMBERS_MATH], [g for _, g, _ in OTHER_NUMBERS_MATH])
-    wrong = [(c[:60], g, want, r) for (c, g, want), r in zip(OTHER_NUMBERS_MATH, got) if r != want]
+@pytest.mark.parametrize("cases", [ISSUE_MATH, OTHER_NUMBERS_MATH], ids=["pinned", "other_numbers"])
+def test_issue_46_math_cases(cases):
+    got = math_rewards([c for c, _, _ in cases], [g for _, g, _ in cases])
+    wrong = [(c[:60], g, want, r) for (c, g, want), r in zip(cases, got) if r != want]
     assert not wrong, wrong
-
-
-@pytest.mark.parametrize("text, gold, want", [
-    ("\\boxed{7 \\text{ cm}}", "7", 1.0), ("\\boxed{12 apples}", "12", 1.0), ("\\textbf{9}", "9", 1.0),
-    ("\\boxed{y = 6}", "6", 1.0), ("\\boxed{\u22124}", "-4", 1.0), ("\\boxed{2 000}", "2000", 1.0),
-    ("\\boxed{25\\%}", "25", 1.0), ("\\boxed{4} \\boxed{5}", "5", 0.0), ("\\boxed{5", "5", 0.0), ("\\boxed{11}", "12", 0.0),
-])
-def test_the_number_classes_with_other_numbers(text, gold, want):
-    assert number_reward(text, gold) == want
 
 
 def test_one_number_boxed_in_two_spellings_is_one_answer():
