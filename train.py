@@ -24,7 +24,7 @@ from nanogrpo import model as M
 from nanogrpo.log import Logger, LogError
 from nanogrpo.optim import make_optimizer
 from nanogrpo.sampler import unwrap
-from nanogrpo.evaluate import context_length, evaluate, heldout_accuracy, heldout_rows
+from nanogrpo.evaluate import constant_answer, context_length, evaluate, heldout_accuracy, heldout_rows
 from nanogrpo.rollout import (StepRollouts, Worker, check_filled, check_prompts, code_opts, mean_valid, row_kind,
                               run_scoring, task_template, trainer_sampler)
 
@@ -269,7 +269,9 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) ->
     if dist.is_main():
         checkpoint.write_config(cfg.out_dir, C.to_toml(cfg))
     dist.print0(C.to_toml(cfg), end="")
+    const = constant_answer(eval_rows)  # the bar held-out accuracy is read against
     dist.print0(f"world size {world} | device {device} | {len(train_rows)} train / {len(eval_rows)} held-out rows"
+                + (f" (one answer for all, {const[0][:20]!r}, scores {const[1]:.3f})" if const else "")
                 + (f" | resumed from {resume_from}" if resume_from else ""))
     logger = Logger(cfg.out_dir, cfg.steps, start, cfg.wandb_project, cfg.wandb_run_name, vars(cfg))
     return Run(rank, start, stream, sampling, tokenizer, policy, ref, optimizer, scheduler, sampler, behaviour,

@@ -33,6 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = ROOT / "models" / "tiny-arithmetic"
+sys.path.insert(0, str(ROOT))
 TARGET_GAIN = 0.30  # the bar: every run gains at least +30 held-out points within 10 minutes
 
 
@@ -76,6 +77,16 @@ def read_config(out_dir: Path) -> dict:
 
     path = out_dir / "config.toml"
     return tomllib.loads(path.read_text()) if path.is_file() else {}
+
+
+def run_constant_answer(out_dir: Path) -> tuple[str, float] | None:
+    """What one answer for every question scores on the held-out rows a finished run measured (nanogrpo/evaluate.py
+    `constant_answer`; its config.toml, read as train.py reads it). An 'after' at or near it may be a policy that
+    learned that answer, not the task."""
+    from nanogrpo import config
+    from nanogrpo.evaluate import constant_answer, heldout_rows
+
+    return constant_answer(heldout_rows(config.load([str(out_dir / "config.toml")], here=False)))
 
 
 def model_name(model: Path, ws: int, given: bool) -> str:
@@ -191,20 +202,25 @@ def main() -> None:
     print(f"{len(done)} runs of {steps} steps of {Path(args.config).name}, {args.nproc} rank(s) each, {args.jobs} at a "
           f"time, OMP_NUM_THREADS={threads}; held-out accuracy on {cfg.get('eval_size')} held-out problems of "
           f"{cfg.get('eval_task') or cfg.get('task')}, one sample each at T={cfg.get('eval_temperature')}")
+    const = run_constant_answer(done[0]["dir"])
+    if const is not None:
+        print(f"one answer for every question, always {const[0]!r}, scores {const[1]:.3f} on this held-out set: an "
+              "'after' at or below it may be a policy that learned that answer, not the task")
     print()
-    print(f"| model | GRPO seed | held-out before | after | gain | first +{100 * args.target:.0f} pts at | wall time "
-          "| tokens generated | min per point |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| model | GRPO seed | held-out before | after | gain | after - constant | first +{100 * args.target:.0f} "
+          "pts at | wall time | tokens generated | min per point |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r, gain in zip(done, gains):
         hit = f"step {r['to_target'][1]}, {r['to_target'][0] / 60:.1f} min" if "to_target" in r else "never"
         tokens = sum(m.get("generated_tokens", 0) for m in r["metrics"])
         per_point = f"{r['seconds'] / 60 / gain:.1f}" if gain > 0 else "-"
+        above = f"{100 * (r['after'] - const[1]):+.1f} pts" if const is not None else "-"
         print(f"| {model_name(models[r['ws']], r['ws'], bool(args.model))} | {r['g']} | {r['before']:.3f} | "
-              f"{r['after']:.3f} | {gain:+.1f} pts | {hit} | {r['seconds'] / 60:.1f} min | {tokens:,} | {per_point} |")
+              f"{r['after']:.3f} | {gain:+.1f} pts | {above} | {hit} | {r['seconds'] / 60:.1f} min | {tokens:,} | {per_point} |")
     std = statistics.stdev(gains) if len(gains) > 1 else 0.0
     hits = [r["to_target"][0] / 60 for r in done if "to_target" in r]
     print(f"| **all runs** | | | | mean {statistics.mean(gains):+.1f}, min {min(gains):+.1f}, max {max(gains):+.1f}, "
-          f"std {std:.1f} pts | {len(hits)} of {len(done)}{f', latest {max(hits):.1f} min' if hits else ''} "
+          f"std {std:.1f} pts | | {len(hits)} of {len(done)}{f', latest {max(hits):.1f} min' if hits else ''} "
           f"| max {max(r['seconds'] for r in done) / 60:.1f} min | | |")
     if args.plot:
         plot(done, args.plot)

@@ -8,8 +8,10 @@ well above pass@1, and pass@1 is not about 0, gives it a signal. Each task is a 
 (nanogrpo/tasks/reasoning_gym.py) at a small difficulty (TASKS below); its first --problems held-out rows (the set
 train.py and eval.py use, fixed by spec and size) are prompted as training prompts them (RG's system prompt, the
 question, the chat template: nanogrpo/data.py), sampled with nanogrpo's PyTorch sampler (one thread per process is
-fastest on a shared machine), and scored by the task's own verdict. pass@1 counts only full marks (1.0); `score` is
-the mean reward GRPO would see (partial credit included); `tags` is the share of answers inside <answer> tags; `cut`
+fastest on a shared machine), and scored by the task's own verdict. pass@1 counts only full marks (1.0); `constant`
+is what one answer for every question scores (the most common gold's share of these rows): GRPO can raise pass@1 to
+it by learning that answer alone, so a task's gain is read against it; `score` is the mean reward GRPO would see
+(partial credit included); `tags` is the share of answers inside <answer> tags; `cut`
 the share that hit --max-new-tokens.
 
 One JSON line per task goes to --out as each task ends; tasks already there (same spec and arguments) are skipped,
@@ -30,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from nanogrpo import data, rewards  # noqa: E402
+from nanogrpo.evaluate import constant_answer  # noqa: E402
 from nanogrpo.sampler import SamplingParams  # noqa: E402
 from nanogrpo.torch_sampler import TorchSampler  # noqa: E402
 from nanogrpo.tasks import reasoning_gym as rg  # noqa: E402
@@ -79,6 +82,7 @@ def survey_task(spec: str, sampler: TorchSampler, args) -> dict:
         "pass@1": sum(pass_at_k(args.n, sum(f), 1) for f in full) / len(full),
         f"pass@{args.n}": sum(pass_at_k(args.n, sum(f), args.n) for f in full) / len(full),
         "score": sum(valid) / max(1, len(valid)), "unscored": len(scores) - len(valid),
+        "constant": constant_answer(rows)[1],
         "tags": sum(rg.extract_answer(c.text) is not None for c in flat) / len(flat),
         "cut": sum(c.finish_reason == "length" for c in flat) / len(flat),
         "mean_tokens": sum(len(c.token_ids) for c in flat) / len(flat),
@@ -94,10 +98,10 @@ def with_prompt(spec: str, name: str) -> str:
 
 
 def table(results: list[dict], n: int) -> str:
-    lines = [f"| task (small settings) | pass@1 | pass@{n} | score | tags | cut | tokens/answer | min |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [f"| task (small settings) | pass@1 | pass@{n} | constant | score | tags | cut | tokens/answer | min |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
-        lines.append(f"| `{r['spec']}` | {r['pass@1']:.3f} | {r[f'pass@{n}']:.3f} | {r['score']:.3f} | {r['tags']:.2f} "
+        lines.append(f"| `{r['spec']}` | {r['pass@1']:.3f} | {r[f'pass@{n}']:.3f} | {r.get('constant', float('nan')):.2f} | {r['score']:.3f} | {r['tags']:.2f} "
                      f"| {r['cut']:.2f} | {r['mean_tokens']:.0f} | {r['seconds'] / 60:.1f} |")
     return "\n".join(lines)
 

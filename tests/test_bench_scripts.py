@@ -157,3 +157,42 @@ def test_bench_learning_tables_the_runs_that_finished_when_one_fails(tiny_model_
     assert "run ws0-g2147483648 failed (exit 2)" in r.stderr
     assert "1 runs of 2 steps" in r.stdout
     assert "| 2147483647 |" in r.stdout  # the run that was going finished and has its row
+    # the constant-answer line: the held-out sums' most common one, with its share of the 8 rows
+    line = next(x for x in r.stdout.splitlines() if x.startswith("one answer for every question"))
+    assert "always '" in line and " scores 0.125 on" in line  # 8 held-out sums, all different: 1 of 8
+
+
+def test_constant_answer_is_the_most_common_gold_and_its_share():
+    """What one answer for every question scores: the bar a held-out gain is read against (letter counting's first
+    recipe ended at exactly its constant, 0.63)."""
+    from nanogrpo.evaluate import constant_answer
+
+    rows = [{"answer": a} for a in ["1", " 1", "2", "1", "3", "2", "1", "4"]] + [{"problem": "no gold"}]
+    assert constant_answer(rows) == ("1", 0.5)  # 4 of the 8 golds ("1" and " 1" are one answer)
+    assert constant_answer([{"answer": 7}]) == ("7", 1.0)
+    assert constant_answer([{"problem": "x"}]) is None
+
+
+@pytest.mark.slow
+def test_bench_transfer_tables_each_model_and_keeps_a_finished_one(tiny_model_dir, tmp_path):
+    """One eval.py per model, its results side by side; a model whose results file is there is read, not redone
+    (a stopped sweep goes on); a model path that is no model is refused before any eval."""
+    spec = "reasoning_gym:products(max_digits=1, system_prompt=direct)"
+    common = ["--out", str(tmp_path), "--tasks", spec, "--limit", "4", "--max-new-tokens", "4", "--sampler", "torch"]
+    r = run_script("scripts/bench_transfer.py", "--model", f"a={tiny_model_dir}", *common)
+    assert r.returncode == 0, r.stderr[-2000:]
+    first = (tmp_path / "a.json").stat().st_mtime_ns
+    r = run_script("scripts/bench_transfer.py", "--model", f"a={tiny_model_dir}", "--model", f"b={tiny_model_dir}",
+                   *common)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "a.json").stat().st_mtime_ns == first and "== a:" not in r.stdout and "== b:" in r.stdout
+    header, _, row = r.stdout.strip().splitlines()[-3:]
+    assert header == "| task | a | b |"
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[0] == spec
+    for name, c in zip("ab", cells[1:]):
+        res = json.loads((tmp_path / f"{name}.json").read_text())["tasks"][spec]
+        right = round(res["metrics"]["pass@1:n=1"] * 4)
+        assert c == f"{100 * right / 4:.1f}% ({right}/4)"  # RG tasks have no lenient score
+    bad = run_script("scripts/bench_transfer.py", "--model", f"c={tmp_path}", *common)
+    assert bad.returncode == 2 and "has no config.json" in bad.stderr and not (tmp_path / "c.json").exists()

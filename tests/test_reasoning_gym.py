@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
-from nanogrpo import ConfigError, data, rewards, tasks  # noqa: E402
+from nanogrpo import ConfigError, config, data, evaluate, rewards, tasks  # noqa: E402
 from nanogrpo.tasks import reasoning_gym as rg  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,9 +208,10 @@ def test_eval_runs_reasoning_gym_tasks_on_the_tiny_model(tiny_model_dir, tmp_pat
 
 
 @pytest.mark.slow
-def test_a_mix_never_tried_here_trains_two_steps(tiny_model_dir, tmp_path):
+def test_a_mix_never_tried_here_trains_two_steps(tiny_model_dir, tmp_path, capsys):
     """train.py on a weighted mix of two datasets nothing else here uses: its rows, its reward (every completion
-    judged, none None), and its held-out accuracy on eval_size rows of the fixed held-out set."""
+    judged, none None), its held-out accuracy on eval_size rows of the fixed held-out set, and what one answer for
+    all of those rows would score (the bar the accuracy is read against)."""
     import train
 
     out = tmp_path / "out"
@@ -221,6 +222,10 @@ def test_a_mix_never_tried_here_trains_two_steps(tiny_model_dir, tmp_path):
     steps = [m for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "reward_mean" in m]
     assert len(steps) == 2 and all(m["none_frac"] == 0.0 for m in steps)
     assert 0.0 <= res["heldout_accuracy_end"] <= 1.0
+    golds = [str(r["answer"]) for r in evaluate.heldout_rows(config.load([str(out / "config.toml")]))]
+    top = max(golds, key=golds.count)  # the first of the most common, as Counter.most_common picks
+    assert len(golds) == 3 and (f"3 held-out rows (one answer for all, {top[:20]!r}, scores "
+                                f"{golds.count(top) / 3:.3f})") in capsys.readouterr().out
 
 
 def test_a_scorer_that_denies_its_own_gold_stops_the_load(monkeypatch):
