@@ -358,7 +358,7 @@ def train(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitS
         t0 = time.time()
         lr = run.scheduler.get_last_lr()[0]
         update = {**grpo.step(run.policy, run.ref, run.optimizer, run.scheduler, rollouts, cfg, run.tokenizer.pad_token_id,
-                              run.behaviour), "lr": lr}
+                              run.behaviour, batch.for_check()), "lr": lr}
         times["time_train"] = time.time() - t0
 
         # 5. the sampler gets the new weights (streamed, never the whole model at once): now, or (async_steps)

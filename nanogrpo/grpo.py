@@ -36,7 +36,8 @@ Every choice is a config knob (default in brackets); docs/grpo.md derives each o
 - `skip_zero_advantage` [on]: completions with A = 0 are not run (they add exactly 0 when beta = 0).
 - `max_sample_z` [6] (nanogrpo/parity.py, SampleGate): the first pass's forward (and one without backward over the
   completions skipped) also gives each sampled token's E[log p] and Var[log p] under the distribution the sampler
-  draws from; `sample_z` checks the draws against it.
+  draws from; `sample_z` checks the draws against it. With dynamic sampling it reads the step's first draw instead
+  (a forward without backward), since the update's groups were chosen by what was sampled.
 - A pass whose loss or gradient norm is not finite (NaN, inf: on any rank) makes no optimizer step: no weight,
   Adam moment or schedule moves (`apply_update`); `updates_skipped` counts them, and NONFINITE_PATIENCE steps in
   a row with one stop the run (`check_finite`): a non-finite number never reaches the weights.
@@ -315,9 +316,12 @@ def batch_logprobs(model, b: packing.Batch, temperature: float, device, entropy:
 
 
 def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg, pad_id: int,
-         behaviour=None) -> dict[str, float]:
+         behaviour=None, checked: list[Rollout] | None = None) -> dict[str, float]:
     """One GRPO update on this rank's rollouts: mu passes, each a full pass over the micro-batches
     followed by one optimizer step. Ranks may hold different numbers of rollouts and tokens.
+
+    `checked`: the completions the sampler's calibration check reads (StepRollouts.for_check), each rank the same
+    number of micro-batches or not; None: the update's rollouts (the update's forward gives their moments).
 
     `behaviour` (exact_logprobs, nanogrpo/parity.py): a Policy over the sampler's own weights. The
     sampler's log-probs are then recomputed by it, in these same micro-batches with this same forward,
@@ -344,6 +348,7 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     # the sampler's calibration check (nanogrpo/parity.py): the moments of log p under the distribution it draws from,
     # from the first pass's forward (async_steps: parity.sampled_gap, with the weights that sampled)
     sampling = (cfg.top_p, 0) if cfg.max_sample_z and not cfg.async_steps else None
+    in_update = sampling if checked is None else None  # the update's forward gives the check's moments
 
     with torch.no_grad():  # fixed targets: reference (beta > 0) and old (mu > 1) log-probs, taken once
         ref = [logprobs(ref_policy, b)[0] for b in batches] if cfg.beta > 0 else [None] * len(batches)
@@ -351,10 +356,14 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
         t0 = time.perf_counter()
         behaved = [logprobs(behaviour, b)[0] for b in batches] if behaviour is not None else [None] * len(batches)
         t_recompute = time.perf_counter() - t0
-        # The check reads every completion. The skipped ones (A = 0) are those of groups whose rewards came out
+        # The check reads the draws unselected. The skipped ones (A = 0) are those of groups whose rewards came out
         # equal: leaving them out selects the groups by what was sampled, and the rest look flatter than draws
-        # (sample_z drifted to -0.5 per step on the default run). Their forward here, without a backward.
-        unrun = [r for r in rollouts if r.advantage is None or r.advantage == 0] if skip and sampling else []
+        # (sample_z drifted to -0.5 per step on the default run). Dynamic sampling selects the update's groups
+        # themselves, so the check then reads `checked`, the step's first draw. Their forward here, no backward.
+        if checked is not None:
+            unrun = checked if sampling else []
+        else:
+            unrun = [r for r in rollouts if r.advantage is None or r.advantage == 0] if skip and sampling else []
         looked = even(make_batches(unrun, cfg.micro_batch_size, pad_id, cfg, budget) if unrun else [])
         for b in looked:
             lp, moments = logprobs(policy, b, sampling=sampling)
@@ -366,7 +375,7 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     for p in range(cfg.mu):
         nonfinite = torch.zeros((), device=device)  # micro-batches of this pass whose loss is not finite (this rank)
         for i, b in dist.syncing_grads(policy, batches, cfg.grad_accumulation):
-            logp, ent = logprobs(policy, b, entropy=p == 0, sampling=sampling if p == 0 else None)
+            logp, ent = logprobs(policy, b, entropy=p == 0, sampling=in_update if p == 0 else None)
             old_logp = old[i] if old[i] is not None else logp.detach()
             mask = to(b.loss_mask)
             sampler_logp = to(b.sampler_logp) if behaved[i] is None else behaved[i]
@@ -377,7 +386,7 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
                 for k, v in st.items():
                     sums[k] += v.double().cpu()
                 sums["loss"] += loss.detach().double().cpu()
-                if sampling:
+                if in_update:
                     ent = sample_sums(sums, logp.detach(), ent, mask)
                 sums["entropy"] += (ent * mask).sum().double().cpu()
                 sums["gap"] += ((logp.detach() - sampler_logp).abs() * mask).sum().double().cpu()

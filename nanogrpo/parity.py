@@ -117,7 +117,7 @@ def sampled_gap(behaviour: SamplerPolicy, batch, cfg, pad_id: int, weights=None)
         dtype = next(behaviour.parameters()).dtype
         params = {f"policy.hf.{name}": t.to(dtype) for name, t in weights}
         model = lambda *a, **kw: torch.func.functional_call(behaviour, params, a, kw)  # noqa: E731
-    rollouts = batch.for_update([0.0] * len(batch.total))
+    rollouts = batch.for_check() or batch.for_update([0.0] * len(batch.total))  # dynamic sampling: the first draw
     total = tokens = 0.0
     calibration = {"sample_dev": torch.zeros((), dtype=torch.float64), "sample_var": torch.zeros((), dtype=torch.float64)}
     device = next(behaviour.parameters()).device

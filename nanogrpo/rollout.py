@@ -171,10 +171,19 @@ class StepRollouts:
     topped_up: int = 0  # dynamic sampling: dropped groups that filled the share when the rounds ran out
     generated_tokens: int = 0  # completion tokens generated, dropped groups included
     times: dict = field(default_factory=dict)
+    first_draw: list = field(default_factory=list)  # dynamic sampling: (prompt, completion) for all of round 0
 
     def flat(self) -> list[tuple[list[int], dict, Completion]]:
         """(prompt, row, completion) per completion, prompt-major: the order of `total`."""
         return [(p, r, c) for p, r, g in zip(self.prompts, self.rows, self.completions) for c in g]
+
+    def for_check(self) -> list[grpo.Rollout] | None:
+        """What the sampler's calibration check reads (grpo.step, parity.sampled_gap): None, the update's rollouts;
+        with dynamic sampling, every completion of the step's first draw, kept or dropped. The kept groups are chosen
+        by what was sampled: of a near-deterministic policy they are those that drew a rare token, so their tokens
+        look flatter than draws (a clean run was stopped at sample_z -4.5, -4.8: docs/precision.md)."""
+        return [grpo.Rollout(p, c.token_ids, c.logprobs, 0.0, False, 0.0, c.mask)
+                for p, c in self.first_draw] if self.first_draw else None
 
     def for_update(self, advantages) -> list[grpo.Rollout]:
         """What grpo.step trains on: one Rollout per completion, in `flat` order, with its advantage."""
@@ -248,6 +257,8 @@ def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, ran
         out.rounds, out.drawn = out.rounds + 1, out.drawn + len(groups)
         out.generated_tokens += sum(len(c.token_ids) for g in groups for c in g)
         g = cfg.group_size
+        if cfg.dynamic_sampling and round_ == 0:
+            out.first_draw = [(p, c) for p, group in zip(prompts, groups) for c in group]
         silent = filtered(total, parts, cfg) if cfg.dynamic_sampling else [False] * len(groups)
         for i in range(len(groups)):
             group = (rows[i], prompts[i], groups[i], total[i * g:(i + 1) * g],

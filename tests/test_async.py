@@ -266,6 +266,20 @@ def test_dynamic_sampling_against_a_hand_count(warm_model_dir):
     assert out.topped_up == 1
 
 
+def test_dynamic_sampling_gives_the_calibration_check_its_first_draw_unselected(warm_model_dir):
+    """The check (max_sample_z) reads every completion of the first round, kept or dropped, and none of a later one:
+    the kept groups are chosen by what was sampled (of a near-deterministic policy, those that drew a rare token).
+    Without dynamic sampling it reads the update's rollouts (None)."""
+    out, sampler, _ = hand_run(warm_model_dir, [["both", "one", "none"], ["none", "none", "one"],
+                                                ["both", "both", "both"]], "dynamic_max_rounds=3")
+    checked = out.for_check()
+    assert [r.prompt_ids for r in checked] == [p for p in sampler.seen[0] for _ in range(2)]  # round 1, all 3 groups
+    assert out.prompts != sampler.seen[0]  # while the update trains round 2's group too
+    assert all(r.advantage == 0.0 and r.reward == 0.0 and not r.truncated for r in checked)  # every token counted
+    plain, _, _ = hand_run(warm_model_dir, [["both", "one", "none"]], "dynamic_sampling=false")
+    assert plain.for_check() is None
+
+
 def test_dynamic_sampling_draws_only_the_prompts_still_missing(warm_model_dir):
     """A later round draws the missing groups over the fraction kept so far (3 of 4 kept: 1 missing -> 2 prompts, not
     another 4), and the stream moves by what was drawn, so a resumed run reads on from there."""

@@ -83,6 +83,28 @@ def test_the_update_forward_gives_the_moments_in_the_loss_layout(warm_model_dir,
                    for k in range(len(got) - len(want) + 1)), "a completion's moments are not in the layout"
 
 
+def test_the_check_reads_the_rollouts_it_is_given(warm_model_dir):
+    """grpo.step's `checked` (dynamic sampling's first draw): sample_z is that of those completions, as if the update
+    had trained them, and not that of the update's own rollouts."""
+    from helpers import update_check
+
+    from nanogrpo import dist
+
+    def z(rollouts, checked=None):
+        dist.init("cpu")
+        torch.manual_seed(0)
+        policy = M.make_policy(str(warm_model_dir), torch.device("cpu"), torch.float32, 3, False)
+        opt = torch.optim.SGD(policy.parameters(), lr=0.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+        cfg = update_check.config(max_sample_z=6.0, skip_zero_advantage=False)
+        return grpo.step(policy, None, opt, sched, rollouts, cfg, 1, checked=checked)["sample_z"]
+
+    update, first = update_check.fixed_rollouts(seed=0), update_check.fixed_rollouts(seed=1)
+    as_trained = z(first)
+    assert z(update, checked=first) == pytest.approx(as_trained, rel=1e-5, abs=1e-6)
+    assert abs(z(update) - as_trained) > 0.1  # the update's own rollouts give another value
+
+
 def test_the_gate_accumulates_shifts_and_not_noise():
     """The CUSUM (slack 1.5): a step of z = 8 alone stops (8 - 1.5 > 6), z = 7.5 does not; z = 4 per step stops at the
     3rd step (2.5 x 3 > 6), z = -4 too (flatter draws); noise around 0 and NaN steps (no trained token) never add up."""
