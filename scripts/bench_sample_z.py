@@ -4,6 +4,7 @@
     OMP_NUM_THREADS=1 python scripts/bench_sample_z.py clean --runs tools,smollm2 --steps 40
     OMP_NUM_THREADS=1 python scripts/bench_sample_z.py faults --steps 30 --onsets 1,750
     OMP_NUM_THREADS=1 python scripts/bench_sample_z.py cost --steps 100 --rounds 3
+    python scripts/bench_sample_z.py selection --steps 20 --runs-per-setting 500
 
 clean: each run is `train.py RECIPE` with the check at its default (a stop is a false alarm), in a subprocess; one row
 per run: the steps it ran, whether the check stopped it, the mean and spread of `sample_z`, its largest |value| and
@@ -17,6 +18,11 @@ how many steps after the onset, or "never" within --steps (the run to ONSET - 1 
 and resumed with the fault: the same steps as a run with it from the start). Any key=value is passed to every run.
 cost: the default recipe with the check off (max_sample_z=0: not computed) and on, alternating, --rounds each: the
 update's time per step (time_train) and the whole step's, median over the steps after the first.
+selection: why dynamic sampling's kept groups are not what the check may read (a simulation, no model): each token
+is drawn from a distribution with one likely token and mass EPS over 50 others; a group (8 completions of 7 tokens)
+has a signal when one of its tokens is a rare one; a step keeps 8 groups with a signal from up to 3 rounds of 8,
+topped up with dropped ones. sample_z over the kept groups against over the first round's: mean, sd, the share of
+steps below -3, and the share of --runs runs of --steps steps the gate (limit 6) stops.
 """
 
 from __future__ import annotations
@@ -184,23 +190,59 @@ def cost(args) -> None:
         print(f"| {arm} | {t:.4f} | {t / base:.3f}x | {statistics.median(got[arm]['time_step']):.4f} |")
 
 
+def selection(args) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    groups, g, t, rounds = 8, 8, 7, 3
+    print("| EPS | entropy per token | read | mean sample_z | sd | steps below -3 | runs stopped (limit 6) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for eps in (0.002, 0.01, 0.05):
+        p = np.r_[1 - eps, np.full(50, eps / 50)]
+        lp = np.log(p)
+        mean, var = (p * lp).sum(), (p * (lp - (p * lp).sum()) ** 2).sum()
+        z = {"kept groups": [], "first draw": []}
+        for _ in range(args.sim_runs * args.steps):
+            rare = rng.random((groups * rounds, g, t)) < eps
+            dev = np.where(rare, lp[1] - mean, lp[0] - mean).sum(axis=(1, 2))  # per group
+            signal = rare.any(axis=(1, 2))
+            kept = [i for i in range(groups * rounds) if signal[i]][:groups]
+            kept += [i for i in range(groups * rounds) if not signal[i]][: groups - len(kept)]
+            norm = math.sqrt(var * groups * g * t)
+            z["kept groups"].append(dev[kept].sum() / norm)
+            z["first draw"].append(dev[:groups].sum() / norm)
+        for read, zs in z.items():
+            stopped = 0
+            for r in range(args.sim_runs):
+                gate = SampleGate(6.0)
+                try:
+                    for step, v in enumerate(zs[r * args.steps:(r + 1) * args.steps]):
+                        gate(step, v)
+                except Exception:
+                    stopped += 1
+            a = np.array(zs)
+            print(f"| {eps} | {-(p * lp).sum():.3f} | {read} | {a.mean():+.2f} | {a.std():.2f} | {np.mean(a < -3):.3f} "
+                  f"| {stopped / args.sim_runs:.3f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["clean", "faults", "cost"])
+    ap.add_argument("what", choices=["clean", "faults", "cost", "selection"])
     ap.add_argument("--runs", default="default:0,default:1,default:2",
                     help=f"clean: comma-separated RECIPE[:SEED] of {', '.join(RECIPES)}")
     ap.add_argument("--steps", type=int, default=0, help="clean: steps per run (0: the recipe's); faults: steps "
                     "after the onset (default 40); cost: steps per run (default 100)")
     ap.add_argument("--onsets", default="1,750", help="faults: the steps the fault starts at")
     ap.add_argument("--rounds", type=int, default=3, help="cost: runs per arm, alternating")
+    ap.add_argument("--runs-per-setting", dest="sim_runs", type=int, default=500, help="selection: simulated runs")
     ap.add_argument("--jobs", type=int, default=1, help="clean: runs at a time")
     ap.add_argument("--smollm2", default=str(ROOT / ".cache" / "smollm2-135m-instruct"),
                     help="clean: the SmolLM2-135M-Instruct directory (scripts/smollm2_to_hf.py makes it)")
     ap.add_argument("--out", default=str(ROOT / "runs" / "bench-sample-z"))
     args, args.extra = ap.parse_known_args()  # key=value: train.py overrides for every run
     if args.what != "clean":
-        args.steps = args.steps or (30 if args.what == "faults" else 100)
-    {"clean": clean, "faults": faults, "cost": cost}[args.what](args)
+        args.steps = args.steps or {"faults": 30, "cost": 100, "selection": 20}[args.what]
+    {"clean": clean, "faults": faults, "cost": cost, "selection": selection}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -196,3 +196,16 @@ def test_bench_transfer_tables_each_model_and_keeps_a_finished_one(tiny_model_di
         assert c == f"{100 * right / 4:.1f}% ({right}/4)"  # RG tasks have no lenient score
     bad = run_script("scripts/bench_transfer.py", "--model", f"c={tmp_path}", *common)
     assert bad.returncode == 2 and "has no config.json" in bad.stderr and not (tmp_path / "c.json").exists()
+
+
+def test_bench_sample_z_selection_shows_the_kept_groups_biased_and_the_first_draw_not():
+    """The simulation behind reading dynamic sampling's first draw: at low entropy the kept groups' z sits near -2 a
+    step and the gate stops most runs; the first draw's is N(0, 1) and stops none."""
+    r = run_script("scripts/bench_sample_z.py", "selection", "--steps", "20", "--runs-per-setting", "60")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = {(c[1], c[3]): c for c in (
+        [x.strip() for x in line.split("|")] for line in r.stdout.splitlines() if line.startswith("| 0."))}
+    assert float(rows[("0.01", "kept groups")][4]) < -2 and float(rows[("0.01", "kept groups")][7]) > 0.9
+    for eps in ("0.002", "0.01", "0.05"):
+        first = rows[(eps, "first draw")]
+        assert abs(float(first[4])) < 0.2 and 0.85 < float(first[5]) < 1.15 and float(first[7]) == 0.0
