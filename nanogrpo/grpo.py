@@ -320,8 +320,8 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     """One GRPO update on this rank's rollouts: mu passes, each a full pass over the micro-batches
     followed by one optimizer step. Ranks may hold different numbers of rollouts and tokens.
 
-    `checked`: the completions the sampler's calibration check reads (StepRollouts.for_check), each rank the same
-    number of micro-batches or not; None: the update's rollouts (the update's forward gives their moments).
+    `checked`: the completions the sampler's calibration check reads instead of the update's (StepRollouts.for_check:
+    dynamic sampling's first draw), run forward without backward; None: the update's own.
 
     `behaviour` (exact_logprobs, nanogrpo/parity.py): a Policy over the sampler's own weights. The
     sampler's log-probs are then recomputed by it, in these same micro-batches with this same forward,
