@@ -198,6 +198,7 @@ def test_bench_transfer_tables_each_model_and_keeps_a_finished_one(tiny_model_di
     assert bad.returncode == 2 and "has no config.json" in bad.stderr and not (tmp_path / "c.json").exists()
 
 
+@pytest.mark.slow  # ~15 s of simulation
 def test_bench_sample_z_selection_shows_the_kept_groups_biased_and_the_first_draw_not():
     """The simulation behind reading dynamic sampling's first draw: at low entropy the kept groups' z sits near -2 a
     step and the gate stops most runs; the first draw's is N(0, 1) and stops none."""
