@@ -22,7 +22,7 @@ selection: why dynamic sampling's kept groups are not what the check may read (a
 is drawn from a distribution with one likely token and mass EPS over 50 others; a group (8 completions of 7 tokens)
 has a signal when one of its tokens is a rare one; a step keeps 8 groups with a signal from up to 3 rounds of 8,
 topped up with dropped ones. sample_z over the kept groups against over the first round's: mean, sd, the share of
-steps below -3, and the share of --runs runs of --steps steps the gate (limit 6) stops.
+steps below -3, and the share of --runs-per-setting runs of --steps steps the gate (limit 6) stops.
 """
 
 from __future__ import annotations
@@ -201,25 +201,17 @@ def selection(args) -> None:
         p = np.r_[1 - eps, np.full(50, eps / 50)]
         lp = np.log(p)
         mean, var = (p * lp).sum(), (p * (lp - (p * lp).sum()) ** 2).sum()
-        z = {"kept groups": [], "first draw": []}
+        z, norm = {"kept groups": [], "first draw": []}, math.sqrt(var * groups * g * t)
         for _ in range(args.sim_runs * args.steps):
             rare = rng.random((groups * rounds, g, t)) < eps
             dev = np.where(rare, lp[1] - mean, lp[0] - mean).sum(axis=(1, 2))  # per group
             signal = rare.any(axis=(1, 2))
             kept = [i for i in range(groups * rounds) if signal[i]][:groups]
             kept += [i for i in range(groups * rounds) if not signal[i]][: groups - len(kept)]
-            norm = math.sqrt(var * groups * g * t)
             z["kept groups"].append(dev[kept].sum() / norm)
             z["first draw"].append(dev[:groups].sum() / norm)
         for read, zs in z.items():
-            stopped = 0
-            for r in range(args.sim_runs):
-                gate = SampleGate(6.0)
-                try:
-                    for step, v in enumerate(zs[r * args.steps:(r + 1) * args.steps]):
-                        gate(step, v)
-                except Exception:
-                    stopped += 1
+            stopped = sum(replay(zs[r * args.steps:(r + 1) * args.steps], 6.0) > 6.0 for r in range(args.sim_runs))
             a = np.array(zs)
             print(f"| {eps} | {-(p * lp).sum():.3f} | {read} | {a.mean():+.2f} | {a.std():.2f} | {np.mean(a < -3):.3f} "
                   f"| {stopped / args.sim_runs:.3f} |")
