@@ -74,7 +74,9 @@ def constant_answer(rows: list[dict]) -> tuple[str, float] | None:
 def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg, prefilled_think: bool = False,
                      scoring: rewards.Scoring | None = None) -> dict:
     """Accuracy on held-out rows (one sample per problem at eval_temperature, rows split over ranks) over the
-    answers the verdict judged: NaN, undefined, when it judged none. With tools, the share of answers that ran code."""
+    answers the verdict judged: NaN, undefined, when it judged none; the share of the answers that are the most
+    common one, word for word (near 1.0: one answer whatever the question, a learned constant: read the accuracy
+    against `constant_answer`). With tools, the share of answers that ran code."""
     mine = rows[ndist.rank() :: ndist.world_size()]
     prompts = encode_prompts(mine, tokenizer, cfg)
     params = SamplingParams(cfg.max_new_tokens, cfg.eval_temperature, cfg.top_p, tuple(cfg.stop), seed=cfg.seed + 12345)
@@ -84,6 +86,8 @@ def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg, prefilled_think:
     counts = torch.tensor([sum(judged), len(judged), sum(o[0].calls > 0 for o in outs), len(outs)], dtype=torch.float64)
     ndist.all_reduce(counts)
     got = {"heldout_accuracy": (counts[0] / counts[1]).item() if counts[1] else math.nan}
+    texts = [t for part in ndist.all_gather_object([o[0].answer_text.strip() for o in outs]) for t in part]
+    got["heldout_top_answer"] = collections.Counter(texts).most_common(1)[0][1] / len(texts) if texts else math.nan
     return {**got, "heldout_tool_use": (counts[2] / counts[3].clamp(min=1)).item()} if cfg.tools else got
 
 

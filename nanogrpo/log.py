@@ -26,6 +26,7 @@ LINE = [
     ("reward_mean", "reward", "{:.3f}"),
     ("sft_loss", "loss", "{:.4f}"),  # sft.py
     ("heldout_accuracy", "heldout", "{:.3f}"),
+    ("heldout_top_answer", "top answer", "{:.2f}"),  # held-out answers that are the most common one
     ("heldout_tool_use", "heldout tools", "{:.2f}"),  # tools = true: held-out answers that ran code
     ("accuracy", "acc", "{:.3f}"),
     ("tool_use_frac", "tools", "{:.2f}"),  # rollouts with at least one tool call

@@ -184,6 +184,8 @@ def main() -> None:
             run["metrics"] = read_metrics(run["dir"])
             ev = heldout(run["metrics"])
             run["before"], run["after"] = ev[0][1], ev[-1][1]
+            top = [m["heldout_top_answer"] for m in run["metrics"] if m.get("heldout_top_answer") is not None]
+            run["top"] = f"{top[-1]:.2f}" if top else "-"  # the last eval's share of its most common answer
             done.append(run)
             print(f"finished warm start {run['ws']} x GRPO seed {run['g']}: held-out {run['before']:.3f} -> "
                   f"{run['after']:.3f} in {run['seconds'] / 60:.1f} min", flush=True)
@@ -207,20 +209,20 @@ def main() -> None:
         print(f"one answer for every question, always {const[0]!r}, scores {const[1]:.3f} on this held-out set: an "
               "'after' at or below it may be a policy that learned that answer, not the task")
     print()
-    print(f"| model | GRPO seed | held-out before | after | gain | after - constant | first +{100 * args.target:.0f} "
-          "pts at | wall time | tokens generated | min per point |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| model | GRPO seed | held-out before | after | gain | after - constant | top answer, after | first "
+          f"+{100 * args.target:.0f} pts at | wall time | tokens generated | min per point |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r, gain in zip(done, gains):
         hit = f"step {r['to_target'][1]}, {r['to_target'][0] / 60:.1f} min" if "to_target" in r else "never"
         tokens = sum(m.get("generated_tokens", 0) for m in r["metrics"])
         per_point = f"{r['seconds'] / 60 / gain:.1f}" if gain > 0 else "-"
         above = f"{100 * (r['after'] - const[1]):+.1f} pts" if const is not None else "-"
         print(f"| {model_name(models[r['ws']], r['ws'], bool(args.model))} | {r['g']} | {r['before']:.3f} | "
-              f"{r['after']:.3f} | {gain:+.1f} pts | {above} | {hit} | {r['seconds'] / 60:.1f} min | {tokens:,} | {per_point} |")
+              f"{r['after']:.3f} | {gain:+.1f} pts | {above} | {r['top']} | {hit} | {r['seconds'] / 60:.1f} min | {tokens:,} | {per_point} |")
     std = statistics.stdev(gains) if len(gains) > 1 else 0.0
     hits = [r["to_target"][0] / 60 for r in done if "to_target" in r]
     print(f"| **all runs** | | | | mean {statistics.mean(gains):+.1f}, min {min(gains):+.1f}, max {max(gains):+.1f}, "
-          f"std {std:.1f} pts | | {len(hits)} of {len(done)}{f', latest {max(hits):.1f} min' if hits else ''} "
+          f"std {std:.1f} pts | | | {len(hits)} of {len(done)}{f', latest {max(hits):.1f} min' if hits else ''} "
           f"| max {max(r['seconds'] for r in done) / 60:.1f} min | | |")
     if args.plot:
         plot(done, args.plot)

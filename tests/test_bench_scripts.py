@@ -210,3 +210,26 @@ def test_bench_sample_z_selection_shows_the_kept_groups_biased_and_the_first_dra
     for eps in ("0.002", "0.01", "0.05"):
         first = rows[(eps, "first draw")]
         assert abs(float(first[4])) < 0.2 and 0.85 < float(first[5]) < 1.15 and float(first[7]) == 0.0
+
+
+def test_heldout_top_answer_is_the_share_of_the_most_common_answer_given(tiny_model_dir):
+    """The held-out eval's collapse detector: the share of the policy's answers that are its most common one, word
+    for word (letter counting's checkpoint answered "1" to 97 of 100), whatever their accuracy."""
+    from nanogrpo import config
+    from nanogrpo.evaluate import heldout_accuracy, heldout_rows
+    from nanogrpo.model import load_tokenizer
+    from nanogrpo.sampler import Completion
+
+    cfg = config.load([f"model={tiny_model_dir}", "eval_size=8"])
+    rows = heldout_rows(cfg)
+    texts = [str(rows[0]["answer"]), " 5 ", "5", "7", "5", str(rows[5]["answer"]), "5", "x"]  # "5" 4 times of 8
+
+    class Fixed:
+        def generate(self, prompts, n, params):
+            assert len(prompts) == 8 and n == 1
+            return [[Completion([1], [0.0], t, "stop")] for t in texts]
+
+    got = heldout_accuracy(Fixed(), load_tokenizer(tiny_model_dir), rows, cfg)
+    assert got["heldout_top_answer"] == 0.5
+    right = sum(str(r["answer"]) == t.strip() for r, t in zip(rows, texts))
+    assert got["heldout_accuracy"] == right / 8 and right >= 2  # the accuracy is its own measure
