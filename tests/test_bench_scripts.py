@@ -157,6 +157,8 @@ def test_bench_learning_tables_the_runs_that_finished_when_one_fails(tiny_model_
     assert "run ws0-g2147483648 failed (exit 2)" in r.stderr
     assert "1 runs of 2 steps" in r.stdout
     assert "| 2147483647 |" in r.stdout  # the run that was going finished and has its row
+    row = next(x for x in r.stdout.splitlines() if "| 2147483647 |" in x).split("|")
+    assert 0.12 <= float(row[7]) <= 1.0  # its last eval's top-answer share: at least 1 of the 8 answers (1/8 prints 0.12)
     # the constant-answer line: the held-out sums' most common one, with its share of the 8 rows
     line = next(x for x in r.stdout.splitlines() if x.startswith("one answer for every question"))
     assert "always '" in line and " scores 0.125 on" in line  # 8 held-out sums, all different: 1 of 8
