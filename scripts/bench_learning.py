@@ -68,8 +68,9 @@ def read_metrics(out_dir: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
 
 
-def heldout(rows: list[dict]) -> list[tuple[int, float]]:
-    return [(r["step"], r["heldout_accuracy"]) for r in rows if r.get("heldout_accuracy") is not None]
+def heldout(rows: list[dict], key: str = "heldout_accuracy") -> list[tuple[int, float]]:
+    """(step, value) of each held-out eval: its accuracy, or another of its metrics (heldout_top_answer)."""
+    return [(r["step"], r[key]) for r in rows if r.get(key) is not None]
 
 
 def read_config(out_dir: Path) -> dict:
@@ -184,8 +185,8 @@ def main() -> None:
             run["metrics"] = read_metrics(run["dir"])
             ev = heldout(run["metrics"])
             run["before"], run["after"] = ev[0][1], ev[-1][1]
-            top = [m["heldout_top_answer"] for m in run["metrics"] if m.get("heldout_top_answer") is not None]
-            run["top"] = f"{top[-1]:.2f}" if top else "-"  # the last eval's share of its most common answer
+            top = heldout(run["metrics"], "heldout_top_answer")
+            run["top"] = f"{top[-1][1]:.2f}" if top else "-"  # the last eval's share of its most common answer
             done.append(run)
             print(f"finished warm start {run['ws']} x GRPO seed {run['g']}: held-out {run['before']:.3f} -> "
                   f"{run['after']:.3f} in {run['seconds'] / 60:.1f} min", flush=True)
