@@ -349,7 +349,8 @@ def train(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitS
 
         # 3. advantages over the whole step: every rank sees all rewards (groups never span ranks)
         everyone = dist.all_gather_object(rank_rollouts(batch, cfg))
-        check_filled(step, everyone, cfg)  # dynamic sampling out of rounds: stops the run (or, dynamic_top_up, warns)
+        if cfg.dynamic_sampling:
+            check_filled(step, everyone, cfg)  # out of rounds: stops the run (or, dynamic_top_up, warns)
         adv = grpo.advantages([x for e in everyone for x in e["reward"]], cfg.group_size, cfg.scale, cfg.adv_eps)
         n = len(batch.total)  # every rank holds the same number of completions
         rollouts = batch.for_update(adv[run.rank * n : (run.rank + 1) * n].tolist())

@@ -222,11 +222,49 @@ class Worker:
 def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, rank: int,
             prefilled_think: bool = False, sleep: bool = True, scoring: rewards.Scoring | None = None) -> StepRollouts:
     """This rank's rollouts for `step`: its prompts from `stream`, a group of completions each, scored (`scoring`:
-    the run's rewards, by default run_scoring(cfg)). `check`
-    (parity.SamplerCheck) notes after each generate call whether the sampler used the trainer's weights and
-    settings; the trainer rules on it over all ranks (train.py).
+    the run's rewards, by default run_scoring(cfg)). `check` (parity.SamplerCheck) notes after each generate call
+    whether the sampler used the trainer's weights and settings; the trainer rules on it over all ranks (train.py).
+    With dynamic_sampling, `dynamic_rounds` draws them instead."""
+    out, scoring = StepRollouts(step, version), scoring or run_scoring(cfg)
+    draw = lambda rows, round_: _draw(out, rows, round_, sampler, tokenizer, cfg, check, rank, prefilled_think,  # noqa: E731
+                                      scoring)
+    if cfg.dynamic_sampling:
+        dynamic_rounds(out, stream, draw, cfg)
+    else:
+        for group in draw(stream.next_batch(), 0):
+            _add(out, group)
+    if sleep:
+        sampler.sleep()  # on GPU: give the sampler's memory to the update; generate() wakes it (no-op on CPU)
+    return out
 
-    dynamic_sampling (DAPO): a group whose `dynamic_metric` values are all equal is dropped (by default the
+
+def _draw(out: StepRollouts, rows: list[dict], round_: int, sampler, tokenizer, cfg, check, rank: int,
+          prefilled_think: bool, scoring: rewards.Scoring) -> list[tuple]:
+    """One generate call for `rows`, scored: a group (row, prompt, completions, total, parts, correct) per row,
+    counted and timed in `out`."""
+    t0 = time.time()
+    prompts = encode_prompts(rows, tokenizer, cfg)
+    params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop),
+                            seed=sampling_seed(cfg, out.step, rank, round_))
+    groups = sampler.generate(prompts, cfg.group_size, params)  # [prompt][sample]
+    out.problems += check.problems_after(prompts, cfg.group_size, params)
+    for k, v in (sampler.last_stats if cfg.tools else {}).items():  # the tool loop's (nanogrpo/tools.py)
+        out.tool_stats[k] = out.tool_stats.get(k, 0) + v
+    t1 = time.time()
+    flat = [(r, c) for r, g in zip(rows, groups) for c in g]
+    total, parts, correct = score_rollouts([c for _, c in flat], [r for r, _ in flat], scoring, cfg, prefilled_think,
+                                           cfg.group_size)
+    out.times["time_generate"] = out.times.get("time_generate", 0.0) + t1 - t0
+    out.times["time_reward"] = out.times.get("time_reward", 0.0) + time.time() - t1
+    out.rounds, out.drawn = out.rounds + 1, out.drawn + len(groups)
+    out.generated_tokens += sum(len(c.token_ids) for g in groups for c in g)
+    g = cfg.group_size
+    return [(rows[i], prompts[i], groups[i], total[i * g:(i + 1) * g], {k: v[i * g:(i + 1) * g] for k, v in parts.items()},
+             correct[i * g:(i + 1) * g]) for i in range(len(groups))]
+
+
+def dynamic_rounds(out: StepRollouts, stream, draw, cfg) -> None:
+    """dynamic_sampling (DAPO): a group whose `dynamic_metric` values are all equal is dropped (by default the
     verifier's accuracy, as verl's DAPO recipe and NeMo-RL filter: a group all wrong is dropped even when its shaping
     terms differ), and more prompts are generated, until this rank holds its share of kept groups or
     `dynamic_max_rounds` generate calls were made. A later round draws only the prompts still missing, scaled by the
@@ -234,36 +272,16 @@ def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, ran
     the missing ones would take many more generate calls and run out of rounds far more often. Groups kept past the
     share are not trained. When the rounds run out, the share is topped up with dropped groups so that every step
     keeps its shape; `topped_up` counts them and `check_filled` (train.py) stops the run unless `dynamic_top_up`."""
-    out, scoring = StepRollouts(step, version), scoring or run_scoring(cfg)
-    params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop))
     dropped: list[tuple] = []
     share = want = None  # want: this round's prompts (None: a step's share)
-    for round_ in range(cfg.dynamic_max_rounds if cfg.dynamic_sampling else 1):
-        t0 = time.time()
+    for round_ in range(cfg.dynamic_max_rounds):
         rows = stream.next_batch(want)  # this rank's prompts_per_step / world rows, or `want` of them
         share = len(rows) if share is None else share
-        prompts = encode_prompts(rows, tokenizer, cfg)
-        params.seed = sampling_seed(cfg, step, rank, round_)
-        groups = sampler.generate(prompts, cfg.group_size, params)  # [prompt][sample]
-        out.problems += check.problems_after(prompts, cfg.group_size, params)
-        for k, v in (sampler.last_stats if cfg.tools else {}).items():  # the tool loop's (nanogrpo/tools.py)
-            out.tool_stats[k] = out.tool_stats.get(k, 0) + v
-        t1 = time.time()
-        flat = [(r, c) for r, g in zip(rows, groups) for c in g]
-        total, parts, correct = score_rollouts([c for _, c in flat], [r for r, _ in flat], scoring, cfg,
-                                               prefilled_think, cfg.group_size)
-        out.times["time_generate"] = out.times.get("time_generate", 0.0) + t1 - t0
-        out.times["time_reward"] = out.times.get("time_reward", 0.0) + time.time() - t1
-        out.rounds, out.drawn = out.rounds + 1, out.drawn + len(groups)
-        out.generated_tokens += sum(len(c.token_ids) for g in groups for c in g)
-        g = cfg.group_size
-        if cfg.dynamic_sampling and round_ == 0:
-            out.first_draw = [(p, c) for p, group in zip(prompts, groups) for c in group]
-        silent = filtered(total, parts, cfg) if cfg.dynamic_sampling else [False] * len(groups)
-        for i in range(len(groups)):
-            group = (rows[i], prompts[i], groups[i], total[i * g:(i + 1) * g],
-                     {k: v[i * g:(i + 1) * g] for k, v in parts.items()}, correct[i * g:(i + 1) * g])
-            if silent[i]:
+        groups = draw(rows, round_)
+        if round_ == 0:
+            out.first_draw = [(prompt, c) for _, prompt, completions, *_ in groups for c in completions]
+        for group in groups:
+            if silent(group, cfg):
                 dropped.append(group)
             elif len(out.rows) < share:
                 _add(out, group)
@@ -274,17 +292,14 @@ def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, ran
     out.topped_up = share - len(out.rows)
     for group in dropped[: out.topped_up]:
         _add(out, group)
-    if sleep:
-        sampler.sleep()  # on GPU: give the sampler's memory to the update; generate() wakes it (no-op on CPU)
-    return out
 
 
-def filtered(total: list, parts: dict, cfg) -> list[bool]:
-    """Per group: dynamic sampling drops it, its `dynamic_metric` values (the verifier's accuracy, or the total
-    reward) being all equal (grpo.zero_variance: None left out)."""
+def silent(group: tuple, cfg) -> bool:
+    """Dynamic sampling drops this group: its `dynamic_metric` values (the verifier's accuracy, or the total reward)
+    are all equal (grpo.zero_variance: None left out)."""
+    _, _, _, total, parts, _ = group
     values = parts["accuracy"] if cfg.dynamic_metric == "accuracy" else total
-    r = torch.tensor([math.nan if x is None else x for x in values], dtype=torch.float64)
-    return grpo.zero_variance(r.view(-1, cfg.group_size)).tolist()
+    return bool(grpo.zero_variance(torch.tensor([[math.nan if x is None else x for x in values]], dtype=torch.float64)))
 
 
 class DynamicSamplingError(ConfigError):
