@@ -168,7 +168,7 @@ def save(out_dir: str, step: int, policy, optimizer, scheduler, tokenizer, train
 
     _agree(_attempt(tmp, start) if main else None, out_dir, step, tmp)
     weights = full_state_dict_cpu(policy)  # collective; rank 0 holds the tensors
-    adapters = lora.adapter_state(policy.hf)  # collective; {} without LoRA
+    adapters = lora.adapter_state(policy.hf) if policy.adapted else {}  # collective
     _agree(_nonfinite({**weights, **adapters}) if main else None, out_dir, step, tmp)
 
     def hf_files():

@@ -22,6 +22,7 @@ How it fits the rest of nanogrpo:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -93,6 +94,20 @@ def lora_modules(model: nn.Module) -> dict[str, LoRALinear]:
 
 def is_adapter(param_name: str) -> bool:
     return param_name.endswith((".lora_A", ".lora_B"))
+
+
+def merged_params(model: nn.Module, full) -> Iterator[tuple[str, torch.Tensor]]:
+    """model.iter_full_params with adapters: (name, full tensor) with each adapted layer's weight merged
+    (W + alpha/r·B A) and the adapters themselves left out. `full`: a parameter's full tensor (an all-gather)."""
+    adapted = {f"{name}.weight": m for name, m in lora_modules(model).items()}
+    for name, p in model.named_parameters():
+        if is_adapter(name):
+            continue  # folded into its layer's weight
+        t = full(p)
+        if name in adapted:
+            m = adapted[name]
+            t = m.merge(t, full(m.lora_A), full(m.lora_B))
+        yield name, t.detach()
 
 
 @contextmanager

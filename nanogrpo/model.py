@@ -172,6 +172,7 @@ class Policy(nn.Module):
         self.hf = hf_model
         self.chunk_size = chunk_size
         self.lm_head_fp32 = lm_head_fp32  # the lm_head matmul in fp32 (see fp32_head); a no-op for fp32 weights
+        self.adapted = bool(lora.lora_modules(hf_model))  # LoRA (nanogrpo/lora.py): its weights go out merged
 
     def forward(self, input_ids, attention_mask, temperature: float = 1.0, with_entropy: bool = False, position_ids=None,
                 positions=None, sampling: tuple[float, int] | None = None):
@@ -319,15 +320,11 @@ def iter_full_params(policy: Policy) -> Iterator[tuple[str, torch.Tensor]]:
     are not sent: the receiver sees the plain HF model.
     """
     full = lambda q: q.full_tensor() if hasattr(q, "full_tensor") else q.data  # noqa: E731
-    adapted = {f"{name}.weight": m for name, m in lora.lora_modules(policy.hf).items()}
+    if policy.adapted:
+        yield from lora.merged_params(policy.hf, full)
+        return
     for name, p in policy.hf.named_parameters():
-        if lora.is_adapter(name):
-            continue  # folded into its layer's weight
-        t = full(p)
-        if name in adapted:
-            m = adapted[name]
-            t = m.merge(t, full(m.lora_A), full(m.lora_B))
-        yield name, t.detach()
+        yield name, full(p).detach()
 
 
 def full_state_dict_cpu(policy: Policy) -> dict[str, torch.Tensor]:
