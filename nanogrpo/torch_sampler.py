@@ -462,26 +462,17 @@ class TorchSampler:
         either name updates it. Every name is consumed before an error is raised, because the
         trainer's iterator runs collectives that all ranks must finish.
         """
-        # remove_duplicate=False: both names of a tied tensor map to the same Parameter.
-        params = dict(self.model.named_parameters(remove_duplicate=False))
-        unknown, bad_shape, updated = [], [], set()
+        params = dict(self.model.named_parameters(remove_duplicate=False))  # a tied tensor under both names
+        problems, updated = [], set()
         for name, tensor in weights:
             param = params.get(name)
-            if param is None:
-                unknown.append(name)
-            elif param.shape != tensor.shape:
-                bad_shape.append(f"{name}: got {tuple(tensor.shape)}, expected {tuple(param.shape)}")
+            if param is None or param.shape != tensor.shape:
+                problems.append(f"unknown parameter name {name}" if param is None else
+                                f"shape mismatch {name}: got {tuple(tensor.shape)}, expected {tuple(param.shape)}")
             else:
                 param.copy_(tensor)  # casts dtype and moves device as needed
                 updated.add(id(param))
-        missing = [name for name, p in self.model.named_parameters() if id(p) not in updated]
-        problems = []
-        if unknown:
-            problems.append(f"unknown parameter names {unknown}")
-        if bad_shape:
-            problems.append(f"shape mismatches {bad_shape}")
-        if missing:
-            problems.append(f"parameters not sent {missing}")
+        problems += [f"parameter not sent {name}" for name, p in self.model.named_parameters() if id(p) not in updated]
         if problems:
             raise ValueError("sampler.sync_weights: " + "; ".join(problems))
 
