@@ -207,8 +207,9 @@ def save(out_dir: str, step: int, policy, optimizer, scheduler, tokenizer, train
             shutil.rmtree(final)
         os.replace(tmp, final)  # atomic: the checkpoint exists only once it is whole
         # older complete checkpoints beyond `keep` go; a damaged one is left for inspection (and never counted)
-        complete = [p for p in sorted(root.glob("step_*")) if p.is_dir() and not problem(p)]
-        for old in complete[:-keep] if keep > 0 else []:
+        steps = [p for p in sorted(root.glob("step_*")) if p.is_dir()]
+        complete = [p for p in steps if not problem(p)] if 0 < keep < len(steps) else []
+        for old in complete[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     dist.barrier()
     return final

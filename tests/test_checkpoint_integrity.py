@@ -138,3 +138,15 @@ def test_config_toml_is_the_runs_own_and_a_resume_rewrites_it(run):
     assert files.marked(run / "config.toml")
     train.main(args(run, "steps=3"))
     assert files.marked(run / "config.toml") and "steps = 3" in (run / "config.toml").read_text()
+
+
+@pytest.mark.slow
+def test_keep_checkpoints_prunes_the_oldest_complete_ones_and_leaves_a_damaged_one(run):
+    """keep_checkpoints = 2: after each save the complete checkpoints beyond the newest 2 are deleted; one whose
+    files do not match its manifest is never counted as complete, and is left for inspection."""
+    damaged = run / "checkpoints" / "step_000001"
+    (damaged / "trainer_state.pt").write_bytes(b"torn")  # another size than the manifest's
+    train.main(args(run, "steps=4", "save_every=1", "keep_checkpoints=2"))
+    # step 3: 1 (damaged), 2, 3: two complete, nothing goes; step 4: 2 goes, 3 and 4 stay; 1 is never counted
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_000001", "step_000003", "step_000004"]
+    assert checkpoint.problem(damaged)
