@@ -334,11 +334,11 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     # normaliser z above still counts every completion: the update is the same, at the cost of the
     # completions that carry signal (zero-variance groups are most of a step early in a hard task).
     skip = cfg.beta == 0 and cfg.skip_zero_advantage
-    trained = [r for r in rollouts if not skip or (r.advantage is not None and r.advantage != 0)]
-    batches = make_batches(trained, cfg.micro_batch_size, pad_id, cfg, budget) if trained else []
+    trained = [r for r in rollouts if not skip or r.advantage != 0]
     filler = Rollout([pad_id], [pad_id], [0.0], None, False)  # reward None: nothing in the loss, gradient or z
-    even = lambda bs: dist.even_out(bs, lambda: make_batches([filler], 1, pad_id, cfg, budget)[0])  # noqa: E731
-    batches = even(batches)
+    even = lambda rs: dist.even_out(make_batches(rs, cfg.micro_batch_size, pad_id, cfg, budget) if rs else [],  # noqa: E731
+                                    lambda: make_batches([filler], 1, pad_id, cfg, budget)[0])
+    batches = even(trained)
     to = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
     logprobs = lambda model, b, entropy=False, sampling=None: batch_logprobs(model, b, cfg.temperature, device,  # noqa: E731
                                                                              entropy, sampling)
@@ -360,11 +360,8 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
         # equal: leaving them out selects the groups by what was sampled, and the rest look flatter than draws
         # (sample_z drifted to -0.5 per step on the default run). Dynamic sampling selects the update's groups
         # themselves, so the check then reads `checked`, the step's first draw. Their forward here, no backward.
-        if checked is not None:
-            unrun = checked if sampling else []
-        else:
-            unrun = [r for r in rollouts if r.advantage is None or r.advantage == 0] if skip and sampling else []
-        looked = even(make_batches(unrun, cfg.micro_batch_size, pad_id, cfg, budget) if unrun else [])
+        unrun = (checked if checked is not None else [r for r in rollouts if skip and r.advantage == 0]) if sampling else []
+        looked = even(unrun)
         for b in looked:
             lp, moments = logprobs(policy, b, sampling=sampling)
             sample_sums(sums, lp, moments, to(b.loss_mask))
