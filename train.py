@@ -340,7 +340,7 @@ def train(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitS
     for step in range(run.start, cfg.steps):
         t_step = time.time()
         # 1-2. this rank's prompts, a group of completions each, their rewards (None = could not be computed):
-        # nanogrpo/rollout.py's collect, now or (async_steps = k) sampled up to k updates ago on the rollout thread
+        # nanogrpo/rollout.py's Worker.rollouts, now or (async_steps = k) sampled up to k updates ago on the rollout thread
         batch = run.sampling.take(step)
         parity.judge(step, batch.problems)  # stops the run if they were not the trainer's weights and settings
         times = {**batch.times, "time_wait": time.time() - t_step, "staleness": step - batch.version}

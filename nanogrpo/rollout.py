@@ -212,55 +212,49 @@ class Worker:
     def rollouts(self, step: int, version: int, weights, stream, rank: int) -> StepRollouts:
         """Rank `rank`'s rollouts of `step` from `stream`, sampled with the weights of `version` (`weights`: those,
         already synced, for the gap's forward; None: the ones both sides loaded)."""
-        batch = collect(step, version, stream, self.sampler, self.tokenizer, self.cfg, self.check, rank,
-                        self.prefilled_think, sleep=not self.cfg.async_steps, scoring=self.scoring)
+        batch = self.collect(step, version, stream, rank)
         if self.sampled_by is not None:
             batch.gap = parity.sampled_gap(self.sampled_by, batch, self.cfg, self.tokenizer.pad_token_id, weights)
         return batch
 
+    def collect(self, step: int, version: int, stream, rank: int) -> StepRollouts:
+        """This rank's rollouts for `step`: its prompts from `stream`, a group of completions each, scored. With
+        dynamic_sampling, `dynamic_rounds` draws them."""
+        out = StepRollouts(step, version)
+        draw = lambda rows, round_: self.draw(out, rows, round_, rank)  # noqa: E731
+        if self.cfg.dynamic_sampling:
+            dynamic_rounds(out, stream, draw, self.cfg)
+        else:
+            for group in draw(stream.next_batch(), 0):
+                _add(out, group)
+        if not self.cfg.async_steps:
+            self.sampler.sleep()  # on GPU: give the sampler's memory to the update; generate() wakes it (no-op on CPU)
+        return out
 
-def collect(step: int, version: int, stream, sampler, tokenizer, cfg, check, rank: int,
-            prefilled_think: bool = False, sleep: bool = True, scoring: rewards.Scoring | None = None) -> StepRollouts:
-    """This rank's rollouts for `step`: its prompts from `stream`, a group of completions each, scored (`scoring`:
-    the run's rewards, by default run_scoring(cfg)). `check` (parity.SamplerCheck) notes after each generate call
-    whether the sampler used the trainer's weights and settings; the trainer rules on it over all ranks (train.py).
-    With dynamic_sampling, `dynamic_rounds` draws them instead."""
-    out, scoring = StepRollouts(step, version), scoring or run_scoring(cfg)
-    draw = lambda rows, round_: _draw(out, rows, round_, sampler, tokenizer, cfg, check, rank, prefilled_think,  # noqa: E731
-                                      scoring)
-    if cfg.dynamic_sampling:
-        dynamic_rounds(out, stream, draw, cfg)
-    else:
-        for group in draw(stream.next_batch(), 0):
-            _add(out, group)
-    if sleep:
-        sampler.sleep()  # on GPU: give the sampler's memory to the update; generate() wakes it (no-op on CPU)
-    return out
-
-
-def _draw(out: StepRollouts, rows: list[dict], round_: int, sampler, tokenizer, cfg, check, rank: int,
-          prefilled_think: bool, scoring: rewards.Scoring) -> list[tuple]:
-    """One generate call for `rows`, scored: a group (row, prompt, completions, total, parts, correct) per row,
-    counted and timed in `out`."""
-    t0 = time.time()
-    prompts = encode_prompts(rows, tokenizer, cfg)
-    params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop),
-                            seed=sampling_seed(cfg, out.step, rank, round_))
-    groups = sampler.generate(prompts, cfg.group_size, params)  # [prompt][sample]
-    out.problems += check.problems_after(prompts, cfg.group_size, params)
-    for k, v in (sampler.last_stats if cfg.tools else {}).items():  # the tool loop's (nanogrpo/tools.py)
-        out.tool_stats[k] = out.tool_stats.get(k, 0) + v
-    t1 = time.time()
-    flat = [(r, c) for r, g in zip(rows, groups) for c in g]
-    total, parts, correct = score_rollouts([c for _, c in flat], [r for r, _ in flat], scoring, cfg, prefilled_think,
-                                           cfg.group_size)
-    out.times["time_generate"] = out.times.get("time_generate", 0.0) + t1 - t0
-    out.times["time_reward"] = out.times.get("time_reward", 0.0) + time.time() - t1
-    out.rounds, out.drawn = out.rounds + 1, out.drawn + len(groups)
-    out.generated_tokens += sum(len(c.token_ids) for g in groups for c in g)
-    g = cfg.group_size
-    return [(rows[i], prompts[i], groups[i], total[i * g:(i + 1) * g], {k: v[i * g:(i + 1) * g] for k, v in parts.items()},
-             correct[i * g:(i + 1) * g]) for i in range(len(groups))]
+    def draw(self, out: StepRollouts, rows: list[dict], round_: int, rank: int) -> list[tuple]:
+        """One generate call for `rows`, scored: a group (row, prompt, completions, total, parts, correct) per row,
+        counted and timed in `out`. `check` (parity.SamplerCheck) notes whether the sampler used the trainer's
+        weights and settings; the trainer rules on it over all ranks (train.py)."""
+        cfg, t0 = self.cfg, time.time()
+        prompts = encode_prompts(rows, self.tokenizer, cfg)
+        params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop),
+                                seed=sampling_seed(cfg, out.step, rank, round_))
+        groups = self.sampler.generate(prompts, cfg.group_size, params)  # [prompt][sample]
+        out.problems += self.check.problems_after(prompts, cfg.group_size, params)
+        for k, v in (self.sampler.last_stats if cfg.tools else {}).items():  # the tool loop's (nanogrpo/tools.py)
+            out.tool_stats[k] = out.tool_stats.get(k, 0) + v
+        t1 = time.time()
+        flat = [(r, c) for r, g in zip(rows, groups) for c in g]
+        total, parts, correct = score_rollouts([c for _, c in flat], [r for r, _ in flat], self.scoring, cfg,
+                                               self.prefilled_think, cfg.group_size)
+        out.times["time_generate"] = out.times.get("time_generate", 0.0) + t1 - t0
+        out.times["time_reward"] = out.times.get("time_reward", 0.0) + time.time() - t1
+        out.rounds, out.drawn = out.rounds + 1, out.drawn + len(groups)
+        out.generated_tokens += sum(len(c.token_ids) for g in groups for c in g)
+        g = cfg.group_size
+        return [(rows[i], prompts[i], groups[i], total[i * g:(i + 1) * g],
+                 {k: v[i * g:(i + 1) * g] for k, v in parts.items()}, correct[i * g:(i + 1) * g])
+                for i in range(len(groups))]
 
 
 def dynamic_rounds(out: StepRollouts, stream, draw, cfg) -> None:
