@@ -97,8 +97,7 @@ def is_adapter(param_name: str) -> bool:
 
 
 def merged_params(model: nn.Module, full) -> Iterator[tuple[str, torch.Tensor]]:
-    """model.iter_full_params with adapters: (name, full tensor) with each adapted layer's weight merged
-    (W + alpha/r·B A) and the adapters themselves left out. `full`: a parameter's full tensor (an all-gather)."""
+    """model.iter_full_params with adapters (`full`: a parameter's full tensor, an all-gather)."""
     adapted = {f"{name}.weight": m for name, m in lora_modules(model).items()}
     for name, p in model.named_parameters():
         if is_adapter(name):

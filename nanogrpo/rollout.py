@@ -210,16 +210,9 @@ class Worker:
         self.check.sync(self.sampler, weights, prints)
 
     def rollouts(self, step: int, version: int, weights, stream, rank: int) -> StepRollouts:
-        """Rank `rank`'s rollouts of `step` from `stream`, sampled with the weights of `version` (`weights`: those,
-        already synced, for the gap's forward; None: the ones both sides loaded)."""
-        batch = self.collect(step, version, stream, rank)
-        if self.sampled_by is not None:
-            batch.gap = parity.sampled_gap(self.sampled_by, batch, self.cfg, self.tokenizer.pad_token_id, weights)
-        return batch
-
-    def collect(self, step: int, version: int, stream, rank: int) -> StepRollouts:
-        """This rank's rollouts for `step`: its prompts from `stream`, a group of completions each, scored. With
-        dynamic_sampling, `dynamic_rounds` draws them."""
+        """Rank `rank`'s rollouts of `step`: its prompts from `stream`, a group of completions each, scored, sampled
+        with the weights of `version` (`weights`: those, already synced, for the gap's forward; None: the ones both
+        sides loaded). With dynamic_sampling, `dynamic_rounds` draws them."""
         out = StepRollouts(step, version)
         draw = lambda rows, round_: self.draw(out, rows, round_, rank)  # noqa: E731
         if self.cfg.dynamic_sampling:
@@ -229,6 +222,8 @@ class Worker:
                 _add(out, group)
         if not self.cfg.async_steps:
             self.sampler.sleep()  # on GPU: give the sampler's memory to the update; generate() wakes it (no-op on CPU)
+        if self.sampled_by is not None:
+            out.gap = parity.sampled_gap(self.sampled_by, out, self.cfg, self.tokenizer.pad_token_id, weights)
         return out
 
     def draw(self, out: StepRollouts, rows: list[dict], round_: int, rank: int) -> list[tuple]:

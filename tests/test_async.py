@@ -251,11 +251,11 @@ def hand_run(model, script, *extra, prompts=3):
     stream = data.PromptStream([{"problem": f"{i}+0=", "answer": str(i)} for i in range(30)], prompts, 0, 1, 0)
     sampler = Scripted(tok, script)
     worker = rollout.Worker(cfg, sampler, NoCheck(), tok, False, rollout.run_scoring(cfg))
-    return worker.collect(0, 0, stream, 0), sampler, stream
+    return worker.rollouts(0, 0, None, stream, 0), sampler, stream
 
 
 def test_dynamic_sampling_against_a_hand_count(warm_model_dir):
-    """Worker.collect with a sampler whose groups are scripted: which groups are kept, in what order, and the top-up."""
+    """Worker.rollouts with a sampler whose groups are scripted: which groups are kept, in what order, and the top-up."""
     # rounds of 3 prompts; per prompt: both right (no signal), one right (signal), both wrong (no signal)
     out, sampler, _ = hand_run(warm_model_dir, [["both", "one", "none"], ["none", "none", "one"],
                                                 ["both", "both", "both"]], "dynamic_max_rounds=3")
