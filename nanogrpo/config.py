@@ -316,6 +316,8 @@ def _check_task_and_rewards(cfg: Config) -> None:
         if usercode.is_spec(name):
             if not callable(usercode.load(name, "rewards")):
                 raise ConfigError(f"config key 'rewards': {name} is not a function (completions, **columns) -> values")
+        elif name.endswith(".py"):
+            raise ConfigError(f"config key 'rewards': {name!r} is a Python file: name the reward in it, {name}:FN")
         elif name not in rewards.names():
             raise ConfigError(f"config key 'rewards': unknown reward {name!r}; known: {', '.join(rewards.names())}, "
                               "or PATH.py:FN (a function of your own)")

@@ -159,6 +159,7 @@ BAD = {  # what the config names -> what the error says
     "rewards=accuracy,{d}/my_rewards.py:brevty": "config key 'rewards': .*my_rewards.py has no 'brevty'",
     "rewards=accuracy,{d}/nowhere.py:brevity": "config key 'rewards': .*nowhere.py.*not a file",
     "rewards=acuracy": "config key 'rewards': unknown reward 'acuracy'",
+    "rewards=accuracy,{d}/my_rewards.py": "config key 'rewards': .*my_rewards.py' is a Python file: name .*my_rewards.py:FN",
     "eval_task={d}/countdown.py:nope": "config key 'eval_task': .*has no 'nope'",
 }
 
