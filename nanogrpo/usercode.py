@@ -17,13 +17,15 @@ from nanogrpo import ConfigError
 
 def is_spec(value: str) -> bool:
     """Whether a config value names user code: PATH.py:NAME."""
-    path, sep, name = value.rpartition(":")
-    return bool(sep) and path.endswith(".py") and name.isidentifier()
+    path, sep, _ = value.rpartition(":")
+    return bool(sep) and path.endswith(".py")
 
 
 def load(spec: str, key: str):
     """The object NAME of the file PATH for `key = "PATH.py:NAME"`."""
     path, _, name = spec.rpartition(":")
+    if not name.isidentifier():
+        raise ConfigError(f"config key '{key}': {spec!r}: after {path}: comes a name the file defines, and {name!r} is not one")
     file = Path(path).resolve()
     if not file.is_file():
         where = "" if Path(path).is_absolute() else f" (a relative path is read from the working directory, {Path.cwd()})"

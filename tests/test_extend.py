@@ -161,6 +161,8 @@ BAD = {  # what the config names -> what the error says
     "rewards=acuracy": "config key 'rewards': unknown reward 'acuracy'",
     "rewards=accuracy,{d}/my_rewards.py": "config key 'rewards': .*my_rewards.py' is a Python file: name .*my_rewards.py:FN",
     "eval_task={d}/countdown.py:nope": "config key 'eval_task': .*has no 'nope'",
+    "task={d}/countdown.py:Task.rows": "config key 'task': .*countdown.py:Task.rows': after .* 'Task.rows' is not one",
+    "rewards=accuracy,{d}/my_rewards.py:": "config key 'rewards': .*after .*my_rewards.py: comes a name the file defines",
 }
 
 
