@@ -235,6 +235,9 @@ class Worker:
         params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop),
                                 seed=sampling_seed(cfg, out.step, rank, round_))
         groups = self.sampler.generate(prompts, cfg.group_size, params)  # [prompt][sample]
+        if len(groups) != len(prompts) or any(len(g) != cfg.group_size for g in groups):  # ranks would misalign
+            raise RuntimeError(f"the sampler returned {[len(g) for g in groups]} completions for {len(prompts)} "
+                               f"prompts of group_size = {cfg.group_size} each")
         out.problems += self.check.problems_after(prompts, cfg.group_size, params)
         for k, v in (self.sampler.last_stats if cfg.tools else {}).items():  # the tool loop's (nanogrpo/tools.py)
             out.tool_stats[k] = out.tool_stats.get(k, 0) + v

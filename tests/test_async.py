@@ -254,6 +254,14 @@ def hand_run(model, script, *extra, prompts=3):
     return worker.rollouts(0, 0, None, stream, 0), sampler, stream
 
 
+def test_a_sampler_that_returns_fewer_groups_than_prompts_is_named(warm_model_dir):
+    """Every rank must hold its share of whole groups (the advantages are sliced by rank): a sampler that breaks its
+    contract stops the step, with or without dynamic sampling."""
+    for dynamic in ("false", "true"):
+        with pytest.raises(RuntimeError, match=r"the sampler returned \[2\] completions for 3 prompts"):
+            hand_run(warm_model_dir, [["both"]], f"dynamic_sampling={dynamic}")
+
+
 def test_dynamic_sampling_against_a_hand_count(warm_model_dir):
     """Worker.rollouts with a sampler whose groups are scripted: which groups are kept, in what order, and the top-up."""
     # rounds of 3 prompts; per prompt: both right (no signal), one right (signal), both wrong (no signal)
