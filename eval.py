@@ -28,7 +28,7 @@ import re
 import sys
 from pathlib import Path
 
-from nanogrpo import dist, files, hub, tools, usercode
+from nanogrpo import dist, files, hub, rewards, tools, usercode
 from nanogrpo.tasks import benchmarks
 from nanogrpo.tasks.reasoning_gym import split_top
 from nanogrpo import config as C
@@ -111,6 +111,8 @@ def main(argv: list[str] | None = None) -> dict:
                      "continues a stopped eval there)")
     try:  # every task loads now, before the model: an unknown name or a bad file stops here, not after generating
         loaded = [benchmarks.load_task(t, args.data, args.limit) for t in specs]
+        for t in loaded:  # a user task's own reward fits its rows' columns
+            rewards.check_user_calls([], t.reward, t.rows, f"{t.name}'s")
     except (ValueError, FileNotFoundError) as e:
         ap.error(f"--tasks: {e}")
     # a Hub id becomes its snapshot in the HF cache, as in train.py (after the cheap checks: a download can be

@@ -33,8 +33,11 @@ def load_task(cfg: C.Config) -> tuple[list[dict], list[dict]]:
     """Train rows and held-out rows (the built-in task has its own held-out split)."""
     where = {"subset": cfg.task_subset or None, "columns": data.parse_columns(cfg.task_columns)}  # Hub datasets / renames
     kind, gold_check = row_kind(cfg)
-    return (tasks.load_rows(cfg.task, kind, split=cfg.task_split, seed=cfg.seed, gold_check=gold_check, **where),
+    rows = (tasks.load_rows(cfg.task, kind, split=cfg.task_split, seed=cfg.seed, gold_check=gold_check, **where),
             heldout_rows(cfg))
+    for some in filter(None, rows):  # a user's reward fits the rows' columns, before any compute
+        rewards.check_user_calls(cfg.rewards, run_scoring(cfg).verdict, some)
+    return rows
 
 
 # A run whose every reward is None (none_frac 1) learns nothing; this many such steps in a row stop it.

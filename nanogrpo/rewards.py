@@ -19,6 +19,7 @@ dataset's own: code rows by `code`, the others by `math`).
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import sys
 from collections.abc import Callable
@@ -121,6 +122,25 @@ def called(name: str, fn: Callable, completions: list[str], rows: list[dict]):
     except Exception as e:
         raise RewardError(f"config key 'rewards': reward {name!r} raised {type(e).__name__}: {str(e)[:200]} (a reward "
                           "returns None for a completion it cannot score)") from e
+
+
+def check_user_calls(names: list[str], verdict: Callable, rows: list[dict], task_key: str = "config key 'task':") -> None:
+    """Before any compute: every reward from a user's file (`rewards` PATH.py:FN, the verdict when a user task's own)
+    can be called as FN(completions, **columns) with these rows' columns; a parameter no column fills (a TRL reward's
+    `prompts`, a misspelt field) is a RewardError naming it, instead of a TypeError after the first generate."""
+    fns = [(f"config key 'rewards': reward {n.rpartition(':')[2]!r}", usercode.load(n, "rewards"))
+           for n in names if usercode.is_spec(n)]
+    fns += [(f"{task_key} reward {getattr(verdict, '__name__', '')!r}", verdict)] if usercode.from_user(verdict) else []
+    columns = dict.fromkeys(columns_of(rows)) if fns else {}
+    for what, fn in fns:
+        try:
+            inspect.signature(fn).bind([], **columns)
+        except TypeError as e:
+            raise RewardError(f"{what} cannot be called as FN(completions, **columns) with the task's columns "
+                              f"({', '.join(columns)}): {e} (a reward gets the completions and the rows' fields, "
+                              "not TRL's prompts or completion_ids: docs/data.md)") from None
+        except ValueError:
+            pass  # no signature to read (a builtin): called as it is
 
 
 def columns_of(rows: list[dict]) -> dict[str, list]:

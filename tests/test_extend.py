@@ -73,6 +73,23 @@ def not_a_function():
 
 def broken(completions, **columns):
     return [len(c) / columns["no_such_field"][0] for c in completions]
+
+
+def trl_prompts(prompts, completions, **kwargs):  # TRL passes `prompts`; nanogrpo passes the rows' columns
+    return [0.0 for _ in completions]
+
+
+def misspelt(completions, targt, **kwargs):  # the rows' field is `target`
+    return [0.0 for _ in completions]
+
+
+def _rows(split, n, seed):
+    return [{"problem": "1 2 3=", "numbers": [1, 2, 3], "target": 5}] * n
+
+
+from nanogrpo.tasks import Task  # noqa: E402
+
+misspelt_task = Task(_rows, misspelt, "raw")  # a task whose own reward names a field its rows do not have
 '''
 
 
@@ -181,6 +198,32 @@ def test_a_misnamed_file_stops_train_with_exit_2_before_any_model(user_files, tm
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert got.returncode == 2 and "error: config key 'task'" in got.stderr and "countdwn" in got.stderr
     assert not (tmp_path / "out").exists()
+
+
+CALL_BAD = {  # a user reward whose parameters the rows' columns cannot fill -> what the error says
+    "rewards=accuracy,{d}/my_rewards.py:trl_prompts": "config key 'rewards': reward 'trl_prompts' cannot be called as "
+                                                      "FN\\(completions, \\*\\*columns\\) with the task's columns \\(problem, "
+                                                      "numbers, target\\): missing a required argument: 'completions'",
+    "rewards=accuracy,{d}/my_rewards.py:misspelt": "config key 'rewards': reward 'misspelt' .*missing a required argument: 'targt'",
+    "task={d}/my_rewards.py:misspelt_task": "config key 'task': reward 'misspelt' .*missing a required argument: 'targt'",
+}
+
+
+@pytest.mark.parametrize("arg", list(CALL_BAD))
+def test_a_user_reward_that_the_rows_cannot_call_is_named_before_the_model(arg, user_files, tmp_path):
+    """TypeError at the first scoring, after a generate, before; now a named error as the rows load, before the model
+    (model= names none)."""
+    extra = [arg.format(d=tmp_path)] + (["task=" + f"{tmp_path}/countdown.py:countdown"] if arg.startswith("rewards") else [])
+    with pytest.raises(rewards.RewardError, match=CALL_BAD[arg]):
+        train.main([f"model={tmp_path}/no-model", f"out_dir={tmp_path}/out", *extra])
+
+
+def test_eval_names_a_user_task_whose_reward_the_rows_cannot_call(user_files, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        eval_cli.main(["--model", f"{tmp_path}/no-model", "--tasks", f"{tmp_path}/my_rewards.py:misspelt_task",
+                       "--out", f"{tmp_path}/r.json"])
+    assert e.value.code == 2
+    assert re.search("--tasks: .*reward 'misspelt' .*missing a required argument: 'targt'", capsys.readouterr().err)
 
 
 EVAL_BAD = {  # eval.py --tasks ... -> what the error says (the model named does not exist: the task is checked first)
