@@ -35,8 +35,9 @@ def load_task(cfg: C.Config) -> tuple[list[dict], list[dict]]:
     kind, gold_check = row_kind(cfg)
     rows = (tasks.load_rows(cfg.task, kind, split=cfg.task_split, seed=cfg.seed, gold_check=gold_check, **where),
             heldout_rows(cfg))
+    verdict = run_scoring(cfg).verdict
     for some in filter(None, rows):  # a user's reward fits the rows' columns, before any compute
-        rewards.check_user_calls(cfg.rewards, run_scoring(cfg).verdict, some)
+        rewards.check_user_calls(cfg.rewards, verdict, some)
     return rows
 
 

@@ -15,11 +15,12 @@ from pathlib import Path
 from nanogrpo import ConfigError
 
 
-MODULE_PREFIX = "nanogrpo_user_"  # a user file's module name starts so (what came from a user's file: `from_user`)
+MODULE_PREFIX = "nanogrpo_user_"  # the module name `load` gives a user's file
 
 
 def from_user(obj) -> bool:
-    return getattr(obj, "__module__", None) is not None and obj.__module__.startswith(MODULE_PREFIX)
+    """Whether `obj` (a function, a class) was defined in a user's file that `load` imported."""
+    return (getattr(obj, "__module__", None) or "").startswith(MODULE_PREFIX)
 
 
 def is_spec(value: str) -> bool:
