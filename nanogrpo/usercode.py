@@ -18,11 +18,6 @@ from nanogrpo import ConfigError
 MODULE_PREFIX = "nanogrpo_user_"  # the module name `load` gives a user's file
 
 
-def from_user(obj) -> bool:
-    """Whether `obj` (a function, a class) was defined in a user's file that `load` imported."""
-    return (getattr(obj, "__module__", None) or "").startswith(MODULE_PREFIX)
-
-
 def is_spec(value: str) -> bool:
     """Whether a config value names user code: PATH.py:NAME."""
     path, sep, _ = value.rpartition(":")

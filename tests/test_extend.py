@@ -92,6 +92,17 @@ from nanogrpo.tasks import Task  # noqa: E402
 misspelt_task = Task(_rows, misspelt, "raw")  # a task whose own reward names a field its rows do not have
 '''
 
+IMPORTING = '''
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from my_rewards import _rows, misspelt  # a plain import: the reward's module is not one usercode loaded
+from nanogrpo.tasks import Task
+
+task = Task(_rows, misspelt, "raw")
+'''
+
 
 def small(model, out, *extra):
     return [f"model={model}", f"out_dir={out}", "prompts_per_step=4", "group_size=2", "eval_every=0",
@@ -102,6 +113,7 @@ def small(model, out, *extra):
 def user_files(tmp_path):
     (tmp_path / "countdown.py").write_text(COUNTDOWN)
     (tmp_path / "my_rewards.py").write_text(BREVITY)
+    (tmp_path / "importing.py").write_text(IMPORTING)
     return tmp_path / "countdown.py", tmp_path / "my_rewards.py"
 
 
@@ -206,6 +218,7 @@ CALL_BAD = {  # a user reward whose parameters the rows' columns cannot fill -> 
                                                       "numbers, target\\): missing a required argument: 'completions'",
     "rewards=accuracy,{d}/my_rewards.py:misspelt": "config key 'rewards': reward 'misspelt' .*missing a required argument: 'targt'",
     "task={d}/my_rewards.py:misspelt_task": "config key 'task': reward 'misspelt' .*missing a required argument: 'targt'",
+    "task={d}/importing.py:task": "config key 'task': reward 'misspelt' .*missing a required argument: 'targt'",
 }
 
 
