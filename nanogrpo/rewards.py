@@ -116,9 +116,10 @@ def judge(verdict: Callable, completions: list[str], rows: list[dict]) -> list[f
 
 
 def called(name: str, fn: Callable, completions: list[str], rows: list[dict]):
-    """fn(completions, **columns); a reward that raises (a user's: ours never do) is a RewardError naming it."""
+    """fn(completions, **columns) (`arguments`); a reward that raises (a user's: ours never do) is a RewardError naming it."""
+    args, kwargs = arguments(fn, completions, rows)
     try:
-        return fn(completions, **columns_of(rows))
+        return fn(*args, **kwargs)
     except Exception as e:
         raise RewardError(f"config key 'rewards': reward {name!r} raised {type(e).__name__}: {str(e)[:200]} (a reward "
                           "returns None for a completion it cannot score)") from e
@@ -132,16 +133,29 @@ def check_user_calls(names: list[str], verdict: Callable, rows: list[dict], task
            for n in names if usercode.is_spec(n)]
     ours = (getattr(verdict, "__module__", None) or "").startswith("nanogrpo.")  # else a user's, wherever defined
     fns += [] if ours else [(f"{task_key} reward {getattr(verdict, '__name__', '')!r}", verdict)]
-    columns = dict.fromkeys(columns_of(rows)) if fns else {}
     for what, fn in fns:
+        args, kwargs = arguments(fn, [], rows)
         try:
-            inspect.signature(fn).bind([], **columns)
+            inspect.signature(fn).bind(*args, **kwargs)
         except TypeError as e:
             raise RewardError(f"{what} cannot be called as FN(completions, **columns) with the task's columns "
-                              f"({', '.join(columns)}): {e} (a reward gets the completions and the rows' fields, "
-                              "not TRL's prompts or completion_ids: docs/data.md)") from None
+                              f"({', '.join(columns_of(rows))}): {e} (a reward gets the completions, the rows' fields "
+                              "and, if it names it, TRL's `prompts`; not TRL's completion_ids: docs/data.md)") from None
         except ValueError:
             pass  # no signature to read (a builtin): called as it is
+
+
+def arguments(fn: Callable, completions: list, rows: list[dict]) -> tuple[list, dict]:
+    """(args, kwargs) of a reward's call: (completions,) and the rows' columns. A reward that names TRL's `prompts` (one
+    ported from TRL) is called TRL's way, every argument by keyword, `prompts` being each row's `problem` (the
+    statement shown to the model) unless the rows have a column called so."""
+    try:
+        trl = "prompts" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): called as it is
+        trl = False
+    if trl:
+        return [], {"prompts": [r.get("problem") for r in rows], **columns_of(rows), "completions": completions}
+    return [completions], columns_of(rows)
 
 
 def columns_of(rows: list[dict]) -> dict[str, list]:

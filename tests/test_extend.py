@@ -75,7 +75,11 @@ def broken(completions, **columns):
     return [len(c) / columns["no_such_field"][0] for c in completions]
 
 
-def trl_prompts(prompts, completions, **kwargs):  # TRL passes `prompts`; nanogrpo passes the rows' columns
+def trl_prompts(prompts, completions, **kwargs):  # a reward ported from TRL: `prompts` are the rows' problems
+    return [float(c in p) for p, c in zip(prompts, completions)]
+
+
+def trl_ids(completions, completion_ids, **kwargs):  # TRL's completion_ids: not passed
     return [0.0 for _ in completions]
 
 
@@ -213,9 +217,9 @@ def test_a_misnamed_file_stops_train_with_exit_2_before_any_model(user_files, tm
 
 
 CALL_BAD = {  # a user reward whose parameters the rows' columns cannot fill -> what the error says
-    "rewards=accuracy,{d}/my_rewards.py:trl_prompts": "config key 'rewards': reward 'trl_prompts' cannot be called as "
-                                                      "FN\\(completions, \\*\\*columns\\) with the task's columns \\(problem, "
-                                                      "numbers, target\\): missing a required argument: 'completions'",
+    "rewards=accuracy,{d}/my_rewards.py:trl_ids": "config key 'rewards': reward 'trl_ids' cannot be called as "
+                                                  "FN\\(completions, \\*\\*columns\\) with the task's columns \\(problem, "
+                                                  "numbers, target\\): missing a required argument: 'completion_ids'",
     "rewards=accuracy,{d}/my_rewards.py:misspelt": "config key 'rewards': reward 'misspelt' .*missing a required argument: 'targt'",
     "task={d}/my_rewards.py:misspelt_task": "config key 'task': reward 'misspelt' .*missing a required argument: 'targt'",
     "task={d}/importing.py:task": "config key 'task': reward 'misspelt' .*missing a required argument: 'targt'",
@@ -229,6 +233,17 @@ def test_a_user_reward_that_the_rows_cannot_call_is_named_before_the_model(arg, 
     extra = [arg.format(d=tmp_path)] + (["task=" + f"{tmp_path}/countdown.py:countdown"] if arg.startswith("rewards") else [])
     with pytest.raises(rewards.RewardError, match=CALL_BAD[arg]):
         train.main([f"model={tmp_path}/no-model", f"out_dir={tmp_path}/out", *extra])
+
+
+def test_a_reward_ported_from_trl_gets_the_rows_problems_as_prompts(user_files):
+    """TRL's reward_funcs name `prompts`: they get each row's problem (the statement shown to the model), and the
+    load-time check lets them through; a column of the rows called `prompts` comes first."""
+    rows = [{"problem": "3 5 7=", "numbers": [3, 5, 7], "target": 22}, {"problem": "1 2=", "numbers": [1, 2], "target": 3}]
+    fn = rewards.term(f"{user_files[1]}:trl_prompts")
+    rewards.check_user_calls([f"{user_files[1]}:trl_prompts"], rewards.exact, rows)  # no error
+    assert fn(rewards.Batch(["5 7", "5 7"], ["5 7", "5 7"], rows)) == [1.0, 0.0]
+    own = [{**r, "prompts": "1 2="} for r in rows]
+    assert fn(rewards.Batch(["5 7", "5 7"], ["5 7", "5 7"], own)) == [0.0, 0.0]
 
 
 def test_eval_names_a_user_task_whose_reward_the_rows_cannot_call(user_files, tmp_path, capsys):
