@@ -127,8 +127,8 @@ def called(name: str, fn: Callable, completions: list[str], rows: list[dict]):
 
 def check_user_calls(names: list[str], verdict: Callable, rows: list[dict], task_key: str = "config key 'task':") -> None:
     """Before any compute: every reward of a user's (`rewards` PATH.py:FN, and the verdict unless it is nanogrpo's own)
-    can be called as FN(completions, **columns) with these rows' columns; a parameter no column fills (a TRL reward's
-    `prompts`, a misspelt field) is a RewardError naming it, instead of a TypeError after the first generate."""
+    can be called with these rows' columns (`arguments`); a parameter nothing fills (TRL's `completion_ids`, a misspelt
+    field) is a RewardError naming it, instead of a TypeError after the first generate."""
     fns = [(f"config key 'rewards': reward {n.rpartition(':')[2]!r}", usercode.load(n, "rewards"))
            for n in names if usercode.is_spec(n)]
     ours = (getattr(verdict, "__module__", None) or "").startswith("nanogrpo.")  # else a user's, wherever defined
