@@ -15,9 +15,6 @@ from pathlib import Path
 from nanogrpo import ConfigError
 
 
-MODULE_PREFIX = "nanogrpo_user_"  # the module name `load` gives a user's file
-
-
 def is_spec(value: str) -> bool:
     """Whether a config value names user code: PATH.py:NAME."""
     path, sep, _ = value.rpartition(":")
@@ -34,7 +31,7 @@ def load(spec: str, key: str):
         where = "" if Path(path).is_absolute() else f" (a relative path is read from the working directory, {Path.cwd()})"
         raise ConfigError(f"config key '{key}': {spec!r} names {path!r}, which is not a file{where}")
     stamp = f"{file}:{file.stat().st_mtime_ns}"  # an edited file is imported again
-    module_name = MODULE_PREFIX + hashlib.sha256(stamp.encode()).hexdigest()[:12]
+    module_name = "nanogrpo_user_" + hashlib.sha256(stamp.encode()).hexdigest()[:12]
     module = sys.modules.get(module_name)
     if module is None:
         found = importlib.util.spec_from_file_location(module_name, file)
