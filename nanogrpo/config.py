@@ -44,12 +44,12 @@ class Config:
     resume: bool = False  # continue from the last complete checkpoint in out_dir/checkpoints
 
     # --- model ---
-    model: str = "models/tiny-arithmetic"  # HF model directory (the default is committed; scripts/build_tiny_model.py rebuilds it), or a Hub id (owner/name: downloaded to the HF cache; HF_HUB_OFFLINE=1 reads the cache only)
+    model: str = "models/tiny-arithmetic"  # HF model directory (the default is committed; scripts/models/build_tiny_model.py rebuilds it), or a Hub id (owner/name: downloaded to the HF cache; HF_HUB_OFFLINE=1 reads the cache only)
     device: str = one_of("auto", ("auto", "cpu", "cuda"))
-    cpu_allocator: str = one_of("hugepages", ("hugepages", "reuse", "system"))  # CPU runs (nanogrpo/dist.py): hugepages (large tensors on transparent huge pages: 512x fewer page faults, same peak) | reuse (glibc keeps freed memory for the next tensor: no faults, a higher peak RSS) | system (glibc's default: every large tensor faulted in 4 KiB at a time); measured: scripts/bench_memory.py
+    cpu_allocator: str = one_of("hugepages", ("hugepages", "reuse", "system"))  # CPU runs (nanogrpo/dist.py): hugepages (large tensors on transparent huge pages: 512x fewer page faults, same peak) | reuse (glibc keeps freed memory for the next tensor: no faults, a higher peak RSS) | system (glibc's default: every large tensor faulted in 4 KiB at a time); measured: scripts/bench/bench_memory.py
     dtype: str = one_of("auto", ("auto", "float32", "bfloat16", "float16"))  # auto (bfloat16 on GPU, float32 on CPU) | float32 | bfloat16 | float16: the trainer computes in it (fp32 master weights and gradient reduction) and the sampler runs it (docs/precision.md)
     lm_head_fp32: bool = False  # bfloat16 / float16: the lm_head matmul in fp32 in the trainer and the PyTorch sampler (logits never rounded to the low dtype)
-    activation_checkpointing: bool = False  # keep only each decoder layer's input for backward and recompute the layer there (memory for time: scripts/bench_memory.py)
+    activation_checkpointing: bool = False  # keep only each decoder layer's input for backward and recompute the layer there (memory for time: scripts/bench/bench_memory.py)
     compile: bool = False  # torch.compile each decoder layer (measured, not assumed: docs/throughput.md)
     attention: str = one_of("auto", ("auto", "sdpa", "flex_attention", "flash_attention_2"))  # auto (flash_attention_2 on GPU when installed, else sdpa) | sdpa (torch SDPA, one causal call per packed sequence: no (T, T) mask) | flex_attention | flash_attention_2
     logprob_chunk: int = ranged(512, "[1, inf)")  # tokens per chunk for the lm_head + log-softmax (bounds the fp32 logits)

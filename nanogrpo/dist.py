@@ -145,7 +145,7 @@ def keep_freed_memory() -> bool:
     large tensor of a CPU update (activations, logits chunks, gradients) starts as untouched pages and
     the first write page-faults through all of them: a [16, 350, 1536] fp32 multiply took 12-21 ms into
     a fresh tensor against 3 ms into a reused one. With mmap off and trimming off, freed blocks go back
-    to malloc's heap and the next tensor of that size reuses them (measured: scripts/bench_memory.py,
+    to malloc's heap and the next tensor of that size reuses them (measured: scripts/bench/bench_memory.py,
     docs/results.md "Memory"). The cost is a higher peak RSS (freed memory is held, and the heap fragments).
     Process-wide, from this call on; glibc only (returns False and changes nothing elsewhere)."""
     import ctypes

@@ -1,6 +1,6 @@
 """What a run holds in memory per process (one GPU, or one CPU process), before it starts.
 
-The planner behind scripts/plan_memory.py and train.py's start-up line; scripts/bench_memory.py sets
+The planner behind scripts/plan_memory.py and train.py's start-up line; scripts/bench/bench_memory.py sets
 it beside measured peaks. N = world size, P = parameters, P_t = trainable ones (LoRA: the adapters),
 b = bytes of the compute dtype (bf16 on GPU, fp32 on CPU). A step has two phases, and the peak is the
 larger of the two:
@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 GIB = 2**30
-CPU_RUNTIME = 0.48 * GIB  # RSS after `import train` (torch, transformers): 0.42-0.50 GiB on the 2-core machines (scripts/bench_memory.py)
+CPU_RUNTIME = 0.48 * GIB  # RSS after `import train` (torch, transformers): 0.42-0.50 GiB on the 2-core machines (scripts/bench/bench_memory.py)
 GPU_RUNTIME = 2.0 * GIB  # CUDA context + NCCL + cuBLAS workspaces: an estimate, not measured here
 TORCH_SAMPLER_BATCH = 128  # TorchSampler's max_batch_size: sequences whose KV cache exists at once
 VLLM_BATCHED_TOKENS = 8192  # vLLM's profile batch: its activation reserve is taken for this many tokens
@@ -142,7 +142,7 @@ def plan(cfg, shape: Shape, world: int = 1, device: str = "cpu", prompt_tokens: 
          completion_tokens: int | None = None, gpu_mem: float | None = None, sampler: bool = True) -> Plan:
     """The memory plan of `cfg` on `world` processes; prompt_tokens: the longest prompt; completions at
     max_new_tokens unless given. gpu_mem: bytes per device (None: the fit is not judged). sampler=False:
-    the trainer alone (what scripts/bench_memory.py runs)."""
+    the trainer alone (what scripts/bench/bench_memory.py runs)."""
     gpu = device == "cuda"
     b = 2 if (cfg.dtype in ("bfloat16", "float16") or (cfg.dtype == "auto" and gpu)) else 4
     n = completion_tokens or cfg.max_new_tokens

@@ -423,7 +423,7 @@ class SampleGate:
     powerful against one), and it drifts up when the draws are sharper than reported (a lower temperature, a
     truncation the log-probs do not know) and down when they are flatter. The steps are combined by a two-sided
     CUSUM (Page, 1954): S = max(0, S + z - SLACK) on each side, so a shift of more than SLACK per step accumulates
-    and noise does not; S > max_sample_z stops the run. Measured (docs/precision.md, scripts/bench_sample_z.py):
+    and noise does not; S > max_sample_z stops the run. Measured (docs/precision.md, scripts/bench/bench_sample_z.py):
     the false alarms over clean runs of every recipe and the steps to catch a hidden temperature or top-p."""
 
     # per step, in standard deviations. Clean default runs measured sample_z with sd 1.0-1.1 and a heavier tail on

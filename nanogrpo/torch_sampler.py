@@ -5,7 +5,7 @@ tests/test_sampler.py holds the two equal token for token): this file is how the
 over 500 lines because it is one engine read as one: the decode loop, its cache, the attention that reads the
 cache, the sampling kernels and the CPU GEMMs. It holds its own plain (unsharded) copy of the model, so every rank
 generates on its own with no collectives; the trainer pushes new weights with `sync_weights`. Its speed against
-what the machine allows (the roofline) is measured by scripts/bench_sampler.py: docs/throughput.md.
+what the machine allows (the roofline) is measured by scripts/bench/bench_sampler.py: docs/throughput.md.
 
 How one `generate` call runs (continuous batching over `slots` rows):
   1. The n samples of every prompt become rows, longest prompts first; a prompt's samples are admitted

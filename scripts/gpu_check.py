@@ -14,9 +14,9 @@ time limit; a stage that fails is reported with its error text and the next one 
            and a resume: the run cut at step 100 and resumed must log what the uninterrupted run logged
   update   grpo.step on randomly initialised Qwen2.5-0.5B and 1.5B (configs/shapes/*.json; nothing is
            downloaded), FSDP2 at world size 1 in bf16, padded and packed, activation checkpointing off and on
-           (scripts/bench_train.py): tokens/s, MFU against the measured peak, peak memory against the
+           (scripts/bench/bench_train.py): tokens/s, MFU against the measured peak, peak memory against the
            planner's figure (scripts/plan_memory.py, nanogrpo/memory.py)
-  sampler  the PyTorch sampler on the same shapes (scripts/bench_sampler.py): prefill and decode tokens/s
+  sampler  the PyTorch sampler on the same shapes (scripts/bench/bench_sampler.py): prefill and decode tokens/s
            against the roofline floor of the measured peak and bandwidth; the trainer-to-sampler weight sync
            (model.iter_full_params -> sync_weights) against a device copy of the same tensors
 
@@ -47,7 +47,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path[:0] = [str(ROOT / "scripts" / "bench"), str(ROOT / "scripts" / "models")]
 
 STAGES = ("env", "tests", "train", "update", "sampler")
 # Seconds a stage may take on one H100 (each also gets at most what is left of --budget-s). Together they are
@@ -61,7 +61,7 @@ NEEDS = {"torch": "torch", "transformers": "transformers", "tokenizers": "tokeni
 STAGE_NEEDS = {"tests": {"pytest": "pytest"}}
 SHAPES = {"qwen2.5-0.5b": ROOT / "configs" / "shapes" / "qwen2.5-0.5b.json",
           "qwen2.5-1.5b": ROOT / "configs" / "shapes" / "qwen2.5-1.5b.json"}
-VARIANTS = ("padded", "packed", "padded+ckpt", "packed+ckpt")  # scripts/bench_train.py's variant names
+VARIANTS = ("padded", "packed", "padded+ckpt", "packed+ckpt")  # scripts/bench/bench_train.py's variant names
 # The update's work, as (sequences, prompt lengths, longest completion): 16 sequences of about 1,000 tokens, the
 # 16k tokens per step of prime-rl's trainer benchmark (11.1% MFU for Qwen3-0.6B on one H100, docs/gpu.md).
 UPDATE_WORK = {"gpu": (16, (64, 256), 1536), "tiny": (8, (8, 16), 32)}
@@ -556,7 +556,7 @@ def stage_update(rec: Record, a) -> None:
 
 
 def save_model_dir(hf, directory: Path, dtype) -> None:
-    """The random model as a Hugging Face directory in the sampler's dtype, with scripts/tiny.py's tokenizer (the
+    """The random model as a Hugging Face directory in the sampler's dtype, with scripts/models/tiny.py's tokenizer (the
     benchmark's prompts are random ids; the sampler only needs a tokenizer to exist)."""
     import torch
 
@@ -591,7 +591,7 @@ def stage_sampler(rec: Record, a) -> None:
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
             # random ids past the tokenizer's two specials and below both vocabularies (the tiny shape's 128 is
-            # smaller than scripts/tiny.py's byte-level tokenizer, 258: bench_sampler.random_prompts would overrun it)
+            # smaller than scripts/models/tiny.py's byte-level tokenizer, 258: bench_sampler.random_prompts would overrun it)
             rng = random.Random(batch)
             top = min(len(engine.tokenizer), hf.config.vocab_size)
             prompts = [[rng.randrange(2, top) for _ in range(prompt_len)] for _ in range(batch)]

@@ -9,8 +9,8 @@ vLLM's share of the card and its KV cache, the runtime), the peak and the phase 
 whether it fits; when it does not, the first of a few standard changes that would. The model's shape
 comes from its config.json (`model` a local directory or a Hub id already in the HF cache), or from
 --shape: a config JSON file (configs/shapes/ holds Qwen2.5-0.5B's and 1.5B's) or one of
-scripts/bench_train.py's published shapes. How each part is counted: nanogrpo/memory.py. Checked
-against measured peaks by scripts/bench_memory.py.
+scripts/bench/bench_train.py's published shapes. How each part is counted: nanogrpo/memory.py. Checked
+against measured peaks by scripts/bench/bench_memory.py.
 Exit status: 0 fits, 1 does not fit, 2 bad input.
 """
 
@@ -36,6 +36,7 @@ def hf_config(cfg: C.Config, shape: str):
     if shape and Path(shape).is_file():  # a config.json, or a shape file such as configs/shapes/qwen2.5-1.5b.json
         return AutoConfig.from_pretrained(shape), f"{shape}"
     if shape:
+        sys.path.insert(0, str(ROOT / "scripts" / "bench"))
         import bench_train
 
         if shape not in bench_train.SHAPES:

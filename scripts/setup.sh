@@ -76,7 +76,7 @@ if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.lock-sha256 2>/dev/null)" != "$w
 fi
 
 # The default run's model (models/tiny-arithmetic) and the tool task's (models/tiny-multiply-tools) are
-# committed: the same bytes on every machine. They are rebuilt only on purpose, by scripts/build_tiny_model.py.
+# committed: the same bytes on every machine. They are rebuilt only on purpose, by scripts/models/build_tiny_model.py.
 for m in models/*/; do
   if ! (cd "$m" && sha256sum --quiet -c SHA256SUMS); then
     echo "error: $m does not match its SHA256SUMS (restore it: git checkout models/)" >&2

@@ -1,4 +1,4 @@
-"""The answer judge on its labelled corpus (data/judge/corpus.jsonl, written by scripts/judge_corpus.py): no wrong
+"""The answer judge on its labelled corpus (data/judge/corpus.jsonl, written by scripts/bench/judge_corpus.py): no wrong
 answer scores 1.0, none scores None, at most 1% of the right ones score 0 and none outside Math-Verify's own
 cases; the corpus is what the script writes."""
 

@@ -1,5 +1,5 @@
-"""The generation benchmarks: scripts/bench_sampler.py's roofline against a hand computation and against what
-the sampler really does (a floor is never beaten), and scripts/bench_step.py's side-by-side table."""
+"""The generation benchmarks: scripts/bench/bench_sampler.py's roofline against a hand computation and against what
+the sampler really does (a floor is never beaten), and scripts/bench/bench_step.py's side-by-side table."""
 
 import json
 import os
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts" / "bench"))
 
 import bench_sampler  # noqa: E402
 
@@ -56,7 +56,7 @@ def test_bench_sampler_table_never_beats_its_floor(tmp_path):
     """The tiny model through the PyTorch sampler and HF generate: the JSON holds every point, and no measured
     time is below its floor (a floor the sampler beats would be a wrong roofline)."""
     out = tmp_path / "bench.json"
-    r = run_script("scripts/bench_sampler.py", "--models", "tiny", "--engines", "torch,hf", "--points", "1x16,16x16",
+    r = run_script("scripts/bench/bench_sampler.py", "--models", "tiny", "--engines", "torch,hf", "--points", "1x16,16x16",
                    "--prompt-len", "16", "--json", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     saved = json.loads(out.read_text())
@@ -69,37 +69,37 @@ def test_bench_sampler_table_never_beats_its_floor(tmp_path):
             prefill, decode = bench_sampler.floors(res["shape"], p["batch"], 16, p["new"], machine)
             assert p["prefill_s"] >= prefill and p["decode_s"] >= decode
     assert "| tiny-arithmetic | torch | 16 | 16 |" in r.stdout
-    again = run_script("scripts/bench_sampler.py", "--from-json", str(out))  # the tables again, nothing measured
+    again = run_script("scripts/bench/bench_sampler.py", "--from-json", str(out))  # the tables again, nothing measured
     assert again.returncode == 0 and again.stdout.strip() == r.stdout.strip()
     half = tmp_path / "hf.json"  # two runs merge into one table: the hf half alone plus the whole run
     half.write_text(json.dumps({"machine": machine, "results": saved["results"][1:]}))
-    merged = run_script("scripts/bench_sampler.py", "--from-json", f"{half},{out}")
+    merged = run_script("scripts/bench/bench_sampler.py", "--from-json", f"{half},{out}")
     assert merged.returncode == 0 and merged.stdout.count("| tiny-arithmetic | hf | 16 | 16 |") == 2, merged.stdout
 
 
 @pytest.mark.slow
 def test_bench_step_compares_variants_side_by_side():
-    r = run_script("scripts/bench_step.py", "configs/tiny_arithmetic.toml", "a: prompts_per_step=4",
+    r = run_script("scripts/bench/bench_step.py", "configs/tiny_arithmetic.toml", "a: prompts_per_step=4",
                    "b: prompts_per_step=8", "--steps", "4", "--skip", "1", "--rounds", "1")
     assert r.returncode == 0, r.stdout + r.stderr
     rows = [line for line in r.stdout.splitlines() if line.startswith("| a") or line.startswith("| b")]
     assert len(rows) == 2 and rows[0].endswith("| 1.00x |"), r.stdout
-    bad = run_script("scripts/bench_step.py", "configs/tiny_arithmetic.toml", "x@/nonexistent: steps=1")
+    bad = run_script("scripts/bench/bench_step.py", "configs/tiny_arithmetic.toml", "x@/nonexistent: steps=1")
     assert bad.returncode != 0 and "has no train.py" in bad.stderr
 
 
 @pytest.mark.slow
 def test_bench_async_speed_and_learning_tables(tmp_path):
-    """scripts/bench_async.py runs its arms and prints a row each: the speed table with the baseline at 1.00x and a
+    """scripts/bench/bench_async.py runs its arms and prints a row each: the speed table with the baseline at 1.00x and a
     peak memory per arm (the split placement's: its two processes together), the learning table with its gains."""
-    speed = run_script("scripts/bench_async.py", "speed", "--steps", "3", "--repeats", "1", "--async-steps", "0,1,s1",
+    speed = run_script("scripts/bench/bench_async.py", "speed", "--steps", "3", "--repeats", "1", "--async-steps", "0,1,s1",
                        "--out", str(tmp_path), "prompts_per_step=4", "group_size=4")
     assert speed.returncode == 0, speed.stderr[-2000:]
     rows = [line for line in speed.stdout.splitlines() if line.startswith(("| 0 |", "| 1 |", "| 1 split |"))]
     assert len(rows) == 3 and "| 1.00x |" in rows[0] and all(r.endswith("GiB |") for r in rows)
     peak = lambda row: float(row.split(" | ")[-1].removesuffix(" GiB |"))  # noqa: E731
     assert peak(rows[2]) > 1.5 * peak(rows[0])  # two processes, each with its own copy of the model and torch
-    learn = run_script("scripts/bench_async.py", "learn", "--seeds", "1", "--arms", "sync,dynamic", "--out",
+    learn = run_script("scripts/bench/bench_async.py", "learn", "--seeds", "1", "--arms", "sync,dynamic", "--out",
                        str(tmp_path), "steps=4", "eval_every=2", "eval_size=32", "prompts_per_step=4", "group_size=4")
     assert learn.returncode == 0, learn.stderr[-2000:]
     assert [line.split(" | ")[0] for line in learn.stdout.splitlines() if line.startswith(("| sync", "| dynamic"))] == \
@@ -108,14 +108,14 @@ def test_bench_async_speed_and_learning_tables(tmp_path):
 
 @pytest.mark.slow
 def test_reading_path_counts_the_whole_loop_with_evaluation_save_and_types():
-    """scripts/reading_path.py counts the loop itself, what runs in it with the default run's evaluation and final
+    """scripts/bench/reading_path.py counts the loop itself, what runs in it with the default run's evaluation and final
     save on, the data types it works with, a fast path with a plain reading the tests hold it to as that reading,
     and says what it leaves out."""
     import inspect
 
     from nanogrpo import logprobs, sampler
 
-    done = run_script("scripts/reading_path.py", timeout=900)
+    done = run_script("scripts/bench/reading_path.py", timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {c[1].strip(): [x.strip() for x in c] for c in (line.split("|") for line in done.stdout.splitlines())
             if len(c) == 6}
@@ -139,7 +139,7 @@ def test_reading_path_counts_the_whole_loop_with_evaluation_save_and_types():
 
 @pytest.mark.slow  # a save and a resume of the tiny model, ~30 s on 2 cores
 def test_bench_checkpoint_prints_its_row():
-    r = run_script("scripts/bench_checkpoint.py", "--repeats", "1")
+    r = run_script("scripts/bench/bench_checkpoint.py", "--repeats", "1")
     assert r.returncode == 0, r.stderr[-2000:]
     row = r.stdout.strip().splitlines()[-1].split("|")
     assert row[1].strip() == "tiny-arithmetic" and float(row[4]) > 0 and float(row[5]) > 0
@@ -150,7 +150,7 @@ def test_bench_learning_tables_the_runs_that_finished_when_one_fails(tiny_model_
     """A failed run (here a seed past the config's range, refused at once) stops new runs, but the ones already going
     finish and are tabled before the script exits non-zero naming it: none is left running, orphaned, after the
     script has gone."""
-    r = run_script("scripts/bench_learning.py", "--model", str(tiny_model_dir), "--first-seed", "2147483647",
+    r = run_script("scripts/bench/bench_learning.py", "--model", str(tiny_model_dir), "--first-seed", "2147483647",
                    "--grpo-seeds", "2", "--jobs", "2", "--out", str(tmp_path), "steps=2", "eval_every=2",
                    "eval_size=8", "prompts_per_step=4", "group_size=2", "save_final=false")
     assert r.returncode == 1, r.stdout + r.stderr
@@ -181,10 +181,10 @@ def test_bench_transfer_tables_each_model_and_keeps_a_finished_one(tiny_model_di
     (a stopped sweep goes on); a model path that is no model is refused before any eval."""
     spec = "reasoning_gym:products(max_digits=1, system_prompt=direct)"
     common = ["--out", str(tmp_path), "--tasks", spec, "--limit", "4", "--max-new-tokens", "4", "--sampler", "torch"]
-    r = run_script("scripts/bench_transfer.py", "--model", f"a={tiny_model_dir}", *common)
+    r = run_script("scripts/bench/bench_transfer.py", "--model", f"a={tiny_model_dir}", *common)
     assert r.returncode == 0, r.stderr[-2000:]
     first = (tmp_path / "a.json").stat().st_mtime_ns
-    r = run_script("scripts/bench_transfer.py", "--model", f"a={tiny_model_dir}", "--model", f"b={tiny_model_dir}",
+    r = run_script("scripts/bench/bench_transfer.py", "--model", f"a={tiny_model_dir}", "--model", f"b={tiny_model_dir}",
                    *common)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "a.json").stat().st_mtime_ns == first and "== a:" not in r.stdout and "== b:" in r.stdout
@@ -196,7 +196,7 @@ def test_bench_transfer_tables_each_model_and_keeps_a_finished_one(tiny_model_di
         res = json.loads((tmp_path / f"{name}.json").read_text())["tasks"][spec]
         right = round(res["metrics"]["pass@1:n=1"] * 4)
         assert c == f"{100 * right / 4:.1f}% ({right}/4)"  # RG tasks have no lenient score
-    bad = run_script("scripts/bench_transfer.py", "--model", f"c={tmp_path}", *common)
+    bad = run_script("scripts/bench/bench_transfer.py", "--model", f"c={tmp_path}", *common)
     assert bad.returncode == 2 and "has no config.json" in bad.stderr and not (tmp_path / "c.json").exists()
 
 
@@ -204,7 +204,7 @@ def test_bench_transfer_tables_each_model_and_keeps_a_finished_one(tiny_model_di
 def test_bench_sample_z_selection_shows_the_kept_groups_biased_and_the_first_draw_not():
     """The simulation behind reading dynamic sampling's first draw: at low entropy the kept groups' z sits near -2 a
     step and the gate stops most runs; the first draw's is N(0, 1) and stops none."""
-    r = run_script("scripts/bench_sample_z.py", "selection", "--steps", "20", "--runs-per-setting", "60")
+    r = run_script("scripts/bench/bench_sample_z.py", "selection", "--steps", "20", "--runs-per-setting", "60")
     assert r.returncode == 0, r.stderr[-2000:]
     rows = {(c[1], c[3]): c for c in (
         [x.strip() for x in line.split("|")] for line in r.stdout.splitlines() if line.startswith("| 0."))}

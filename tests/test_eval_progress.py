@@ -262,7 +262,7 @@ def test_budget_rule_gpu_reference_and_the_context_cap():
     assert E.task_budget(task, 1000, False, 131072, 200) == (1000, "as asked")
 
 
-SMOLLM2 = ROOT / ".cache" / "smollm2-135m-instruct"  # scripts/smollm2_to_hf.py; absent on a fresh clone
+SMOLLM2 = ROOT / ".cache" / "smollm2-135m-instruct"  # scripts/models/smollm2_to_hf.py; absent on a fresh clone
 
 
 @pytest.mark.skipif(not (SMOLLM2 / "tokenizer.json").is_file(), reason="the SmolLM2 tokenizer is not converted here")

@@ -103,7 +103,7 @@ def test_a_failing_stage_is_reported_and_the_others_still_run(tmp_path):
 
 
 def test_the_shape_files_are_the_benchmarks_shapes():
-    """configs/shapes/*.json (Qwen2.5-Instruct's published config.json) and scripts/bench_train.py's SHAPES agree."""
+    """configs/shapes/*.json (Qwen2.5-Instruct's published config.json) and scripts/bench/bench_train.py's SHAPES agree."""
     for name in ("qwen2.5-0.5b", "qwen2.5-1.5b"):
         path = ROOT / "configs" / "shapes" / f"{name}.json"
         assert shape_of(bench_train.hf_config(str(path))) == shape_of(bench_train.hf_config(name))

@@ -1,7 +1,7 @@
 """Round 5: every bad input is a named error before any compute (no step run, no file written), read within bounds.
 
 Each test here failed on the code before it (a RecursionError, a ValueError, an ArrowInvalid, a KeyError from deep in
-the run, or training on), checked by running it at that commit. scripts/redteam.py --kind input runs the same inputs
+the run, or training on), checked by running it at that commit. scripts/bench/redteam.py --kind input runs the same inputs
 through the entry points as a user does (tests/helpers/hardening.py).
 """
 import json

@@ -248,7 +248,7 @@ def test_plan_memory_says_what_fits_and_what_would():
 def test_bench_memory_measures_a_peak_the_planner_predicts(tmp_path):
     # one point on the tiny model: the script's own table and JSON; the planner within 20% of the measured peak
     out = tmp_path / "bench.json"
-    r = run_script("scripts/bench_memory.py", "configs/tiny_arithmetic.toml", "prompts_per_step=4", "group_size=4",
+    r = run_script("scripts/bench/bench_memory.py", "configs/tiny_arithmetic.toml", "prompts_per_step=4", "group_size=4",
                    "--grid", "micro_batch_tokens=64", "--json", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     point = json.loads(out.read_text())["points"][0]
@@ -261,7 +261,7 @@ def test_bench_memory_measures_a_peak_the_planner_predicts(tmp_path):
 
 @pytest.mark.slow
 def test_bench_memory_profile_shows_where_the_update_spends_its_time():
-    r = run_script("scripts/bench_memory.py", "configs/tiny_arithmetic.toml", "prompts_per_step=2", "group_size=2",
+    r = run_script("scripts/bench/bench_memory.py", "configs/tiny_arithmetic.toml", "prompts_per_step=2", "group_size=2",
                    "--grid", "micro_batch_tokens=0", "--profile", "5")
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()

@@ -278,6 +278,6 @@ def test_seccomp_filter_decides_each_call(machine):
 
 def test_redteam_refuses_an_unknown_kind():
     """A misspelt --kind used to run 0 attacks and report nothing escaped."""
-    res = subprocess.run([sys.executable, "scripts/redteam.py", "--kind", "nosuch"], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "scripts/bench/redteam.py", "--kind", "nosuch"], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert res.returncode == 2 and "invalid choice: 'nosuch'" in res.stderr

@@ -70,7 +70,7 @@ def test_evaluate_accuracy_counts_exact_matches(tok):
 def builder():
     import sys
 
-    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "scripts" / "models"))
     import build_tiny_model
 
     return build_tiny_model
@@ -78,7 +78,7 @@ def builder():
 
 @pytest.mark.slow
 def test_warm_start_is_an_sft_run_that_writes_a_loadable_seeded_model(builder, tmp_path):
-    """scripts/build_tiny_model.py: the random model, then sft.py on the curriculum rows; OUT is an HF
+    """scripts/models/build_tiny_model.py: the random model, then sft.py on the curriculum rows; OUT is an HF
     directory holding the last checkpoint's weights, and the same seed gives the same bytes."""
     from tiny import build_random_model_dir
 

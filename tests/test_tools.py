@@ -463,7 +463,7 @@ def test_eval_with_tools_scores_the_answer_after_the_last_output(tmp_path, token
     assert t["metrics"]["pass@1:n=2"] == pytest.approx(sum(f.strip() == s["answer"] for f, s in zip(final, samples)) / 48)
 
 
-# The test's own sweep (docs/results.md "With tools", "The tools test's bound"; 2026-11-27: `scripts/bench_tools.py
+# The test's own sweep (docs/results.md "With tools", "The tools test's bound"; 2026-11-27: `scripts/bench/bench_tools.py
 # --seeds 1 --grpo-seeds 4 --steps 30 --jobs 2 lr_schedule=constant`, the committed warm start): by step 15 (the
 # half-way eval) the held-out accuracy gained +86.5 to +91.0 points and the held-out tool use +86 to +91.5 over the
 # 4 GRPO seeds (from 5.5% and 6%). The test asks for half the least of either; without tools no run answered a
@@ -499,7 +499,7 @@ def test_the_committed_tool_model_copies_a_tool_output_of_either_length():
 
 @pytest.mark.slow
 def test_probe_tool_copy_names_a_bad_model_directory_before_probing_any(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "probe_tool_copy.py"), TOOL_MODEL, str(tmp_path)],
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench" / "probe_tool_copy.py"), TOOL_MODEL, str(tmp_path)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "no config.json" in r.stderr, r.stderr
     assert TOOL_MODEL not in r.stdout  # the good directory was not probed first

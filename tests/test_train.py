@@ -63,7 +63,7 @@ def test_resume_continues_exactly(warm_model_dir, tmp_path):
 
 
 # The learning test's bound, from the sweep in docs/results.md "The learning test's bound" (2026-11-27:
-# `scripts/bench_learning.py --grpo-seeds 6 --jobs 2 --out runs/bl-test300` with this test's overrides, steps=300 and
+# `scripts/bench/bench_learning.py --grpo-seeds 6 --jobs 2 --out runs/bl-test300` with this test's overrides, steps=300 and
 # eval_every=50): from the committed model, 6 GRPO seeds, the held-out gain at step 200 was +16.8 to +22.2 points
 # (mean +18.5, sd 2.0) and the train reward's last 20 steps over its first 20 +13.2 to +20.6 (mean +15.4, sd 3.1).
 # Each assert asks for half the least of the 6: another CPU's kernels move the trajectory the way another seed does,

@@ -144,7 +144,7 @@ def test_worked_answers_are_right_in_text_and_as_code():
 
 
 def test_the_no_tools_arm_sees_the_same_prompt_as_the_tools_arm(tmp_path):
-    """scripts/bench_tools.py's comparison arm changes only whether code runs: the prompt token ids are equal."""
+    """scripts/bench/bench_tools.py's comparison arm changes only whether code runs: the prompt token ids are equal."""
     import sys
     from pathlib import Path
 
@@ -152,7 +152,7 @@ def test_the_no_tools_arm_sees_the_same_prompt_as_the_tools_arm(tmp_path):
     from nanogrpo.rollout import encode_prompts
 
     root = Path(__file__).parent.parent
-    sys.path.insert(0, str(root / "scripts"))
+    sys.path.insert(0, str(root / "scripts" / "bench"))
     import bench_tools
 
     class Tok:  # renders the messages so that any difference in the prompt shows
@@ -174,7 +174,7 @@ def test_the_no_tools_arm_sees_the_same_prompt_as_the_tools_arm(tmp_path):
 
 @pytest.mark.slow
 def test_smollm2_tools_warm_start_script_end_to_end_on_the_tiny_chat_model(tiny_model_dir, tmp_path):
-    """scripts/smollm2_tools_warm_start.py: rows -> sft.py (the real tool loop in its evals) -> OUT holds a model
+    """scripts/models/smollm2_tools_warm_start.py: rows -> sft.py (the real tool loop in its evals) -> OUT holds a model
     that loads, trained (weights changed), the rows it saw and warm_start.json; a missing model is named first."""
     import json
     import shutil
@@ -187,7 +187,7 @@ def test_smollm2_tools_warm_start_script_end_to_end_on_the_tiny_chat_model(tiny_
     from nanogrpo import model as M
 
     root = Path(__file__).parent.parent
-    script = [sys.executable, str(root / "scripts" / "smollm2_tools_warm_start.py")]
+    script = [sys.executable, str(root / "scripts" / "models" / "smollm2_tools_warm_start.py")]
     missing = subprocess.run([*script, "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "x")],
                              capture_output=True, text=True, cwd=root)
     assert missing.returncode != 0 and "no model at" in missing.stderr and not (tmp_path / "x").exists()

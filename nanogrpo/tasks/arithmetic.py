@@ -1,6 +1,6 @@
 """The built-in task "arithmetic": 3-digit addition with a held-out split ("347+589=" -> "936").
 
-It needs no files: it is what the tiny CPU model is warm-started on (scripts/tiny.py) and what the
+It needs no files: it is what the tiny CPU model is warm-started on (scripts/models/tiny.py) and what the
 default GRPO run trains on.
 """
 

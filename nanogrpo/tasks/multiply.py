@@ -13,7 +13,7 @@ it can write the product as code and copy what the sandbox prints:
 
 The scored answer is the text after the last tool output (Completion.answer_text), compared
 exactly (its verifier: exact). `warm_start_rows` are the supervised rows of the tool model's warm
-start (scripts/build_tiny_model.py --tools: an sft.py run): most answer directly (and are wrong for the model, which
+start (scripts/models/build_tiny_model.py --tools: an sft.py run): most answer directly (and are wrong for the model, which
 cannot learn the products), `tool_frac` of them show the tool format once, so GRPO starts from a
 model that calls the tool now and then and must learn that calling it pays.
 
@@ -68,7 +68,7 @@ def warm_start_rows(n: int, seed: int, tool_frac: float, tool_cfg) -> list[dict]
     The tool rows are half 9-digit and half 10-digit products (drawn uniformly, 85% have 10 digits). A warm
     start on uniform rows learned to copy the tool's output by position, right only for 10 digits: no 9-digit
     product was ever right, so GRPO had nothing to learn from there and every run ended at 85%
-    (docs/results.md "With tools"; scripts/probe_tool_copy.py measures the copy)."""
+    (docs/results.md "With tools"; scripts/bench/probe_tool_copy.py measures the copy)."""
     rng = random.Random(f"multiply-warm-{seed}")
     rows = multiply_rows("train", n, seed=10_000 + seed)
     by_digits = {d: [r for r in rows if len(r["answer"]) == d] for d in (9, 10)}

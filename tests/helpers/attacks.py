@@ -1,5 +1,5 @@
 """Every attack program the tests run against the sandbox, in one place (tests/test_sandbox*.py,
-tests/test_judge*.py and scripts/redteam.py all read it).
+tests/test_judge*.py and scripts/bench/redteam.py all read it).
 
 An `Attack` is one or more programs run in turn on ONE slot (a fresh job each, as the trainer does);
 `escaped(verdicts)` says whether the attack got what it wanted (host memory pinned, data carried from
@@ -1005,7 +1005,7 @@ def meminfo() -> dict:
     return got
 
 
-# -- tool sessions (nanogrpo/tools.py; tests/test_tools.py, scripts/redteam.py --kind tools) -------
+# -- tool sessions (nanogrpo/tools.py; tests/test_tools.py, scripts/bench/redteam.py --kind tools) -------
 # What a cell does to the session around it: the model must be shown exactly what happened.
 SET_ORDER = "s = {'apple', 'banana', 'cherry', 'damson', 'elder', 'fig', 'grape', 'hawthorn'}\nprint(list(s))"
 EXIT_CELLS = {
@@ -1075,7 +1075,7 @@ TOOL_CASES = [
 
 # ---- text a policy writes to stall the trainer's reward code or to be paid for a wrong answer (answer.py) ----
 # (name, reward, completion, gold, the score it must get, seconds it may take). They run in the trainer's own
-# process, no sandbox: scripts/redteam.py --kind reward; tests/test_reward_answers.py holds them and more.
+# process, no sandbox: scripts/bench/redteam.py --kind reward; tests/test_reward_answers.py holds them and more.
 THINK_DRAFT = "<think>maybe \\boxed{204}</think> The answer is 205."
 REWARD_ATTACKS = [
     ("number: 4,000 spaces and a letter in a box", "number", "\\boxed{42" + " " * 4000 + "x}", "42", 0.0, 1.0),

@@ -3,7 +3,7 @@ output's way, a tampered checkpoint, a bad input that must be named, work that m
 one-node torchrun job listens on.
 
 Each `Case` runs train.py / sft.py / eval.py (or a few lines of Python) as a subprocess in `root`, a checkout: this
-one, or an older one for a before/after table (`python scripts/redteam.py --kind hardening --root DIR`), and says what
+one, or an older one for a before/after table (`python scripts/bench/redteam.py --kind hardening --root DIR`), and says what
 happened and whether the input got past the guard ("escaped"): a traceback or an exit 0 where a named error belongs
 (`error: ...`, exit 2, before any step), a user's file changed, a resume from a damaged checkpoint, a weight saved
 non-finite, work past its bound, a socket of the job on an address other than 127.0.0.1. The tests check the same

@@ -1,6 +1,6 @@
 """Stale-sampler faults, injected into the PyTorch sampler by monkeypatching it (nothing raises): each one
 makes the sampler generate from other weights, another dtype or other settings than the trainer asked for.
-tests/test_stale_sampler.py and scripts/bench_stale_sampler.py run them.
+tests/test_stale_sampler.py and scripts/bench/bench_stale_sampler.py run them.
 
 `inject(mp, name, onset)`: the fault hits the rollouts of step `onset` (1-based) and every later step. A fault
 in sync_weights starts with the sync after step onset - 1 (the first sync follows step 1, so onset >= 2).

@@ -1,7 +1,7 @@
 """What exact_logprobs costs: the default run with it off and on, side by side, in one script run.
 
-    python scripts/bench_exact_logprobs.py                        # 6 rounds x (off, on), 100 steps each
-    python scripts/bench_exact_logprobs.py --rounds 2 --steps 300 key=value ...   (overrides go to train.py)
+    python scripts/bench/bench_exact_logprobs.py                        # 6 rounds x (off, on), 100 steps each
+    python scripts/bench/bench_exact_logprobs.py --rounds 2 --steps 300 key=value ...   (overrides go to train.py)
 
 Each run is `train.py configs/tiny_arithmetic.toml steps=N eval_every=0 save_final=false exact_logprobs=...` (the
 committed model, seed 0) in a subprocess, one at a time; the two arms alternate (off, on, off, on, ...), so that a

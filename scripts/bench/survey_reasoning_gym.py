@@ -1,6 +1,6 @@
 """Which Reasoning Gym tasks can GRPO move on a small model? pass@1 and pass@k per task on a fixed held-out set.
 
-    python scripts/survey_reasoning_gym.py --model DIR [--problems 16] [--n 8] [--max-new-tokens 32]
+    python scripts/bench/survey_reasoning_gym.py --model DIR [--problems 16] [--n 8] [--max-new-tokens 32]
         [--temperature 1.0] [--system-prompt direct] [--tasks "SPEC;SPEC"] [--out runs/rg-survey.jsonl]
 
 GRPO learns from groups that hold both right and wrong answers: a task where pass@k (k = --n samples per problem) is
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import torch  # noqa: E402
 
@@ -109,7 +109,7 @@ def table(results: list[dict], n: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="Hugging Face model directory (SmolLM2-135M-Instruct: "
-                    "scripts/smollm2_to_hf.py)")
+                    "scripts/models/smollm2_to_hf.py)")
     ap.add_argument("--problems", type=int, default=16, help="held-out problems per task")
     ap.add_argument("--n", type=int, default=8, help="samples per problem (pass@1 and pass@n)")
     ap.add_argument("--max-new-tokens", type=int, default=32)

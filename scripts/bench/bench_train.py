@@ -1,7 +1,7 @@
 """Policy-update throughput and memory: nanogrpo against TRL's GRPOTrainer loss path, one run, same work.
 
-    python scripts/bench_train.py                                   # CPU: tiny + SmolLM2-135M shapes, memory
-    python scripts/bench_train.py --models qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-7b --device cuda   # GPU table
+    python scripts/bench/bench_train.py                                   # CPU: tiny + SmolLM2-135M shapes, memory
+    python scripts/bench/bench_train.py --models qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-7b --device cuda   # GPU table
 
 The update phase is what a GRPO step does after sampling and rewards: log-probs of every completion,
 the loss, backward, clip, optimizer step (mu = 1, beta = 0: no old / reference forward on either side).
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 # Model shapes (random init). SmolLM2-135M and Qwen2.5 numbers are those of their published configs.

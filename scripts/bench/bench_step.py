@@ -1,8 +1,8 @@
 """A recipe's GRPO step, phase by phase, for several variants side by side in one run.
 
-    python scripts/bench_step.py configs/tiny_arithmetic.toml "torch: sampler=torch" "vllm: sampler=vllm"
-    python scripts/bench_step.py configs/tiny_arithmetic.toml "after:" "before@/tmp/before:" --steps 40
-    python scripts/bench_step.py configs/word_problems_smollm2_tools.toml "torch: sampler=torch" "vllm:" --steps 4
+    python scripts/bench/bench_step.py configs/tiny_arithmetic.toml "torch: sampler=torch" "vllm: sampler=vllm"
+    python scripts/bench/bench_step.py configs/tiny_arithmetic.toml "after:" "before@/tmp/before:" --steps 40
+    python scripts/bench/bench_step.py configs/word_problems_smollm2_tools.toml "torch: sampler=torch" "vllm:" --steps 4
 
 A variant is `NAME[@DIR]: key=value ...`: train.py's overrides, run in this checkout or in DIR (another checkout, e.g.
 `git worktree add /tmp/before <commit>`: the before of a before/after). Every variant runs `train.py CONFIG
@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_learning import read_metrics  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 PHASES = ("time_generate", "time_reward", "time_train", "time_sync", "time_step")
 

@@ -3,7 +3,7 @@
 Nothing here touches the network: the tokenizer is trained on a small generated corpus and the model is
 initialised at random. The default run's model (models/tiny-arithmetic, committed so that every machine
 starts from the same bytes) is that random model after a supervised warm start, an ordinary sft.py run
-(scripts/build_tiny_model.py, configs/tiny_warm_start.toml) on `curriculum_rows` (below), stopped while it
+(scripts/models/build_tiny_model.py, configs/tiny_warm_start.toml) on `curriculum_rows` (below), stopped while it
 still makes carry mistakes so that GRPO starts from a low but non-zero held-out accuracy.
 `evaluate_accuracy` measures accuracy with a plain KV-cache decoding loop independent of nanogrpo.sampler.
 

@@ -1,10 +1,10 @@
 """The sampler's calibration check (`max_sample_z`, nanogrpo/parity.py's SampleGate): false alarms, detection, cost.
 
-    OMP_NUM_THREADS=1 python scripts/bench_sample_z.py clean --runs default:0,default:1,default:2 --jobs 2
-    OMP_NUM_THREADS=1 python scripts/bench_sample_z.py clean --runs tools,smollm2 --steps 40
-    OMP_NUM_THREADS=1 python scripts/bench_sample_z.py faults --steps 30 --onsets 1,750
-    OMP_NUM_THREADS=1 python scripts/bench_sample_z.py cost --steps 100 --rounds 3
-    python scripts/bench_sample_z.py selection --steps 20 --runs-per-setting 500
+    OMP_NUM_THREADS=1 python scripts/bench/bench_sample_z.py clean --runs default:0,default:1,default:2 --jobs 2
+    OMP_NUM_THREADS=1 python scripts/bench/bench_sample_z.py clean --runs tools,smollm2 --steps 40
+    OMP_NUM_THREADS=1 python scripts/bench/bench_sample_z.py faults --steps 30 --onsets 1,750
+    OMP_NUM_THREADS=1 python scripts/bench/bench_sample_z.py cost --steps 100 --rounds 3
+    python scripts/bench/bench_sample_z.py selection --steps 20 --runs-per-setting 500
 
 clean: each run is `train.py RECIPE` with the check at its default (a stop is a false alarm), in a subprocess; one row
 per run: the steps it ran, whether the check stopped it, the mean and spread of `sample_z`, its largest |value| and
@@ -40,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from nanogrpo import config as C  # noqa: E402
@@ -229,7 +229,7 @@ def main() -> None:
     ap.add_argument("--runs-per-setting", dest="sim_runs", type=int, default=500, help="selection: simulated runs")
     ap.add_argument("--jobs", type=int, default=1, help="clean: runs at a time")
     ap.add_argument("--smollm2", default=str(ROOT / ".cache" / "smollm2-135m-instruct"),
-                    help="clean: the SmolLM2-135M-Instruct directory (scripts/smollm2_to_hf.py makes it)")
+                    help="clean: the SmolLM2-135M-Instruct directory (scripts/models/smollm2_to_hf.py makes it)")
     ap.add_argument("--out", default=str(ROOT / "runs" / "bench-sample-z"))
     args, args.extra = ap.parse_known_args()  # key=value: train.py overrides for every run
     if args.what != "clean":

@@ -1,6 +1,6 @@
 """What a reader reads to follow one default training step, counted honestly: the whole loop.
 
-    python scripts/reading_path.py [key=value ...]
+    python scripts/bench/reading_path.py [key=value ...]
 
 Runs the default run for one step (steps=1) with its evaluation and its final save on, as the default run makes
 them at its end (only eval_size is cut, to save time: the same code runs), in a temporary directory, under
@@ -34,7 +34,7 @@ import textwrap
 import threading
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import train  # noqa: E402

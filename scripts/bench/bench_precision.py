@@ -1,8 +1,8 @@
 """The default recipe in fp32, bf16 and fp16 (trainer and sampler), several GRPO seeds each: does it learn, and
 how far apart are the sampler's and the trainer's log-probs?
 
-    python scripts/bench_precision.py                                   # 3 dtypes x 3 seeds, 500 steps each
-    python scripts/bench_precision.py --steps 1500 --seeds 5 --jobs 2   # more; key=value ... goes to train.py
+    python scripts/bench/bench_precision.py                                   # 3 dtypes x 3 seeds, 500 steps each
+    python scripts/bench/bench_precision.py --steps 1500 --seeds 5 --jobs 2   # more; key=value ... goes to train.py
 
 Each run is `train.py configs/tiny_arithmetic.toml dtype=D seed=S steps=N eval_every=N save_final=false` in a
 subprocess (the committed model; with fewer steps than the recipe's 1500 the cosine schedule is the recipe's,

@@ -1,9 +1,9 @@
 """Can a tool model copy the tool's output? Held-out products fed the tool transcript up to the answer, by length.
 
-    python scripts/probe_tool_copy.py models/tiny-multiply-tools runs/bench-tools/warm-start-1 ...
+    python scripts/bench/probe_tool_copy.py models/tiny-multiply-tools runs/bench-tools/warm-start-1 ...
 
 For each of the 200 held-out products of the built-in `multiply` task (the held-out set train.py and
-scripts/bench_tools.py score), the model is given the prompt, the code and the tool's real output
+scripts/bench/bench_tools.py score), the model is given the prompt, the code and the tool's real output
 (`nanogrpo/tasks/multiply.py: tool_transcript`, exactly as a rollout shows them) and decodes the answer
 greedily. It isolates the copy from the decision to call the tool: a model that copies by position and not
 by content gets every 10-digit product right and no 9-digit one. Prints one row per model: right answers
@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def probe(model_dir: str, n: int = 200) -> tuple[dict[int, list[int]], list[tuple[str, str]]]:

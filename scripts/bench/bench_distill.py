@@ -1,6 +1,6 @@
 """The distillation loop closed on CPU: generate -> keep the verified traces -> SFT -> held-out accuracy.
 
-    OMP_NUM_THREADS=2 python scripts/bench_distill.py [--model .cache/smollm2-135m-instruct] [--problems 200]
+    OMP_NUM_THREADS=2 python scripts/bench/bench_distill.py [--model .cache/smollm2-135m-instruct] [--problems 200]
         [--n 8] [--sft-seeds 0,1] [--epochs 2] [--lr 2e-5] [--out runs/bench-distill]
 
 Rejection-sampling fine-tuning, as open-r1 builds its SFT data, but with the model as its own teacher:
@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from nanogrpo import tasks  # noqa: E402

@@ -1,11 +1,11 @@
 """Build the tiny CPU models: BPE tokenizer + random 4-layer Qwen2, then a supervised warm start that is an
 ordinary sft.py run (configs/tiny_warm_start.toml; --tools: configs/tiny_tools_warm_start.toml).
 
-    python scripts/build_tiny_model.py --out runs/tiny [--seed 0] [--steps 3000] [--target-acc 0.15]
-    python scripts/build_tiny_model.py --out models/tiny-arithmetic    # rebuild the committed default, on purpose
-    python scripts/build_tiny_model.py --tools --out models/tiny-multiply-tools   # the tool task's model
+    python scripts/models/build_tiny_model.py --out runs/tiny [--seed 0] [--steps 3000] [--target-acc 0.15]
+    python scripts/models/build_tiny_model.py --out models/tiny-arithmetic    # rebuild the committed default, on purpose
+    python scripts/models/build_tiny_model.py --tools --out models/tiny-multiply-tools   # the tool task's model
 
-Steps: the random model (scripts/tiny.py) and its rows go to OUT.build/ (the warm-start rows, and the
+Steps: the random model (scripts/models/tiny.py) and its rows go to OUT.build/ (the warm-start rows, and the
 train-split validation rows the stop measures: never a held-out problem); `sft.py CONFIG model=... task=...
 eval_task=... sft_stop_accuracy=TARGET` trains until the sampled (T=1) validation accuracy reaches the target
 (0 or less: all --steps). A run that misses it is followed by another from the same random model, the rows in
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 ROWS = {False: 3000 * 64, True: 1500 * 64}  # warm-start rows (arithmetic, tools): what the models were built from

@@ -1,6 +1,6 @@
 """The Reasoning Gym verdict on hostile text: seconds per completion of about 1 MB (nanogrpo/tasks/reasoning_gym.py).
 
-    python scripts/bench_rg_verdict.py
+    python scripts/bench/bench_rg_verdict.py
 
 Each completion is judged alone through the trainer's entry (rewards.judge), the scorer workers already started:
 a linear extraction, an over-long answer refused unread, an answer that never finishes stopped at the timeout.
@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from nanogrpo import rewards  # noqa: E402
 from nanogrpo.tasks import reasoning_gym as rg  # noqa: E402

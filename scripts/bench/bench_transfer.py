@@ -1,8 +1,8 @@
 """Transfer: what GRPO on one task does to the others. eval.py on each model, the results side by side.
 
-    python scripts/bench_transfer.py --out runs/transfer-gsm8k --model start=runs/smollm2-rg-format \
+    python scripts/bench/bench_transfer.py --out runs/transfer-gsm8k --model start=runs/smollm2-rg-format \
         --model aiw=runs/rg-aiw/ws0-g0/checkpoints/step_000015  --tasks gsm8k --limit 200 --max-new-tokens 512
-    python scripts/bench_transfer.py --out runs/transfer-rg --model ... \
+    python scripts/bench/bench_transfer.py --out runs/transfer-rg --model ... \
         --tasks "reasoning_gym:aiw(system_prompt=direct, max_entities=3),reasoning_gym:letter_counting(...)"
 
 Each model is one `eval.py --model DIR --out OUT/NAME.json` with the arguments after the script's own (--tasks,
@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cell(task: dict) -> str:

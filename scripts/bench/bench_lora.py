@@ -1,6 +1,6 @@
 """LoRA against full fine-tuning on the same recipe: optimizer memory, step time, held-out accuracy.
 
-    OMP_NUM_THREADS=1 nice -n 19 python scripts/bench_lora.py [--steps 6] [--eval-size 50] [--modes full,lora]
+    OMP_NUM_THREADS=1 nice -n 19 python scripts/bench/bench_lora.py [--steps 6] [--eval-size 50] [--modes full,lora]
 
 For each mode it runs `train.py CONFIG` (default configs/word_problems_smollm2.toml, SmolLM2-135M-Instruct:
 see docs/eval.md for the conversion) for the same number of steps, with a held-out eval at the start
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from nanogrpo import config as C  # noqa: E402

@@ -1,9 +1,9 @@
 """Peak memory and time of one GRPO update for a config, over micro-batch layouts and activation checkpointing.
 
-    python scripts/bench_memory.py configs/word_problems_smollm2.toml               # the grid below
-    python scripts/bench_memory.py configs/tiny_arithmetic.toml --grid micro_batch_size=32,128
-    python scripts/bench_memory.py CONFIG key=value ... --grid KEY=V1,V2 --grid KEY2=V1,V2 --steps 3 --json out.json
-    python scripts/bench_memory.py CONFIG --grid micro_batch_tokens=4096 --profile 20   # + the 20 ops taking most time
+    python scripts/bench/bench_memory.py configs/word_problems_smollm2.toml               # the grid below
+    python scripts/bench/bench_memory.py configs/tiny_arithmetic.toml --grid micro_batch_size=32,128
+    python scripts/bench/bench_memory.py CONFIG key=value ... --grid KEY=V1,V2 --grid KEY2=V1,V2 --steps 3 --json out.json
+    python scripts/bench/bench_memory.py CONFIG --grid micro_batch_tokens=4096 --profile 20   # + the 20 ops taking most time
 
 Each point of the grid (every combination of the --grid values; default: padded and packed micro-batches,
 activation checkpointing off and on) runs in a fresh process, because peak RSS is a process's high-water
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if "--worker" not in sys.argv:  # a worker imports the trainer from its PYTHONPATH (--repo)
     sys.path.insert(0, str(ROOT))
 

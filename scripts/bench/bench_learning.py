@@ -1,14 +1,14 @@
 """Does the default GRPO run learn, from every warm start and every seed? One row per run, then mean / min / std.
 
-    python scripts/bench_learning.py                              # the default run once (committed model, seed 0)
-    python scripts/bench_learning.py --seeds 5 --grpo-seeds 2     # the sweep: 5 warm starts x 2 GRPO seeds
-    python scripts/bench_learning.py --nproc 2                    # each run under torchrun, 2 ranks (gloo)
-    python scripts/bench_learning.py --seeds 5 --plot docs/reward_curve.png  key=value ...  (overrides go to train.py)
-    python scripts/bench_learning.py --config configs/rg_letter_counting.toml --model DIR --grpo-seeds 3
+    python scripts/bench/bench_learning.py                              # the default run once (committed model, seed 0)
+    python scripts/bench/bench_learning.py --seeds 5 --grpo-seeds 2     # the sweep: 5 warm starts x 2 GRPO seeds
+    python scripts/bench/bench_learning.py --nproc 2                    # each run under torchrun, 2 ranks (gloo)
+    python scripts/bench/bench_learning.py --seeds 5 --plot docs/reward_curve.png  key=value ...  (overrides go to train.py)
+    python scripts/bench/bench_learning.py --config configs/rg_letter_counting.toml --model DIR --grpo-seeds 3
         [--first-seed 100] [--target 0.2]        # another recipe and its model, GRPO seeds 100..102
 
 Warm start 0 is the committed default model (models/tiny-arithmetic); warm starts 1..N-1 are built here by
-`scripts/build_tiny_model.py --seed S` (the same recipe on this machine's kernels, so the sweep also says whether
+`scripts/models/build_tiny_model.py --seed S` (the same recipe on this machine's kernels, so the sweep also says whether
 the recipe learns from starts it was not tuned on). Each run is `train.py CONFIG model=... seed=G` (CONFIG:
 --config, default configs/tiny_arithmetic.toml; with --model, that model and no warm starts) in a subprocess (1
 and N ranks take the same path), `--jobs` of them at a time with the cores split between them; its log is
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = ROOT / "models" / "tiny-arithmetic"
 sys.path.insert(0, str(ROOT))
 TARGET_GAIN = 0.30  # the bar: every run gains at least +30 held-out points within 10 minutes
@@ -40,14 +40,14 @@ TARGET_GAIN = 0.30  # the bar: every run gains at least +30 held-out points with
 def warm_start(seed: int, out: Path, threads: int, committed: Path = DEFAULT_MODEL, build_args: tuple = (),
                quiet: bool = False) -> Path:
     """The warm-started model for this seed: the committed one for 0, else built here by
-    scripts/build_tiny_model.py [build_args] (kept for re-use). scripts/bench_tools.py uses it too."""
+    scripts/models/build_tiny_model.py [build_args] (kept for re-use). scripts/bench/bench_tools.py uses it too."""
     if seed == 0:
         return committed
     path = out / f"warm-start-{seed}"
     if not (path / "warm_start.json").is_file():  # written last: a build that was cut off is redone
         print(f"building warm start {seed} -> {path}", flush=True)
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "build_tiny_model.py"), *build_args, "--out", str(path),
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "models" / "build_tiny_model.py"), *build_args, "--out", str(path),
                         "--seed", str(seed)], check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL if quiet else None)
     return path
 

@@ -1,10 +1,10 @@
 """The answer judge's labelled corpus (data/judge/corpus.jsonl): write it, and score the judge on it.
 
-    python scripts/judge_corpus.py                    # score: the confusion table per class and per reward
-    python scripts/judge_corpus.py --write            # regenerate data/judge/corpus.jsonl (deterministic)
-    python scripts/judge_corpus.py --qwen DIR         # also Qwen2.5-Math's grader, from a local checkout of
+    python scripts/bench/judge_corpus.py                    # score: the confusion table per class and per reward
+    python scripts/bench/judge_corpus.py --write            # regenerate data/judge/corpus.jsonl (deterministic)
+    python scripts/bench/judge_corpus.py --qwen DIR         # also Qwen2.5-Math's grader, from a local checkout of
                                                       # QwenLM/Qwen2.5-Math (its evaluation/ folder; not shipped)
-    python scripts/judge_corpus.py --port-math-verify DIR   # re-port Math-Verify's test cases from a checkout's tests/
+    python scripts/bench/judge_corpus.py --port-math-verify DIR   # re-port Math-Verify's test cases from a checkout's tests/
 
 A row is {"class", "reward" ("math" | "number"), "answer" (the completion), "gold", "label" (1 right, 0 wrong),
 "source"}; Math-Verify's own cases also carry "mv_expected" (its test's expectation) and, where the label differs
@@ -29,7 +29,7 @@ from collections import defaultdict
 from fractions import Fraction
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 CORPUS = ROOT / "data" / "judge" / "corpus.jsonl"
 MV_CASES = ROOT / "data" / "judge" / "math_verify_cases.jsonl"

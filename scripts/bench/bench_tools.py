@@ -1,13 +1,13 @@
 """Does GRPO learn to use the tool? A tool recipe with and without tools, over warm starts and GRPO seeds.
 
-    python scripts/bench_tools.py --seeds 3 --grpo-seeds 1 --steps 100    # 3 warm starts x 1 GRPO seed x 2 arms
-    python scripts/bench_tools.py --seeds 3 --jobs 2 key=value ...        # overrides go to train.py
-    python scripts/bench_tools.py --task word_problems --seeds 1 --grpo-seeds 3 --jobs 2   # SmolLM2
+    python scripts/bench/bench_tools.py --seeds 3 --grpo-seeds 1 --steps 100    # 3 warm starts x 1 GRPO seed x 2 arms
+    python scripts/bench/bench_tools.py --seeds 3 --jobs 2 key=value ...        # overrides go to train.py
+    python scripts/bench/bench_tools.py --task word_problems --seeds 1 --grpo-seeds 3 --jobs 2   # SmolLM2
 
 --task multiply (default): the tiny model on 5-digit products, configs/multiply_tools.toml. Warm start 0 is the
-committed model (models/tiny-multiply-tools); 1..N-1 are built here by `scripts/build_tiny_model.py --tools --seed S`.
+committed model (models/tiny-multiply-tools); 1..N-1 are built here by `scripts/models/build_tiny_model.py --tools --seed S`.
 --task word_problems: SmolLM2-135M-Instruct on "word_problems_large", configs/word_problems_smollm2_tools.toml; warm
-start S is built here by `scripts/smollm2_tools_warm_start.py --seed S` (kept in OUT/warm-start-S for re-use).
+start S is built here by `scripts/models/smollm2_tools_warm_start.py --seed S` (kept in OUT/warm-start-S for re-use).
 
 Each run is `train.py CONFIG model=... seed=G tools=true|false` in a subprocess (log: OUT/ws{S}-g{G}-{arm}.log).
 Held-out accuracy is greedy, on the recipe's 200 held-out problems, which no training row or warm start
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_learning  # noqa: E402
 from bench_learning import read_metrics  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 DEFAULT_MODEL = ROOT / "models" / "tiny-multiply-tools"
 CONFIGS = {"multiply": ROOT / "configs" / "multiply_tools.toml",
@@ -44,7 +44,7 @@ def warm_start(task: str, seed: int, out: Path, threads: int) -> Path:
     if not (path / "warm_start.json").is_file():  # written last: a build that was cut off is redone
         print(f"building warm start {seed} -> {path}", flush=True)
         with open(out / f"warm-start-{seed}.log", "w") as log:
-            subprocess.run([sys.executable, str(ROOT / "scripts" / "smollm2_tools_warm_start.py"), "--out", str(path),
+            subprocess.run([sys.executable, str(ROOT / "scripts" / "models" / "smollm2_tools_warm_start.py"), "--out", str(path),
                             "--seed", str(seed)], check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                            env={**os.environ, "OMP_NUM_THREADS": str(threads)})
     return path

@@ -1,7 +1,7 @@
 """The warm start of the SmolLM2 tool recipe: worked answers to word problems, some with the tool, then sft.py.
 
-    python scripts/smollm2_tools_warm_start.py                      # -> .cache/smollm2-135m-tools
-    python scripts/smollm2_tools_warm_start.py --out DIR --seed 1 --tool-frac 0.3 [key=value ...]
+    python scripts/models/smollm2_tools_warm_start.py                      # -> .cache/smollm2-135m-tools
+    python scripts/models/smollm2_tools_warm_start.py --out DIR --seed 1 --tool-frac 0.3 [key=value ...]
 
 1. Rows: `--rows` train instances of "word_problems_large" (nanogrpo/tasks/word_problems.py warm_start_rows), a
    `--tool-frac` share answered with the tool (the expression as code, its output as unscored context, the final
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 RECIPE = ROOT / "configs" / "smollm2_tools_warm_start.toml"
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")  # and every tokenizer file
@@ -33,7 +33,7 @@ def build(out: Path, model: str, seed: int, rows: int, tool_frac: float, overrid
     from nanogrpo.tools import ToolConfig
 
     if not (Path(model) / "config.json").is_file():
-        sys.exit(f"no model at {model}: convert SmolLM2 first (python scripts/smollm2_to_hf.py)")
+        sys.exit(f"no model at {model}: convert SmolLM2 first (python scripts/models/smollm2_to_hf.py)")
     cfg = C.load([str(RECIPE), f"model={model}", *overrides])  # bad keys fail here, before any compute
     made = warm_start_rows(rows, seed, tool_frac, ToolConfig.from_config(cfg))
     info = sft_to_model(made, RECIPE, out, model, seed, overrides)

@@ -1,6 +1,6 @@
 """Checkpoint save and resume times (what the checkpoints' SHA-256 hashes cost): a table per model.
 
-    python scripts/bench_checkpoint.py [--model DIR ...] [--repeats 3]
+    python scripts/bench/bench_checkpoint.py [--model DIR ...] [--repeats 3]
 
 For each model: the policy and AdamW after one step (the moments exist, as in a run), then `checkpoint.save` (weights,
 optimizer shards, trainer state, the manifest with each file's size and hash) and the resume a run makes
@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import torch  # noqa: E402
 

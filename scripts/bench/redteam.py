@@ -1,7 +1,7 @@
 """Run every attack program the tests keep (tests/helpers/attacks.py) against the local sandbox and print
 a table: attacks tried, rejected, escapes, and host Shmem / MemAvailable before and after.
 
-    python scripts/redteam.py [--kind memory|leak|channel|isolation|judge|correct|reward] [--details]
+    python scripts/bench/redteam.py [--kind memory|leak|channel|isolation|judge|correct|reward] [--details]
 
 `reward` attacks are text for the trainer's own reward code (attacks.REWARD_ATTACKS: no sandbox, no
 bubblewrap needed): an escape is a score other than the one they must get, or a call past its time bound.
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
 from helpers.attacks import ATTACKS, meminfo, out, too_slow  # noqa: E402

@@ -1,6 +1,6 @@
 """Stale-sampler faults against the default run: when each is caught, and named as what.
 
-    OMP_NUM_THREADS=1 python scripts/bench_stale_sampler.py [--steps 40] [--late 21] [--faults "no-op sync,top-p"]
+    OMP_NUM_THREADS=1 python scripts/bench/bench_stale_sampler.py [--steps 40] [--late 21] [--faults "no-op sync,top-p"]
 
 Each fault of tests/helpers/sampler_faults.py is injected into the PyTorch sampler (monkeypatched, nothing
 raises) in the default recipe (`train.py` with no arguments but `steps`, `eval_every=0`, `save_final=false`), in
@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import pytest  # noqa: E402  (its MonkeyPatch undoes each injection)
