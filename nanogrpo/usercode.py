@@ -1,15 +1,20 @@
 """A user's own code, named in the config as `PATH.py:NAME` (`task`, `eval_task`, `rewards`; eval.py's `--tasks`).
 
 The file is imported when the config loads, once per process (again when it changed), as a module of its own; a
-file that is missing, does not import or has no NAME is a ConfigError naming the key, before any model is loaded.
+file that is missing, does not import (an exception, a `sys.exit()`, a KeyboardInterrupt it raises: `contained`),
+has no NAME, or whose NAME is a class, is a ConfigError naming the key, before any model is loaded.
 It runs with the trainer's rights, as a training script would: it is the user's code, not the model's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import signal
 import sys
+import threading
+import traceback
 from pathlib import Path
 
 from nanogrpo import ConfigError
@@ -38,11 +43,65 @@ def load(spec: str, key: str):
         module = importlib.util.module_from_spec(found)
         sys.modules[module_name] = module  # dataclasses and pickling look their module up there
         try:
-            found.loader.exec_module(module)
-        except Exception as e:
-            del sys.modules[module_name]
-            raise ConfigError(f"config key '{key}': importing {path} failed: {type(e).__name__}: {e}") from e
+            with contained(f"config key '{key}': importing {path} failed", file=file):
+                found.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(module_name, None)  # a file that failed is imported again next time, never half-run
+            raise
     if not hasattr(module, name):
         defined = [n for n in vars(module) if not n.startswith("_")]
         raise ConfigError(f"config key '{key}': {path} has no {name!r} (it defines {', '.join(defined) or 'nothing'})")
-    return getattr(module, name)
+    obj = getattr(module, name)
+    if isinstance(obj, type):  # calling it makes an instance, never rows or a reward's values: named here
+        wants = ("a function (completions, **columns) -> values" if key == "rewards" else
+                 "a Task, a function rows(split, n, seed), or a list of rows (docs/data.md)")
+        raise ConfigError(f"config key '{key}': {spec} is a class (class {obj.__name__}); the config names {wants}, "
+                          f"not a class: name an instance of it (for example `{name.lower()} = {obj.__name__}(...)` "
+                          "in the file) or a function")
+    return obj
+
+
+@contextlib.contextmanager
+def contained(what: str, error: type[Exception] = ConfigError, file: Path | None = None):
+    """Runs a user's code (`with contained("config key 'task': importing x.py"):`): whatever it raises, or exits with,
+    is `error` naming `what` and what happened: an exception, a `sys.exit()` / `exit()` (SystemExit, which would end
+    the run with its code and nothing said), a KeyboardInterrupt the code raises itself. Except the signal the run
+    itself answers: a Ctrl-C (SIGINT) that really arrives while the code runs still stops the process as it does
+    anywhere else (the stop signals of config key `stop_signal` only note themselves: checkpoint.StopSignals).
+    `file`: the user's file, whose last line in the traceback is named."""
+    received = []
+    previous = None
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        def note(signum, frame):
+            received.append(signum)
+            signal.default_int_handler(signum, frame)
+
+        previous = signal.signal(signal.SIGINT, note)
+    try:
+        yield
+    except BaseException as e:
+        if received and isinstance(e, KeyboardInterrupt):
+            raise  # a real Ctrl-C: the user stops the run
+        raise error(f"{what}: {happened(e, importing=file is not None)}{_where(e, file)}") from e
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def happened(e: BaseException, importing: bool = False) -> str:
+    """What a user's code did, in words (`importing`: while its file was imported)."""
+    if isinstance(e, SystemExit):
+        return (f"it called sys.exit({e.code!r}) (SystemExit), which would end the run with nothing trained and "
+                "nothing said" + ("; a file the config names is imported, not run as a script: put its script part "
+                                  "under `if __name__ == \"__main__\":`" if importing else ""))
+    if isinstance(e, KeyboardInterrupt):
+        return "it raised KeyboardInterrupt (no Ctrl-C arrived: the code raised it itself)"
+    return f"{type(e).__name__}: {str(e)[:300]}"
+
+
+def _where(e: BaseException, file: Path | None) -> str:
+    """' (FILE line N)': the last line of the user's file in e's traceback, if it is there."""
+    if file is None:
+        return ""
+    lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == str(file)]
+    return f" ({file.name} line {lines[-1]})" if lines else ""

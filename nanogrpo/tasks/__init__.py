@@ -84,10 +84,8 @@ def from_user(obj, spec: str, key: str) -> Task:
         return obj
     if callable(obj) and any(p.default is p.empty for p in inspect.signature(obj).parameters.values()):
         return Task(obj, rewards.by_row, "")  # rows(split, n, seed), its own "test" split held out
-    try:
+    with usercode.contained(f"config key '{key}': {spec}()"):  # an exception, an exit: named
         rows = obj() if callable(obj) else obj
-    except Exception as e:
-        raise ConfigError(f"config key '{key}': {spec}() raised {type(e).__name__}: {e}") from e
     if not isinstance(rows, list) or not rows:
         raise ConfigError(f"config key '{key}': {spec} is not a Task, a function rows(split, n, seed), or a non-empty "
                           f"list of rows or a function returning one (got {type(rows).__name__})")
@@ -119,12 +117,11 @@ def load_rows(source: str, kind: str = "math", split: str = "train", n: int | No
     n = n if n is not None else (20_000 if split == "train" else 500)
     if split not in ("train", "test") or n < 1:  # what every task's rows(split, n, seed) takes
         raise data.DataError(f"{source}: a task's rows are split 'train' or 'test', n >= 1; got {split!r}, n = {n}")
-    try:
+    if source in TASKS:  # a built-in's errors are its own
         rows = task.rows(split, n, seed)
-    except Exception as e:  # a user's rows function that breaks is named (a built-in's errors are its own)
-        if source in TASKS:
-            raise
-        raise data.DataError(f"{source}: its rows({split!r}, {n}, {seed}) raised {type(e).__name__}: {e}") from e
+    else:  # a user's rows function that breaks (an exception, an exit) is named
+        with usercode.contained(f"{source}: its rows({split!r}, {n}, {seed})", data.DataError):
+            rows = task.rows(split, n, seed)
     if source not in TASKS:
         checked(rows, source)
     if kw.get("gold_check"):  # its golds read as the run's verdict reads them, as a file's are
