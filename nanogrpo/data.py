@@ -168,6 +168,22 @@ def check_golds(rows: list[tuple[str, dict]], gold_check: Callable[[str], str | 
                             "write it as LaTeX (`\\frac{1}{2}`, `$x = 1, x = 2$`, `\\boxed{..}`) or as plain words")
 
 
+def check_answers(rows: list[tuple[str, dict]], verifier: str) -> None:
+    """Stop at the first row without a gold (no 'answer', an empty one, or one that is not text or a finite number),
+    naming it by `where`, when the run's verdict is `verifier` (exact, number, math): it compares each completion with
+    the row's 'answer', so such a row would have no verdict at any step (a file's math rows are held to this by
+    `normalise_math_row`; a task's own rows, nanogrpo/tasks, come here)."""
+    for where, row in rows:
+        ans = row.get("answer")
+        why = ("has no 'answer'" if ans is None else "has an empty 'answer'" if isinstance(ans, str) and not ans.strip()
+               else gold_type_problem(ans) and f"'answer': {gold_type_problem(ans)}")
+        if why:
+            raise DataError(f"{where} {why}, and the {verifier} verdict compares each completion with the row's 'answer' "
+                            "(a row without one is never judged: no reward, nothing learned); give every row an "
+                            "'answer', or judge by a reward of your own (`rewards = [\"PATH.py:FN\"]`, a Task's reward: "
+                            "docs/data.md)")
+
+
 def read_records(source: str, split: str = "train", subset: str | None = None) -> list[tuple[str, dict]]:
     """(where, raw row) from a .jsonl / .parquet file, or from a Hub dataset id (nanogrpo/hub.py; `split`
     and `subset` apply to Hub datasets only)."""

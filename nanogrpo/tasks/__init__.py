@@ -107,13 +107,14 @@ def checked(rows: list, source: str) -> list[dict]:
     return rows
 
 
-def load_rows(source: str, kind: str = "math", split: str = "train", n: int | None = None, seed: int = 0,
+def load_rows(source: str, kind: str | None = None, split: str = "train", n: int | None = None, seed: int = 0,
               **kw) -> list[dict]:
     """Rows of a task (split, n and seed pick them), else `data.load_rows` (a file or a Hub dataset; `kind` and
-    `kw`: its schema, gold check, subset and column mapping)."""
+    `kw`: its schema, gold check, subset and column mapping). `kind` as rollout.row_kind says for the run's verdict
+    (None: "math" for a file, and nothing known of the verdict for a task's rows)."""
     task = get(source)
     if task.rows is None:
-        return data.load_rows(source, kind, split, n, seed, **kw)
+        return data.load_rows(source, kind or "math", split, n, seed, **kw)
     n = n if n is not None else (20_000 if split == "train" else 500)
     if split not in ("train", "test") or n < 1:  # what every task's rows(split, n, seed) takes
         raise data.DataError(f"{source}: a task's rows are split 'train' or 'test', n >= 1; got {split!r}, n = {n}")
@@ -124,6 +125,28 @@ def load_rows(source: str, kind: str = "math", split: str = "train", n: int | No
             rows = task.rows(split, n, seed)
     if source not in TASKS:
         checked(rows, source)
+    verifier = answer_verifier(task, kind, kw.get("gold_check"))
+    if verifier:  # it compares with each row's answer: a row without one is named now, not after steps of None
+        data.check_answers([(f"{source} {split} row {i}", r) for i, r in enumerate(rows)], verifier)
     if kw.get("gold_check"):  # its golds read as the run's verdict reads them, as a file's are
         data.check_golds([(f"{source} {split} row {i}", r) for i, r in enumerate(rows)], kw["gold_check"])
     return rows
+
+
+def answer_verifier(task: Task, kind: str | None, gold_check) -> str:
+    """The name of the verifier (exact, number, math) that judges a task's rows by their 'answer', "" if none does:
+    the task's own reward when it is one, else the one the config names, read from what rollout.row_kind asks of the
+    rows. The verdict is a verifier the config names, else the task's own reward; row_kind loads rows for by_row (a
+    dataset's verdict, where a row without an answer is allowed: it has no verdict, docs/data.md) as "auto", for code
+    as "code", for the others as "math", with the gold reader of number and math (exact has none)."""
+    own = {fn: name for name, fn in rewards.VERIFIERS.items() if name != "code"}
+    if task.reward in own and kind != "code":
+        return own[task.reward]
+    if kind != "math":
+        return ""
+    if gold_check is not None:
+        readers = {check: fn.__name__ for fn, check in rewards.GOLD_CHECKS.items() if fn is not rewards.by_row}
+        return readers.get(gold_check, "math")
+    # a task judged by_row whose rows load as "math" without a gold reader: the config names exact (with a task
+    # reward of the user's own, a named exact cannot be told from that reward here: rewards.GOLD_CHECKS has no exact)
+    return "exact" if task.reward is rewards.by_row else ""
