@@ -20,7 +20,8 @@ its manifest (truncated, missing, or bytes changed since it was saved: `open_run
 SHA-256, each rank its own share) is skipped, with a warning naming the file: the run resumes from the
 one before it. The hashes find damage (a disk, a copy, an edit), not an adversary: whoever can write the
 checkpoint can write its manifest too, and trainer_state.pt and rng_rank{r}.pt are pickles (docs/sandbox.md,
-"Trust boundaries"). `check_resume` refuses a resume whose `model` or `steps` do not fit the checkpoint.
+"Trust boundaries"). The manifest, its checks and every rank's agreement on a failed write are
+nanogrpo/manifest.py. `check_resume` refuses a resume whose `model` or `steps` do not fit the checkpoint.
 
 The stop signals (config key `stop_signal`, StopSignals) end a run cleanly: the step finishes, a
 checkpoint is saved, and the process exits with EXIT_STOPPED (75) so a wrapper can requeue it.
@@ -28,15 +29,10 @@ checkpoint is saved, and the process exits with EXIT_STOPPED (75) so a wrapper c
 
 from __future__ import annotations
 
-import errno
-import hashlib
-import json
 import os
 import random
-import re
 import shutil
 import signal
-import sys
 import threading
 from pathlib import Path
 
@@ -48,15 +44,12 @@ from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, se
 
 from nanogrpo import dist, files, lora
 from nanogrpo.config import Config, ConfigError, stop_signals
+from nanogrpo.manifest import (FULL_DISK_BYTES, MANIFEST, CheckpointError, Writing, latest, nonfinite,  # noqa: F401
+                               problem, verified)
+from nanogrpo.manifest import read as manifest
 from nanogrpo.model import full_state_dict_cpu
 
 EXIT_STOPPED = 75  # sysexits.h EX_TEMPFAIL: stopped by a stop signal after saving; run again with resume=true
-MANIFEST = "manifest.json"
-FULL_DISK_BYTES = 16 << 20  # a write that failed with less than this free on its file system failed for space
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint could not be written or read; the message names the step, the file and what is intact."""
 
 
 def _rng_state() -> dict:
@@ -76,204 +69,63 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _owner(rel: str) -> int:
-    """The rank that writes, and so measures for the manifest, a checkpoint file: each rank its RNG state
-    and its optimizer shards (torch.distributed.checkpoint names them __RANK_N.distcp), rank 0 the rest."""
-    m = re.fullmatch(r"rng_rank(\d+)\.pt|optim/__(\d+)_\d+\.distcp", rel)
-    return int(m.group(1) or m.group(2)) if m else 0
-
-
-def _causes(e: BaseException):
-    """`e`, what it was raised from, and the per-rank failures inside a torch.distributed.checkpoint error."""
-    seen, todo = set(), [e]
-    while todo:
-        x = todo.pop()
-        if x is None or id(x) in seen:
-            continue
-        seen.add(id(x))
-        yield x
-        todo += [x.__cause__, x.__context__]
-        todo += [f[0] if isinstance(f, tuple) else f for f in (getattr(x, "failures", None) or {}).values()]
-
-
-def _describe(e: BaseException, path: Path) -> str:
-    """What went wrong writing `path`: a full disk is said so. torch.save reports one without an errno
-    ("unexpected pos ..."), safetensors in its message: the file system's free space decides then."""
-    for x in _causes(e):
-        if isinstance(x, OSError) and x.errno in (errno.ENOSPC, errno.EDQUOT):
-            what = "no space left on device" if x.errno == errno.ENOSPC else "disk quota exceeded"
-            return f"{what} writing {x.filename or path}"
-    try:
-        free = shutil.disk_usage(next(p for p in (path, *path.parents) if p.exists())).free
-    except (OSError, StopIteration):
-        free = None
-    if "No space left on device" in str(e) or (free is not None and free < FULL_DISK_BYTES):
-        return f"no space left on device writing {path}" + (f" ({free} bytes free)" if free is not None else "")
-    first = (str(e).strip().splitlines() or [""])[0]
-    return f"writing {path} failed ({type(e).__name__}: {first})"
-
-
-def _attempt(path: Path, write) -> str | None:
-    """Run `write`; None when it worked, else what went wrong (see _describe)."""
-    try:
-        write()
-    except (Exception, CheckpointException) as e:  # CheckpointException is a BaseException
-        return _describe(e, path)
-    return None
-
-
-def _agree(failure: str | None, out_dir: str, step: int, tmp: Path, sizes: dict | None = None) -> dict:
-    """Every rank's failure (the first one in rank order wins) and file sizes: a collective, so ranks
-    never wait on one that stopped. On a failure the partial checkpoint is removed and every rank raises."""
-    everyone = dist.all_gather_object((failure, sizes or {}))
-    failed = next((f for f, _ in everyone if f), None)
-    if failed:
-        if dist.is_main():
-            shutil.rmtree(tmp, ignore_errors=True)
-        intact = latest(out_dir)
-        raise CheckpointError(f"checkpoint step {step}: {failed}; earlier checkpoints are intact: "
-                              + (str(intact) if intact else "(none: this was the run's first checkpoint)"))
-    return {rel: size for _, mine in everyone for rel, size in mine.items()}
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _nonfinite(tensors: dict) -> str | None:
-    """What is not finite among the tensors about to be saved (None: all finite)."""
-    for name, t in tensors.items():
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            n = int((~torch.isfinite(t)).sum())
-            return (f"the weight {name!r} holds {n} value(s) that are not finite (NaN or inf): a checkpoint never "
-                    "holds one, so none was written")
-    return None
-
-
 def save(out_dir: str, step: int, policy, optimizer, scheduler, tokenizer, trainer_state: dict, keep: int = 2,
          rank_state: dict | None = None, model: str = "") -> Path:
     """Write checkpoint `step` (all ranks call this). `trainer_state` holds small picklable state (rank 0's);
     `rank_state` this rank's own (async_steps: its queued rollouts), beside its RNG state (read by `rank_state`);
     `model`: the model directory the run was started from (config key `model`), for `check_resume`.
     A failed write (a full disk) or a weight that is not finite raises CheckpointError on every rank and leaves
-    no partial checkpoint."""
+    no partial checkpoint (each write below is agreed on by every rank: nanogrpo/manifest.py)."""
     root = Path(out_dir) / "checkpoints"
     final, tmp = root / f"step_{step:06d}", root / f".tmp_step_{step:06d}"
-    main, rank = dist.is_main(), dist.rank()
-
-    def start():
-        shutil.rmtree(tmp, ignore_errors=True)  # debris of an earlier crash
-        tmp.mkdir(parents=True)
-
-    _agree(_attempt(tmp, start) if main else None, out_dir, step, tmp)
-    weights = full_state_dict_cpu(policy)  # collective; rank 0 holds the tensors
-    adapters = lora.adapter_state(policy.hf) if policy.adapted else {}  # collective
-    _agree(_nonfinite({**weights, **adapters}) if main else None, out_dir, step, tmp)
-
-    def hf_files():
-        policy.hf.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        if adapters:  # the HF files above hold the merged weights; resume needs base + adapters
-            lora.save_adapters(tmp, adapters)
-
-    failure = _attempt(tmp, hf_files) if main else None
+    writing = Writing(out_dir, step, tmp)
+    writing.main(tmp, lambda: _fresh(tmp))
+    # gather: the full weights on rank 0 (collectives), never one that is not finite
+    weights = full_state_dict_cpu(policy)
+    adapters = lora.adapter_state(policy.hf) if policy.adapted else {}
+    writing.agree(nonfinite({**weights, **adapters}) if dist.is_main() else None)
+    # the model files: an HF model directory (and the LoRA adapters)
+    writing.main(tmp, lambda: _hf_files(tmp, policy, tokenizer, weights, adapters))
     del weights, adapters
-    _agree(failure, out_dir, step, tmp)
-    # collective: a rank's failure is raised on every rank
-    failure = _attempt(tmp / "optim", lambda: dcp.save({"optim": get_optimizer_state_dict(policy, optimizer)},
-                                                       checkpoint_id=str(tmp / "optim")))
-    _agree(failure, out_dir, step, tmp)
-    rng = tmp / f"rng_rank{rank}.pt"
-    failure = _attempt(rng, lambda: torch.save({**_rng_state(), **(rank_state or {})}, rng))
-    if main and not failure:
-        state = tmp / "trainer_state.pt"
-        failure = _attempt(state, lambda: torch.save({"step": step, "scheduler": scheduler.state_dict(),
-                                                      **trainer_state}, state))
-    mine = {}  # (size, SHA-256) of each file this rank wrote, for the manifest
-    for f in [] if failure else tmp.rglob("*"):
-        rel = f.relative_to(tmp).as_posix()
-        if f.is_file() and _owner(rel) == rank:
-            mine[rel] = (f.stat().st_size, _sha256(f))
-    made = _agree(failure, out_dir, step, tmp, mine)
-    manifest = tmp / MANIFEST
-    record = {"step": step, "model": str(Path(model).absolute()) if model else "",
-              "files": {rel: size for rel, (size, _) in sorted(made.items())},
-              "sha256": {rel: digest for rel, (_, digest) in sorted(made.items())}}
-    write = lambda: manifest.write_text(json.dumps(record, indent=1))  # noqa: E731
-    _agree(_attempt(manifest, write) if main else None, out_dir, step, tmp)
-    if main:
-        if final.exists():  # re-saving the same step (e.g. after a resume): replace it
-            shutil.rmtree(final)
-        os.replace(tmp, final)  # atomic: the checkpoint exists only once it is whole
-        # older complete checkpoints beyond `keep` go; a damaged one is left for inspection (and never counted)
-        steps = [p for p in sorted(root.glob("step_*")) if p.is_dir()]
-        complete = [p for p in steps if not problem(p)] if 0 < keep < len(steps) else []
-        for old in complete[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+    # the optimizer: sharded, each rank its own
+    optim = tmp / "optim"
+    writing.every(optim, lambda: dcp.save({"optim": get_optimizer_state_dict(policy, optimizer)},
+                                          checkpoint_id=str(optim)))
+    # RNG: each rank its own (and its rank_state); the trainer state: rank 0's
+    rng, state = tmp / f"rng_rank{dist.rank()}.pt", tmp / "trainer_state.pt"
+    writing.every(rng, lambda: torch.save({**_rng_state(), **(rank_state or {})}, rng))
+    writing.main(state, lambda: torch.save({"step": step, "scheduler": scheduler.state_dict(), **trainer_state}, state))
+    # the manifest, last: every file's size and SHA-256
+    writing.seal(model)
+    # rename: the checkpoint exists only once it is whole
+    if dist.is_main():
+        _publish(tmp, final, keep)
     dist.barrier()
     return final
 
 
-def manifest(ckpt: Path) -> dict:
-    """The checkpoint's manifest.json ({} when it has none or it cannot be read: `problem` says which)."""
-    try:
-        got = files.loads((Path(ckpt) / MANIFEST).read_bytes())
-    except (OSError, ValueError):
-        return {}
-    return got if isinstance(got, dict) else {}
+def _fresh(tmp: Path) -> None:
+    shutil.rmtree(tmp, ignore_errors=True)  # debris of an earlier crash
+    tmp.mkdir(parents=True)
 
 
-def problem(ckpt: Path, hashed=None) -> str:
-    """Why checkpoint directory `ckpt` cannot be resumed from, or "" when it is complete: a file missing
-    or of another size than its manifest says (truncated), or, for the files `hashed(rel)` picks, bytes
-    whose SHA-256 is not the one saved (changed in place). A checkpoint written before manifests (or
-    hashes) existed is complete when its trainer_state.pt is there (and its sizes match), as then."""
-    man = ckpt / MANIFEST
-    if not man.is_file():
-        return "" if (ckpt / "trainer_state.pt").is_file() else "no trainer_state.pt (and no manifest.json)"
-    record = manifest(ckpt)
-    sizes, digests = record.get("files"), record.get("sha256") or {}
-    if not record:
-        return f"{MANIFEST} is unreadable"
-    if not isinstance(sizes, dict) or "trainer_state.pt" not in sizes or not isinstance(digests, dict):
-        return f"{MANIFEST} does not list the checkpoint's files"
-    for rel, size in sizes.items():
-        f = ckpt / rel
-        if not f.is_file():
-            return f"{rel} is missing"
-        got = f.stat().st_size
-        if got != size:
-            return f"{rel} is {got} bytes, {size} when saved ({'truncated' if got < size else 'changed'})"
-    for rel, digest in digests.items() if hashed else ():
-        if rel not in sizes:
-            return f"{MANIFEST} hashes {rel}, a file it does not list"
-        if hashed(rel) and _sha256(ckpt / rel) != digest:
-            return f"{rel} is not the file that was saved (its SHA-256 differs from the manifest's: bytes changed)"
-    return ""
+def _hf_files(tmp: Path, policy, tokenizer, weights: dict, adapters: dict) -> None:
+    policy.hf.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    if adapters:  # the HF files above hold the merged weights; resume needs base + adapters
+        lora.save_adapters(tmp, adapters)
 
 
-def latest(out_dir: str) -> Path | None:
-    """The newest complete checkpoint directory (sizes checked), or None. `verified` checks the contents too (what
-    resume reads)."""
-    root = Path(out_dir) / "checkpoints"
-    return next((p for p in sorted(root.glob("step_*"), reverse=True) if p.is_dir() and not problem(p)), None)
-
-
-def verified(out_dir: str) -> Path | None:
-    """The newest checkpoint whose every file has its saved size and SHA-256 (a collective: each rank hashes its
-    own share, rank 0 the files of ranks this run does not have), or None; each newer one is named, skipped."""
-    root = Path(out_dir) / "checkpoints"
-    found = sorted((p for p in root.glob("step_*") if p.is_dir()), reverse=True) if dist.is_main() else []
-    rank, world = dist.rank(), dist.world_size()
-    for p in map(Path, dist.broadcast_object([str(p) for p in found])):  # rank 0's listing: one list everywhere
-        mine = problem(p, lambda rel: _owner(rel) % world == rank)
-        why = next((w for w in dist.all_gather_object(mine) if w), "")
-        if not why:
-            return p
-        dist.print0(f"warning: checkpoint {p} is damaged: {why}; it is skipped (left as it is) and the run resumes "
-                    "from the checkpoint before it", file=sys.stderr)
-    return None
+def _publish(tmp: Path, final: Path, keep: int) -> None:
+    """Rename `tmp` to `final` (atomic), then delete the oldest complete checkpoints beyond `keep`."""
+    if final.exists():  # re-saving the same step (e.g. after a resume): replace it
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    # older complete checkpoints beyond `keep` go; a damaged one is left for inspection (and never counted)
+    steps = [p for p in sorted(final.parent.glob("step_*")) if p.is_dir()]
+    complete = [p for p in steps if not problem(p)] if 0 < keep < len(steps) else []
+    for old in complete[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def open_run(out_dir: str, resume: bool) -> Path | None:
