@@ -319,8 +319,10 @@ def _check_task_and_rewards(cfg: Config) -> None:
         elif name.endswith(".py"):
             raise ConfigError(f"config key 'rewards': {name!r} is a Python file: name the reward in it, {name}:FN")
         elif name not in rewards.names():
-            raise ConfigError(f"config key 'rewards': unknown reward {name!r}; known: {', '.join(rewards.names())}, "
-                              "or PATH.py:FN (a function of your own)")
+            near = difflib.get_close_matches(name, rewards.names(), n=1)  # as an unknown key's (_unknown)
+            hint = f" (did you mean '{near[0]}'?)" if near else ""
+            raise ConfigError(f"config key 'rewards': unknown reward {name!r}{hint}; known: "
+                              f"{', '.join(rewards.names())}, or PATH.py:FN (a function of your own)")
     labels = [rewards.label(n) for n in cfg.rewards]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"config key 'rewards' names a reward twice: {cfg.rewards} (weigh it with reward_weights)")
