@@ -108,7 +108,7 @@ class Config:
     loss_norm: str = one_of("token", ("token", "sequence", "constant"))  # token (all valid tokens of the step) | sequence | constant (Dr.GRPO)
     mask_truncated: bool = False  # drop completions that hit max_new_tokens from the loss
     skip_zero_advantage: bool = True  # beta = 0: only completions with advantage != 0 run forward/backward (the same gradient; entropy/clip/gap metrics then cover those only)
-    tis_cap: float = ranged(0.0, "[0, inf)")  # truncated importance-sampling weight cap for sampler/trainer mismatch and async staleness; 0 = off
+    tis_cap: float = ranged(0.0, "[0, 0] | [1, inf)")  # truncated importance-sampling weight cap for sampler/trainer mismatch and async staleness; 0 = off; not in (0, 1): an on-policy token's weight is 1, so such a cap would scale every token down (a learning rate, not a correction)
     async_steps: int = ranged(0, "[0, 64]")  # generate the next k steps' rollouts while this step updates (a batch trains at most k weight versions after it was sampled; corrected by tis_cap); 0 = one phase at a time (nanogrpo/pipeline.py)
     sampler_ranks: int = ranged(0, "[0, 1024]")  # split placement: the last k torchrun ranks only sample (each its own device), the others only train; weights go to them after each update (nanogrpo/placement.py); 0 = every rank does both
     dynamic_sampling: bool = False  # DAPO: drop groups whose dynamic_metric values are all equal and generate more prompts until the step has prompts_per_step kept groups
@@ -275,11 +275,139 @@ def _check_ranges(cfg: Config) -> None:
                               f"got {_short(bad[0])}")
 
 
+@dataclass(frozen=True)
+class Applies:
+    """One row of APPLIES: `keys` have an effect only when `needs` holds. A key set away from its default where
+    `needs` is false is refused at load, naming the settings in `against` that turn it off and `instead`."""
+    keys: tuple[str, ...]
+    needs: str  # the configuration the keys act in, as the message and docs/grpo.md say it
+    holds: object  # Config -> bool: whether that configuration is the one chosen
+    against: tuple[str, ...]  # the keys whose values turn the knob off, shown with their values
+    instead: str  # what to set instead
+
+
+def _float32(c: Config) -> bool:  # dtype = auto is float32 on the CPU (torch_dtype)
+    return c.dtype == "float32" or (c.dtype == "auto" and c.device == "cpu")
+
+
+# Which knob applies in which configuration: a knob set away from its default that the chosen configuration ignores
+# is refused (principle: a user porting a recipe must not believe a knob is in force). Generated into docs/grpo.md
+# ("Knobs that need another knob", `applies_markdown`); tests/test_config.py refuses every row. Keys not listed act
+# in every configuration, or in one only the run can tell (docs/grpo.md says which and why).
+APPLIES = (
+    Applies(("clip_low", "clip_high"), "policy_loss=clip", lambda c: c.policy_loss == "clip", ("policy_loss",),
+            "CISPO's weight is bounded by cispo_low / cispo_high: set those, or policy_loss=clip"),
+    Applies(("dual_clip",), "policy_loss=clip", lambda c: c.policy_loss == "clip", ("policy_loss",),
+            "it caps the clip loss; cispo_high caps CISPO's weight (NeMo-RL refuses ratio_clip_c with use_cispo too): "
+            "set dual_clip = 0"),
+    Applies(("cispo_low", "cispo_high"), "policy_loss=cispo", lambda c: c.policy_loss == "cispo", ("policy_loss",),
+            "the clip loss is bounded by clip_low / clip_high: set those, or policy_loss=cispo"),
+    Applies(("kl_estimator", "kl_clamp"), "beta > 0", lambda c: c.beta > 0, ("beta",),
+            "with beta = 0 there is no KL term and no reference model: set beta > 0 to add it"),
+    Applies(("skip_zero_advantage",), "beta = 0", lambda c: c.beta == 0, ("beta",),
+            "with a KL term a completion with A = 0 still has a gradient, so every completion runs: leave "
+            "skip_zero_advantage at its default"),
+    Applies(("adv_eps",), "scale=group or scale=batch", lambda c: c.scale in ("group", "batch"), ("scale",),
+            "adv_eps guards the division by a std; scale=none and scale=rloo divide by none: set scale=group or "
+            "batch, or leave adv_eps at its default"),
+    Applies(("tis_cap",), "exact_logprobs = false", lambda c: not c.exact_logprobs, ("exact_logprobs",),
+            "exact_logprobs makes the sampler's log-probs the trainer's bit for bit, so every weight "
+            "c = exp(logp_old - logp_sampler) is exactly 1 and a cap >= 1 never binds: set tis_cap = 0"),
+    Applies(("exact_logprobs",), "sampler=torch", lambda c: c.sampler == "torch", ("sampler",),
+            "vLLM's kernels and weights are not a torch module the trainer's forward can run: set sampler=torch"),
+    Applies(("lm_head_fp32",), "sampler=torch", lambda c: c.sampler == "torch", ("sampler",),
+            "vLLM computes its lm_head in the model dtype: the two sides would differ by more than without it; "
+            "set sampler=torch"),
+    Applies(("lm_head_fp32",), "dtype=bfloat16 or float16", lambda c: not _float32(c), ("dtype", "device"),
+            "in float32 the lm_head already runs in fp32, and dtype = auto is float32 on the CPU: set dtype=bfloat16"),
+    Applies(("vllm_gpu_memory_utilization", "vllm_kv_cache_gb"), "sampler=vllm", lambda c: c.sampler == "vllm",
+            ("sampler",), "they size vLLM's memory; the PyTorch sampler has no such budget: set sampler=vllm"),
+    Applies(("vllm_gpu_memory_utilization",), "device=auto or device=cuda (vLLM on a GPU)",
+            lambda c: c.device != "cpu", ("device",), "vLLM on the CPU sizes its KV cache with vllm_kv_cache_gb"),
+    Applies(("vllm_kv_cache_gb",), "device=auto or device=cpu (vLLM on the CPU)", lambda c: c.device != "cuda",
+            ("device",), "vLLM on a GPU sizes its share of the card with vllm_gpu_memory_utilization"),
+    Applies(("cpu_allocator",), "device=auto or device=cpu", lambda c: c.device != "cuda", ("device",),
+            "it chooses how a CPU run allocates its tensors; a GPU run's tensors are CUDA's"),
+    Applies(("dynamic_metric", "dynamic_max_rounds", "dynamic_top_up"), "dynamic_sampling = true",
+            lambda c: c.dynamic_sampling, ("dynamic_sampling",), "set dynamic_sampling = true to use them"),
+    Applies(("gap_patience",), "max_logprob_gap != 0", lambda c: c.max_logprob_gap != 0, ("max_logprob_gap",),
+            "with the gap gate off no step is counted: set max_logprob_gap = -1 (by precision) or a limit"),
+    Applies(("tool_open", "tool_close", "tool_output_open", "tool_output_close", "max_tool_calls",
+             "tool_output_tokens", "tool_timeout_s", "tools_file"), "tools = true", lambda c: c.tools, ("tools",),
+            "set tools = true to run the model's code blocks"),
+    Applies(("eval_task", "eval_size", "eval_temperature", "eval_benchmarks", "eval_benchmarks_n",
+             "sft_stop_accuracy"), "eval_every > 0", lambda c: c.eval_every > 0, ("eval_every",),
+            "with eval_every = 0 nothing is evaluated: set eval_every > 0"),
+    Applies(("eval_benchmarks_n",), "eval_benchmarks set", lambda c: bool(c.eval_benchmarks), ("eval_benchmarks",),
+            "it is the samples per problem of eval_benchmarks: name the benchmarks"),
+    Applies(("lora_alpha", "lora_targets"), "lora_rank > 0", lambda c: c.lora_rank > 0, ("lora_rank",),
+            "with lora_rank = 0 the whole model trains, no adapters: set lora_rank > 0"),
+    Applies(("min_lr_ratio",), "lr_schedule=cosine or linear (or min_lr_ratio = 1: no decay, as constant)",
+            lambda c: c.lr_schedule != "constant" or c.min_lr_ratio == 1, ("lr_schedule",),
+            "a constant schedule does not decay to a floor: set lr_schedule=cosine or linear"),
+    Applies(("wandb_run_name",), "wandb_project set", lambda c: bool(c.wandb_project), ("wandb_project",),
+            "without a project nothing goes to wandb: set wandb_project"),
+    Applies(("cosine_min_value_wrong", "cosine_max_value_wrong", "cosine_min_value_correct",
+             "cosine_max_value_correct", "cosine_max_len"), "rewards names cosine", lambda c: "cosine" in c.rewards,
+            ("rewards",), 'add "cosine" to rewards'),
+    Applies(("repetition_n_grams", "repetition_max_penalty"), "rewards names repetition_penalty",
+            lambda c: "repetition_penalty" in c.rewards, ("rewards",), 'add "repetition_penalty" to rewards'),
+    Applies(("max_completion_len", "soft_punish_cache"), "rewards names soft_overlong_punishment",
+            lambda c: "soft_overlong_punishment" in c.rewards, ("rewards",), 'add "soft_overlong_punishment" to rewards'),
+)
+
+
+def _toml(value) -> str:
+    return _short(value) if isinstance(value, float) else json.dumps(value)
+
+
+def _bare(value) -> str:  # a value as on the command line: policy_loss=clip, wandb_project=""
+    return value if isinstance(value, str) and value else _toml(value)
+
+
+def ignored_knobs(cfg: Config) -> list[str]:
+    """One sentence per key set away from its default that the configuration ignores (APPLIES), in table order."""
+    said, out = set(), []
+    for row in APPLIES:
+        if row.holds(cfg):
+            continue
+        for key in row.keys:
+            f = FIELDS[key]
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            value = getattr(cfg, key)
+            if key in said or value == default:
+                continue
+            said.add(key)
+            now = ", ".join(f"{k}={_bare(getattr(cfg, k))}" for k in row.against)
+            out.append(f"{key} = {_toml(value)} needs {row.needs}; with {now} it has no effect: {row.instead}, "
+                       f"or leave {key} at its default {_toml(default)}")
+    return out
+
+
+def _check_applies(cfg: Config) -> None:
+    ignored = ignored_knobs(cfg)
+    if len(ignored) == 1:
+        raise ConfigError(f"config key {ignored[0]}")
+    if ignored:
+        raise ConfigError(f"{len(ignored)} config keys have no effect in this configuration: " + "; ".join(
+            f"[{i}] {s}" for i, s in enumerate(ignored, 1)))
+
+
+def applies_markdown() -> str:
+    """APPLIES as the table in docs/grpo.md (tests/test_config.py checks that the page holds exactly this)."""
+    lines = ["| knob | acts only with | set away from its default otherwise: refused, and instead |", "|---|---|---|"]
+    for row in APPLIES:
+        keys = ", ".join(f"`{k}`" for k in row.keys)
+        lines.append(f"| {keys} | {row.needs} | {row.instead} |")
+    return "\n".join(lines) + "\n"
+
+
 def validate(cfg: Config, here: bool = True) -> Config:
     """Cross-field checks that need no model or data. here=False: the config is for another machine
     (scripts/plan_memory.py), so this machine's devices are not checked."""
     _check_ranges(cfg)
     stop_signals(cfg.stop_signal)
+    _check_applies(cfg)  # before any import of the user's code: a knob that does nothing is a typo-class error
     if here and cfg.device in ("cuda", "auto"):  # fail now, not after the data and the model are loaded
         import torch
 
@@ -297,9 +425,6 @@ def validate(cfg: Config, here: bool = True) -> Config:
     _check_task_and_rewards(cfg)
     if 0 < cfg.dual_clip <= 1 + cfg.clip_high:  # a cap below the clipped arm would cut ordinary tokens' gradients
         raise ConfigError(f"config key 'dual_clip' must be 0 (off) or > 1 + clip_high = {1 + cfg.clip_high}; got {cfg.dual_clip}")
-    if cfg.dual_clip and cfg.policy_loss == "cispo":  # it caps the clip loss; CISPO's would ignore it (NeMo-RL refuses it too)
-        raise ConfigError(f"config key 'dual_clip' = {cfg.dual_clip} caps the clip loss (policy_loss = 'clip'); with "
-                          "policy_loss = 'cispo' it would have no effect: set dual_clip = 0 (cispo_high caps CISPO's weight)")
     _check_exact(cfg)
     return cfg
 
@@ -340,9 +465,6 @@ def _check_task_and_rewards(cfg: Config) -> None:
 
 def _check_exact(cfg: Config) -> None:
     """Settings lm_head_fp32 and exact_logprobs cannot work with (nanogrpo/parity.py says why)."""
-    if cfg.lm_head_fp32 and cfg.sampler != "torch":
-        raise ConfigError("lm_head_fp32 = true needs sampler=torch (vLLM computes its lm_head in the model dtype: "
-                          f"the two sides would differ by more than without it); got sampler={cfg.sampler}")
     if cfg.async_steps and cfg.sampler != "torch":
         raise ConfigError("async_steps > 0 needs sampler=torch: the gap gate compares with the weights that sampled, "
                           "run through the trainer's forward (nanogrpo/pipeline.py); vLLM holds no torch module for "
@@ -356,9 +478,7 @@ def _check_exact(cfg: Config) -> None:
                           "update; with async_steps > 0 those are newer than the ones that sampled: use one or the other")
     if not cfg.exact_logprobs:
         return
-    why = {"sampler": (cfg.sampler != "torch", "sampler=torch (vLLM's kernels and weights are not a torch module "
-                                               "the trainer's forward can run)"),
-           "lora_rank": (cfg.lora_rank > 0, "lora_rank=0 (the sampler holds W + BA merged, the trainer computes "
+    why = {"lora_rank": (cfg.lora_rank > 0, "lora_rank=0 (the sampler holds W + BA merged, the trainer computes "
                                             "W x + B A x: the sums round differently)"),
            "compile": (cfg.compile, "compile=false (compiled layers run other kernels than the sampler's copy)")}
     for key, (bad, need) in why.items():
