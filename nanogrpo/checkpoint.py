@@ -33,6 +33,7 @@ import os
 import random
 import shutil
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -117,9 +118,18 @@ def _hf_files(tmp: Path, policy, tokenizer, weights: dict, adapters: dict) -> No
 
 
 def _publish(tmp: Path, final: Path, keep: int) -> None:
-    """Rename `tmp` to `final` (atomic), then delete the oldest complete checkpoints beyond `keep`."""
-    if final.exists():  # re-saving the same step (e.g. after a resume): replace it
-        shutil.rmtree(final)
+    """Rename `tmp` to `final` (atomic), then delete the oldest complete checkpoints beyond `keep`. A checkpoint
+    already at `final` (this run resumed from an older one: the newer was damaged, had no manifest, or appeared
+    since) is never saved over: it is moved to checkpoints/replaced/, and a warning says so."""
+    if final.exists():
+        aside, n = final.parent / "replaced" / final.name, 0
+        while aside.exists():
+            n += 1
+            aside = aside.with_name(f"{final.name}.{n}")
+        aside.parent.mkdir(exist_ok=True)
+        os.replace(final, aside)
+        print(f"warning: checkpoint {final} already existed ({problem(aside) or 'complete'}) and this run saved its step "
+              f"again: the old one is moved to {aside}, not overwritten", file=sys.stderr, flush=True)
     os.replace(tmp, final)
     # older complete checkpoints beyond `keep` go; a damaged one is left for inspection (and never counted)
     steps = [p for p in sorted(final.parent.glob("step_*")) if p.is_dir()]
@@ -128,12 +138,14 @@ def _publish(tmp: Path, final: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def open_run(out_dir: str, resume: bool) -> Path | None:
+def open_run(out_dir: str, resume: bool, unverified: bool = False) -> Path | None:
     """Check out_dir before anything is loaded, and return the checkpoint to resume from (None: step 0),
     the same on every rank (rank 0 decides). Nothing in out_dir is ever overwritten by surprise: a run
     already there needs resume=true, and resume=true with a metrics.jsonl but no complete checkpoint
     (which would start again from step 0 and replace that log) is refused, and so is a config.toml there that
-    a run did not write (the run's resolved config goes there: `write_config`). train.py and sft.py call this."""
+    a run did not write (the run's resolved config goes there: `write_config`). A checkpoint is resumed only with its
+    manifest verified (nanogrpo/manifest.py); `unverified` (config key `resume_without_manifest`) also takes one with
+    none. train.py and sft.py call this."""
     why = files.dir_problem(out_dir) or files.owned_problem(Path(out_dir) / "config.toml")  # the run writes it
     if why:
         raise ConfigError(f"config key 'out_dir': {why}")
@@ -141,7 +153,7 @@ def open_run(out_dir: str, resume: bool) -> Path | None:
     if not resume and (logged or any((Path(out_dir) / "checkpoints").glob("step_*"))):
         raise ConfigError(f"out_dir {out_dir!r} already holds a run: pass resume=true to continue it, "
                           "or choose another out_dir (nothing there is overwritten)")
-    ckpt = str(verified(out_dir) or "") if resume else ""
+    ckpt = str(verified(out_dir, unverified) or "") if resume else ""
     if resume and logged and not ckpt:
         raise ConfigError(f"resume=true, but out_dir {out_dir!r} has a metrics.jsonl and no complete "
                           "checkpoint to resume from. To start over there, move or delete its metrics.jsonl "

@@ -42,6 +42,7 @@ class Config:
     seed: int = ranged(0, "[0, 2147483647]")  # seeds init, data order and sampling (sampling seed = f(seed, step, rank) mod 2^31: a larger seed would repeat a smaller one's samples)
     steps: int = ranged(1500, "[1, inf)")  # GRPO steps (optimizer steps = steps * mu); the default run: ~6-9 min on 2 cores (docs/results.md)
     resume: bool = False  # continue from the last complete checkpoint in out_dir/checkpoints
+    resume_without_manifest: bool = False  # resume=true also takes a checkpoint with no manifest.json (or one without SHA-256): its files' sizes and bytes are then NOT verified, so truncated or changed weights are trained on unnoticed; false: such a checkpoint is damaged and skipped
 
     # --- model ---
     model: str = "models/tiny-arithmetic"  # HF model directory (the default is committed; scripts/models/build_tiny_model.py rebuilds it), or a Hub id (owner/name: downloaded to the HF cache; HF_HUB_OFFLINE=1 reads the cache only)

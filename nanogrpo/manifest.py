@@ -152,20 +152,27 @@ def read(ckpt: Path) -> dict:
     return got if isinstance(got, dict) else {}
 
 
-def problem(ckpt: Path, hashed=None) -> str:
-    """Why checkpoint directory `ckpt` cannot be resumed from, or "" when it is complete: a file missing
-    or of another size than its manifest says (truncated), or, for the files `hashed(rel)` picks, bytes
-    whose SHA-256 is not the one saved (changed in place). A checkpoint written before manifests (or
-    hashes) existed is complete when its trainer_state.pt is there (and its sizes match), as then."""
-    man = ckpt / MANIFEST
-    if not man.is_file():
-        return "" if (ckpt / "trainer_state.pt").is_file() else "no trainer_state.pt (and no manifest.json)"
+def problem(ckpt: Path, hashed=None, unverified: bool = False) -> str:
+    """Why checkpoint directory `ckpt` cannot be resumed from, or "" when it is complete: no manifest (nothing to
+    verify it by), a manifest that does not size and hash every file, a file missing, added or of another size than
+    its manifest says (truncated), or, for the files `hashed(rel)` picks, bytes whose SHA-256 is not the one saved
+    (changed in place). `unverified` (config key `resume_without_manifest`) takes a checkpoint with no manifest, or
+    one without SHA-256, as it is: complete when its trainer_state.pt is there (and the sizes it lists match)."""
+    if not (ckpt / MANIFEST).is_file():
+        if not (ckpt / "trainer_state.pt").is_file():
+            return f"no trainer_state.pt (and no {MANIFEST})"
+        return "" if unverified else (f"no {MANIFEST}, so none of its files can be verified (resume_without_manifest"
+                                      "=true takes it as it is, unverified)")
     record = read(ckpt)
-    sizes, digests = record.get("files"), record.get("sha256") or {}
+    sizes, digests = record.get("files"), record.get("sha256")
     if not record:
         return f"{MANIFEST} is unreadable"
-    if not isinstance(sizes, dict) or "trainer_state.pt" not in sizes or not isinstance(digests, dict):
+    if not isinstance(sizes, dict) or "trainer_state.pt" not in sizes:
         return f"{MANIFEST} does not list the checkpoint's files"
+    if not unverified and (not isinstance(digests, dict) or set(digests) != set(sizes)):
+        unhashed = sorted(set(sizes) - set(digests)) if isinstance(digests, dict) else ["any file"]
+        return (f"{MANIFEST} does not hash every file it lists (not {', '.join(unhashed[:3]) or 'the same files'}), "
+                "so they cannot be verified (resume_without_manifest=true takes it as it is, unverified)")
     for rel, size in sizes.items():
         f = ckpt / rel
         if not f.is_file():
@@ -173,10 +180,12 @@ def problem(ckpt: Path, hashed=None) -> str:
         got = f.stat().st_size
         if got != size:
             return f"{rel} is {got} bytes, {size} when saved ({'truncated' if got < size else 'changed'})"
-    for rel, digest in digests.items() if hashed else ():
-        if rel not in sizes:
-            return f"{MANIFEST} hashes {rel}, a file it does not list"
-        if hashed(rel) and sha256(ckpt / rel) != digest:
+    added = sorted(f.relative_to(ckpt).as_posix() for f in ckpt.rglob("*") if f.is_file()
+                   and f.relative_to(ckpt).as_posix() not in sizes and f.name != MANIFEST)
+    if added:
+        return f"{added[0]} is not a file it was saved with (added since: the manifest does not list it)"
+    for rel, digest in digests.items() if hashed and isinstance(digests, dict) else ():
+        if rel in sizes and hashed(rel) and sha256(ckpt / rel) != digest:
             return f"{rel} is not the file that was saved (its SHA-256 differs from the manifest's: bytes changed)"
     return ""
 
@@ -188,17 +197,18 @@ def latest(out_dir: str) -> Path | None:
     return next((p for p in sorted(root.glob("step_*"), reverse=True) if p.is_dir() and not problem(p)), None)
 
 
-def verified(out_dir: str) -> Path | None:
+def verified(out_dir: str, unverified: bool = False) -> Path | None:
     """The newest checkpoint whose every file has its saved size and SHA-256 (a collective: each rank hashes its
-    own share, rank 0 the files of ranks this run does not have), or None; each newer one is named, skipped."""
+    own share, rank 0 the files of ranks this run does not have), or None; each newer one is named, skipped.
+    `unverified`: see `problem`."""
     root = Path(out_dir) / "checkpoints"
     found = sorted((p for p in root.glob("step_*") if p.is_dir()), reverse=True) if dist.is_main() else []
     rank, world = dist.rank(), dist.world_size()
     for p in map(Path, dist.broadcast_object([str(p) for p in found])):  # rank 0's listing: one list everywhere
-        mine = problem(p, lambda rel: owner(rel) % world == rank)
+        mine = problem(p, lambda rel: owner(rel) % world == rank, unverified)
         why = next((w for w in dist.all_gather_object(mine) if w), "")
         if not why:
             return p
-        dist.print0(f"warning: checkpoint {p} is damaged: {why}; it is skipped (left as it is) and the run resumes "
-                    "from the checkpoint before it", file=sys.stderr)
+        dist.print0(f"warning: checkpoint {p} is damaged: {why}; it is skipped and the run resumes from the "
+                    "checkpoint before it (kept: a save of its step moves it to checkpoints/replaced/)", file=sys.stderr)
     return None

@@ -150,3 +150,85 @@ def test_keep_checkpoints_prunes_the_oldest_complete_ones_and_leaves_a_damaged_o
     # step 3: 1 (damaged), 2, 3: two complete, nothing goes; step 4: 2 goes, 3 and 4 stay; 1 is never counted
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_000001", "step_000003", "step_000004"]
     assert checkpoint.problem(damaged)
+
+
+# -- round 6: a checkpoint is trusted only with its manifest (issue 60 item 2) -----------------------------------
+# Each failed on the code before: a checkpoint without manifest.json (or with a manifest that sizes but does not
+# hash its files) was taken as one from before manifests, unverified; a save of a step already there replaced it.
+
+def test_a_checkpoint_without_its_manifest_is_damaged_and_the_resume_falls_back(run, capsys):
+    newest = run / "checkpoints" / "step_000002"
+    (newest / "manifest.json").unlink()
+    assert checkpoint.problem(newest).startswith("no manifest.json, so none of its files can be verified")
+    assert checkpoint.open_run(str(run), True) == run / "checkpoints" / "step_000001"
+    assert f"checkpoint {newest} is damaged: no manifest.json" in capsys.readouterr().err
+    assert checkpoint.latest(str(run)) == run / "checkpoints" / "step_000001"
+    # asked for by name (config key resume_without_manifest): taken as it is
+    assert checkpoint.problem(newest, unverified=True) == ""
+    assert checkpoint.open_run(str(run), True, unverified=True) == newest
+
+
+def test_the_only_checkpoint_without_its_manifest_is_refused(run, capsys):
+    shutil.rmtree(run / "checkpoints" / "step_000002")
+    (run / "checkpoints" / "step_000001" / "manifest.json").unlink()
+    with pytest.raises(ConfigError, match="no complete checkpoint"):
+        checkpoint.open_run(str(run), True)
+    assert "step_000001 is damaged: no manifest.json" in capsys.readouterr().err
+
+
+def _manifest(ckpt, edit):
+    man = ckpt / "manifest.json"
+    man.write_text(json.dumps(edit(json.loads(man.read_text()))))
+
+
+@pytest.mark.parametrize("edit,why", [
+    (lambda m: {k: v for k, v in m.items() if k != "sha256"}, "manifest.json does not hash every file it lists"),
+    (lambda m: {**m, "sha256": {k: v for k, v in m["sha256"].items() if k != "model.safetensors"}},
+     "manifest.json does not hash every file it lists (not model.safetensors)"),
+], ids=["no sha256", "one file unhashed"])
+def test_a_manifest_that_does_not_hash_every_file_is_damaged(run, capsys, edit, why):
+    newest = run / "checkpoints" / "step_000002"
+    _manifest(newest, edit)
+    assert checkpoint.problem(newest, lambda rel: True).startswith(why)
+    assert checkpoint.open_run(str(run), True) == run / "checkpoints" / "step_000001"
+    assert f"step_000002 is damaged: {why}" in capsys.readouterr().err
+
+
+def test_a_file_added_to_a_checkpoint_is_damage(run):
+    newest = run / "checkpoints" / "step_000002"
+    (newest / "model.safetensors.index.json").write_text("{}")  # would change what from_pretrained reads
+    assert checkpoint.problem(newest) == ("model.safetensors.index.json is not a file it was saved with (added since: "
+                                          "the manifest does not list it)")
+
+
+def test_a_checkpoint_already_at_the_step_is_moved_aside_never_saved_over(tmp_path, capsys):
+    root = tmp_path / "checkpoints"
+    for name, text in (("step_000002", "old"), (".tmp_step_000002", "new")):
+        (root / name).mkdir(parents=True)
+        (root / name / "a").write_text(text)
+    checkpoint._publish(root / ".tmp_step_000002", root / "step_000002", keep=2)
+    assert (root / "step_000002" / "a").read_text() == "new"
+    assert (root / "replaced" / "step_000002" / "a").read_text() == "old"
+    err = capsys.readouterr().err
+    assert f"checkpoint {root / 'step_000002'} already existed (no trainer_state.pt" in err
+    assert f"moved to {root / 'replaced' / 'step_000002'}, not overwritten" in err
+    (root / ".tmp_step_000002").mkdir()
+    checkpoint._publish(root / ".tmp_step_000002", root / "step_000002", keep=2)  # a second time: beside it
+    assert (root / "replaced" / "step_000002.1" / "a").read_text() == "new"
+
+
+@pytest.mark.slow
+def test_changed_weights_without_their_manifest_are_not_trained_on_nor_saved_over(run, capsys):
+    """The round-6 attack: the newest checkpoint's weights changed (same size) and its manifest removed."""
+    newest = run / "checkpoints" / "step_000002"
+    flip(newest / "model.safetensors")
+    (newest / "manifest.json").unlink()
+    changed = (newest / "model.safetensors").read_bytes()
+    train.main(args(run, "steps=3", "save_every=1", "keep_checkpoints=5"))
+    out = capsys.readouterr()
+    assert f"checkpoint {newest} is damaged: no manifest.json" in out.err
+    assert f"resumed from {run / 'checkpoints' / 'step_000001'}" in out.out
+    aside = run / "checkpoints" / "replaced" / "step_000002"
+    assert f"checkpoint {newest} already existed (no manifest.json" in out.err and f"moved to {aside}" in out.err
+    assert (aside / "model.safetensors").read_bytes() == changed  # kept for inspection
+    assert checkpoint.problem(newest, lambda rel: True) == ""  # step 2 again, whole
