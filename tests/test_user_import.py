@@ -97,10 +97,14 @@ def test_a_real_ctrl_c_during_import_still_stops(tmp_path):
     KeyboardInterrupt that stops the process, not a config error."""
     path = tmp_path / "slow.py"
     path.write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(2)\n" + GOOD)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    with pytest.raises(KeyboardInterrupt):
-        usercode.load(f"{path}:rows", "task")
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the run's handler is back
+    # Python's own handler, as in a foreground `python train.py` (a background job of a shell starts with SIGINT ignored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            usercode.load(f"{path}:rows", "task")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the run's handler is back
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.parametrize("arg,what", [
