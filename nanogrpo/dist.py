@@ -192,8 +192,11 @@ def is_main() -> bool:
 
 
 def print0(*args, **kwargs) -> None:
+    """print on rank 0, flushed; a full disk under a redirected log is named (log.echo)."""
     if is_main():
-        print(*args, **kwargs, flush=True)
+        from nanogrpo.log import echo  # log.py imports this file
+
+        echo(*args, **kwargs)
 
 
 def barrier() -> None:

@@ -15,6 +15,7 @@ ValueError) saying why, for the caller to name the file and line.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -64,10 +65,23 @@ def output_problem(path, inputs=(), replaces: bool = False) -> str:
     return dir_problem(p.absolute().parent)
 
 
+def full(e: BaseException) -> bool:
+    """An OSError of a full disk or an exceeded quota."""
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(e: OSError, path, kept: str = "it is left as it was: written whole or not at all"):
+    """The named error of a full disk while writing `path` (log.DiskFullError: exit 1 with the resume command)."""
+    from nanogrpo.log import DiskFullError  # log.py imports this file
+
+    return DiskFullError(f"{e.strerror or 'no space left on device'} writing {path}: {kept}")
+
+
 @contextmanager
 def atomic_open(path, mode: str = "w", encoding: str = "utf-8"):
     """A file open for writing under a temporary name beside `path`; when the block ends without an
-    error it replaces `path` (os.replace), otherwise it is removed and `path` is left as it was."""
+    error it replaces `path` (os.replace), otherwise it is removed and `path` is left as it was. A full disk is
+    named (log.DiskFullError)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
@@ -75,8 +89,10 @@ def atomic_open(path, mode: str = "w", encoding: str = "utf-8"):
         with open(tmp, mode, encoding=None if "b" in mode else encoding) as f:
             yield f
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if full(e):
+            raise disk_full(e, path) from None
         raise
 
 
@@ -94,6 +110,10 @@ def write_new(path, text: str) -> None:
     try:
         tmp.write_text(text, encoding="utf-8")
         os.link(tmp, path)
+    except OSError as e:
+        if full(e):
+            raise disk_full(e, path, "it was not written") from None
+        raise
     finally:
         tmp.unlink(missing_ok=True)
 
