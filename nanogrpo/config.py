@@ -96,7 +96,7 @@ class Config:
     tool_output_close: str = "\n```\n"
     max_tool_calls: int = ranged(4, "[0, inf)")  # per rollout; one more closed block ends the rollout unrun
     tool_output_tokens: int = ranged(256, "[1, inf)")  # tool output is cut to this many tokens
-    tool_timeout_s: float = ranged(5.0, "(0, 600]")  # seconds per cell (CPU, and wall clock by SIGALRM); over it the model reads a TimeoutError. A cell that ignores or blocks SIGALRM runs to the sandbox's wall backstop: 2 x (cells the call replays x tool_timeout_s) + 2 s (docs/tools.md)
+    tool_timeout_s: float = ranged(5.0, "(0, 600]")  # seconds per cell (CPU, and wall clock by SIGALRM); over it the model reads a TimeoutError. A cell that ignores or blocks SIGALRM is ended by the sandbox's runner 0.5 s later (docs/tools.md)
     tools_file: str = ""  # a Python file run in every session before the first cell; its functions go in the system prompt
 
     # --- GRPO (see nanogrpo/grpo.py for what each knob does) ---

@@ -186,6 +186,75 @@ def test_a_cell_queuing_its_own_processes_before_the_deadline_is_a_timeout_not_a
     assert time.monotonic() - t < 15  # a timeout at the first deadline (4 s), not stretched (40 s, or None)
 
 
+# cells that keep their own SIGALRM from stopping them (the replay's wall clock per cell): the runner ends them
+DODGES = {
+    "ignores SIGALRM": "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n",
+    "blocks SIGALRM": "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])\n",
+    "handles SIGALRM": "import signal\nsignal.signal(signal.SIGALRM, lambda *a: None)\n",
+    "cancels its timer": "import signal\nsignal.setitimer(signal.ITIMER_REAL, 0)\n",
+}
+
+
+class TimedCells:
+    """The cells of a session, each call's result and the host's clock when it came back."""
+
+    def __init__(self, inner):
+        self.inner, self.got = inner, []
+
+    def run(self, calls):
+        out = self.inner.run(calls)
+        self.got.append((time.monotonic(), out))
+        return out
+
+    def pop_stats(self):
+        return self.inner.pop_stats()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dodge", list(DODGES))
+@pytest.mark.parametrize("then", ["busy", "sleep"])
+def test_a_cell_that_dodges_its_sigalrm_is_ended_by_the_runner_and_the_session_goes_on(tokenizer, local_cells,
+                                                                                          dodge, then):
+    """Ended within tool_timeout_s + 1 s of its start (it prints the time it started, on the host's monotonic
+    clock), where it used to run to the runner's backstop (2 x CPU + 2 s: 6 s here); the model reads the same
+    timeout as for a cell that stops at its SIGALRM, and the next cell runs in a fresh interpreter with the
+    earlier cells replayed: x is there, what the ended cell defined is not."""
+    loop = "while True:\n    pass" if then == "busy" else "time.sleep(60)"
+    code = DODGES[dodge] + "import time\ny = 1\nprint(time.monotonic(), flush=True)\n" + loop
+    timeout = 1.0
+    cfg = tools.ToolConfig(timeout_s=timeout)
+    cells = TimedCells(local_cells(cfg))
+    script = [block("x = 41"), block(code), block("print(x + 1, 'y' in globals())"), "done<EOS>"]
+    sampler = tools.ToolSampler(ScriptSampler(tokenizer, script, cfg.output_open), cfg, cells)
+    [[c]] = sampler.generate([tokenizer.encode("Q:")], 1, SamplingParams(400, 1.0, seed=0))
+    outs = inserted_texts(tokenizer, c)
+    assert c.calls == 3 and c.timeouts == 1 and not c.failed and c.final_text == "done", outs
+    assert tools.TIMEOUT.format(timeout) in outs[1], outs[1]
+    assert outs[2] == FENCE.output_open + "42 False" + FENCE.output_close, outs[2]
+    (ended, [res]) = cells.got[1]
+    started = float(res.output.split()[0])
+    assert ended - started < timeout + 1.0, ended - started  # the cell's own wall time, ended by the parent
+    assert res.status == "timeout" and res.seconds < timeout + 1.5, res  # the call: interpreter, replay, cell
+
+
+@pytest.mark.slow
+def test_a_cell_that_forges_the_replays_cell_lines_gets_at_most_one_step_per_cell(local_cells):
+    """The runner counts only the first `steps` "cell i" lines, as many as the call has cells, and the replay writes
+    them all by the last cell's start: a last cell that writes more of them to the replay's marker fd, with its
+    SIGALRM ignored, gains no time (at most, forged lines of earlier cells would give cells x (timeout + grace))."""
+    from nanogrpo.sandbox import cells as C
+
+    forge = ("import os, signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+             "while True:\n    os.write(3, b'%s cell 0\\n')\n    time.sleep(0.2)" % C.MARK)
+    cfg = tools.ToolConfig(timeout_s=1.0)
+    cells = local_cells(cfg)
+    t = time.monotonic()
+    [res] = cells.run([(7, [("<cell 1>", "a = 1"), ("<cell 2>", "b = 2")], ("<cell 3>", forge))])
+    took = time.monotonic() - t
+    assert res.status == "timeout"
+    assert took < 1.0 + C.STEP_GRACE_S + 1.0, took  # not the 2 x 3 + 2 = 8 s backstop, nor one step per line
+
+
 def test_unclosed_block_is_plain_text(tokenizer, local_cells):
     c, _ = run_script(tokenizer, local_cells, ["```python\nprint(1)\n<EOS>"])
     assert c.calls == 0 and all(c.mask) and c.text == "```python\nprint(1)\n" and c.final_text == c.text

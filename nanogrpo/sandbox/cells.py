@@ -10,7 +10,11 @@ not carry over: wall-clock time, files written outside the job directory, cells 
 replayed, or every later call would time out too) and a cell that ended its interpreter (the session
 restarts, as a notebook kernel does, and the model is told). The cost is CPU growing with the number of
 calls (at most `max_tool_calls`). Each cell it runs has `tool_timeout_s` of wall clock (a cell past it is a
-timeout, shown to the model), and the call `tool_timeout_s` of CPU per cell.
+timeout, shown to the model), and the call `tool_timeout_s` of CPU per cell. The wall clock is the replay's
+SIGALRM, and the runner's (the parent's): the replay announces each cell on its stderr, and the runner ends the
+execution STEP_GRACE_S past a cell's limit, so a cell that ignores, handles or blocks SIGALRM is a timeout too.
+After a timeout of either kind the next call replays the cells that did not time out: what the timed-out cell
+did is gone.
 """
 
 from __future__ import annotations
@@ -24,6 +28,18 @@ from dataclasses import dataclass
 from .types import ExecSpec, Limits
 
 log = logging.getLogger(__name__)
+
+# A cell is stopped by its own SIGALRM at tool_timeout_s; one that ignores, handles or blocks SIGALRM is stopped by
+# the runner (the parent) at tool_timeout_s + STEP_GRACE_S after the replay announced it (runner.Steps).
+STEP_GRACE_S = 0.5
+
+
+@dataclass
+class CellLimits(Limits):
+    """The execution's limits with each replayed cell's wall clock, enforced by the runner (runner.Steps)."""
+    step_s: float = 0.0  # wall clock of each announced step; 0 = none
+    step_mark: str = ""  # a line on the program's stderr starting with this announces a step
+    steps: int = 0  # announcements that count (the cells of the call)
 
 
 @dataclass
@@ -114,12 +130,15 @@ class ReplayCells:
 
     def _spec(self, cells: list[tuple[str, str]], seed: int):
         cpu = self.cfg.timeout_s * len(cells)  # every replayed cell gets the budget it ran within
-        # Each cell is stopped at timeout_s of wall clock (SIGALRM, in the replay); the runner's wall backstop, for
-        # a cell that ignores or blocks SIGALRM, is twice the CPU limit (its load check needs that much).
+        # Each cell is stopped at timeout_s of wall clock: by SIGALRM in the replay, and, for a cell that ignores,
+        # handles or blocks SIGALRM, by the runner at timeout_s + STEP_GRACE_S from its "cell i" line. The wall
+        # backstop (twice the CPU limit: the load check needs that much) is left for the interpreter's start.
         # -s, not -I: a fresh interpreter that reads PYTHONHASHSEED (the runner's environment is scrubbed anyway)
+        limits = CellLimits(cpu_s=cpu, wall_s=2 * cpu + 2, out_bytes=1 << 20, step_s=self.cfg.timeout_s + STEP_GRACE_S,
+                            step_mark=MARK + " cell ", steps=len(cells))
         return ExecSpec([self.python, "-s", "_replay.py", repr(float(self.cfg.timeout_s))],
                         files={"_replay.py": REPLAY, "_cells.json": json.dumps(cells)},
-                        limits=Limits(cpu_s=cpu, wall_s=2 * cpu + 2, out_bytes=1 << 20), clean=True, hash_seed=seed)
+                        limits=limits, clean=True, hash_seed=seed)
 
     def _result(self, res, cells: list[tuple[str, str]]) -> CellResult | None:
         events, rest = [], []

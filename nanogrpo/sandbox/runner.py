@@ -232,8 +232,13 @@ def run_exec(req, uid, launcher=None):
     wall_s = float(lim["wall_s"])
     deadline, hard_deadline = t0 + wall_s, t0 + MAX_STRETCH * wall_s
     wall_timeout = over_cap = overloaded = exited = False
+    steps = Steps(lim)
     while True:
         now = time.monotonic()
+        if now >= steps.deadline:  # a step past its own wall clock: stopped here, whatever it does with signals
+            exited = bool(select.select([launcher.exit_fd], [], [], 0)[0])
+            wall_timeout = not exited
+            break
         if now >= deadline:
             if select.select([launcher.exit_fd], [], [], 0)[0]:  # it ended as the deadline came: not a timeout
                 exited = True
@@ -245,7 +250,7 @@ def run_exec(req, uid, launcher=None):
                 overloaded = True
             wall_timeout = True
             break
-        rd, _, _ = select.select(open_fds + [launcher.exit_fd], [], [], deadline - now)
+        rd, _, _ = select.select(open_fds + [launcher.exit_fd], [], [], min(deadline, steps.deadline) - now)
         for fd in rd:
             if fd == launcher.exit_fd:
                 continue
@@ -256,6 +261,8 @@ def run_exec(req, uid, launcher=None):
                 bufs[fd] += data
                 if len(bufs[fd]) > cap:
                     over_cap = True
+                if fd == err_r:
+                    steps.read(bufs[err_r])
         if over_cap:
             break
         if launcher.exit_fd in rd:
@@ -309,6 +316,32 @@ def run_exec(req, uid, launcher=None):
         kind = "ok"
     return {"status": kind, "exit_code": code, "stdout": stdout, "stderr": stderr,
             "time_s": wall, "cpu_s": cpu}
+
+
+class Steps:
+    """A program that announces its steps (limits `step_mark`, `step_s`, `steps`): each line on its stderr that
+    starts with step_mark starts a step, which gets step_s of wall clock from the moment the runner reads the
+    line; past it the program is stopped as at the wall deadline (a timeout). The replayed tool cells
+    (nanogrpo/sandbox/cells.py) announce each cell: a cell that ignores or blocks its own SIGALRM is ended here,
+    not at the wall backstop. Only the first `steps` announcements count, so a program that writes more of them
+    itself gets at most steps x step_s."""
+
+    def __init__(self, lim):
+        self.step_s = float(lim.get("step_s") or 0)
+        self.mark = str(lim.get("step_mark") or "").encode()
+        self.left = int(lim.get("steps") or 0) if self.step_s > 0 and self.mark else 0
+        self.deadline = float("inf")
+        self.scanned = 0  # the buffer's bytes read for lines so far
+
+    def read(self, buf):
+        while self.left:
+            nl = buf.find(b"\n", self.scanned)
+            if nl < 0:
+                return
+            if buf.startswith(self.mark, self.scanned):
+                self.left -= 1
+                self.deadline = time.monotonic() + self.step_s
+            self.scanned = nl + 1
 
 
 def seeded(spec, seed):
