@@ -104,6 +104,7 @@ def test_resuming_with_another_model_directory_is_named(run, tmp_path):
         train.main(args(run, "steps=3", f"model={other}"))
 
 
+@pytest.mark.slow
 def test_a_model_of_another_architecture_is_named_for_a_checkpoint_without_a_recorded_model(run, tmp_path):
     from tiny import build_random_model_dir
 

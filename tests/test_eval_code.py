@@ -172,6 +172,7 @@ def test_lcb_export_goes_through_window_and_converter(lcb_export):
 
 
 @needs_sandbox
+@pytest.mark.slow
 def test_lcb_right_solutions_score_one_and_wrong_ones_zero(long_context_model_dir, lcb_export, tmp_path):
     task = benchmarks.load_task(f"lcb={lcb_export[0]}")
     t, samples = run_eval(long_context_model_dir, task, {k: fenced(v) for k, v in RIGHT.items()}, tmp_path / "r", n=2)

@@ -158,6 +158,7 @@ def test_a_task_and_a_reward_from_user_files_train_two_steps(tiny_model_dir, use
     assert 'template = "raw"' in (out / "config.toml").read_text()  # "" became the task's own
 
 
+@pytest.mark.slow
 def test_a_task_without_a_verdict_has_no_heldout_accuracy(tiny_model_dir, tmp_path):
     """Rows without an answer have no verdict: training goes by the user's reward, and the held-out accuracy is
     undefined (NaN), never 0.000."""

@@ -5,6 +5,8 @@ over 500 lines says why in its docstring."""
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -66,6 +68,7 @@ def test_find_cycle_finds_one():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+@pytest.mark.slow
 def test_no_import_circles_in_nanogrpo():
     graph = module_graph()
     assert "nanogrpo.evaluate" in graph and "nanogrpo.data" in graph["nanogrpo.tasks.benchmarks"]
@@ -77,6 +80,7 @@ def test_train_does_not_import_the_eval_script():
     assert "eval" not in names and "nanogrpo.evaluate" in names
 
 
+@pytest.mark.slow
 def test_a_module_over_500_lines_says_why_in_its_docstring():
     """Short files with one job: a longer one says in its docstring why it is one file ("over 500 lines")."""
     long = {p.relative_to(ROOT): len(p.read_text().splitlines()) for p in (ROOT / "nanogrpo").rglob("*.py")}

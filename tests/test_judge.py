@@ -104,6 +104,7 @@ def test_correct_output_with_nonzero_exit_fails(pool):
 
 
 @needs_sandbox
+@pytest.mark.slow
 def test_cpp_compiles_once_and_passes(pool):
     code = "#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<std::endl;}"
     v = judge_many([code], [stdio([("2 3", "5"), ("7 8", "15")], language="cpp", time_limit_s=5)], pool=pool)[0]
@@ -196,6 +197,7 @@ def test_excerpt_keeps_head_and_tail_within_the_bound():
 
 
 @needs_sandbox
+@pytest.mark.slow
 def test_verdict_keeps_a_bounded_excerpt_of_a_20mb_output(pool):
     import sys
 

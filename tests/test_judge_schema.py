@@ -65,6 +65,7 @@ def run_script(src, dst, *extra):
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_validate_script_reports_each_invalid_field(tmp_path):
     rows = [b for b, _ in BAD]
     src = tmp_path / "in.jsonl"
@@ -78,6 +79,7 @@ def test_validate_script_reports_each_invalid_field(tmp_path):
 
 
 @pytest.mark.parametrize("how", ["same", "relative", "symlink"])
+@pytest.mark.slow
 def test_validate_script_refuses_to_overwrite_its_input(tmp_path, how, monkeypatch):
     src = tmp_path / "in.jsonl"
     text = json.dumps(row()) + "\n"

@@ -38,6 +38,7 @@ def test_gold_with_upright_e_scores_a_right_answer():
     ])
 
 
+@pytest.mark.slow
 def test_display_gold_with_several_solutions_scores_a_right_answer():
     _check([
         (ROOTS_DISPLAY, r"\boxed{x = \frac{1}{2}, x = \frac{-1 \pm \sqrt{13}}{4}}", 1.0),

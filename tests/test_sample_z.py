@@ -83,6 +83,7 @@ def test_the_update_forward_gives_the_moments_in_the_loss_layout(warm_model_dir,
                    for k in range(len(got) - len(want) + 1)), "a completion's moments are not in the layout"
 
 
+@pytest.mark.slow
 def test_the_check_reads_the_rollouts_it_is_given(warm_model_dir):
     """grpo.step's `checked` (dynamic sampling's first draw): sample_z is that of those completions, as if the update
     had trained them, and not that of the update's own rollouts."""
@@ -136,6 +137,7 @@ def zs(out) -> list[float]:
                                    pytest.param(["micro_batch_tokens=256"], marks=pytest.mark.slow),
                                    pytest.param(["async_steps=1", "tis_cap=2"], marks=pytest.mark.slow)],
                          ids=["default", "top_p-temperature", "packed", "async"])
+@pytest.mark.slow
 def test_a_clean_sampler_is_calibrated(warm_model_dir, tmp_path, extra):
     """The default recipe's first steps with the PyTorch sampler: sample_z stays near N(0, 1) (also at top_p 0.9 and
     temperature 0.8, which the moments respect: without the truncation the draws would look sharper) and the
@@ -149,6 +151,7 @@ def test_a_clean_sampler_is_calibrated(warm_model_dir, tmp_path, extra):
 @pytest.mark.parametrize("fault", list(HIDDEN))
 @pytest.mark.parametrize("extra", [[], pytest.param(["async_steps=1", "tis_cap=2"], marks=pytest.mark.slow)],
                          ids=["sync", "async"])
+@pytest.mark.slow
 def test_a_sampler_that_draws_from_another_distribution_is_stopped(warm_model_dir, tmp_path, monkeypatch, fault,
                                                                    extra):
     """Drawn at temperature 0.7 or from the top_p 0.9 nucleus while it reports 1.0 and the log-probs at 1.0: the

@@ -118,6 +118,7 @@ def test_e2b_backend_judges_assert_mode_without_showing_the_checks(fake):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the fake runs the runner as root")
+@pytest.mark.slow
 def test_e2b_error_is_retried_and_the_sandbox_recycled(fake):
     pool = make_pool(fake, retries=2)
     try:

@@ -119,6 +119,7 @@ def test_zero_advantage_completions_are_skipped_without_changing_the_update(tiny
         torch.testing.assert_close(before[name] - after[name], g, rtol=0, atol=2e-6, msg=name)
 
 
+@pytest.mark.slow
 def test_a_step_with_nothing_to_train_still_moves_adams_moments(tiny_model_dir):
     """All advantages 0: no forward runs, but AdamW must see a zero gradient (its momentum keeps moving
     the weights), exactly as if every completion had been run."""
