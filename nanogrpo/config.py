@@ -296,6 +296,8 @@ def _float32(c: Config) -> bool:  # dtype = auto is float32 on the CPU (torch_dt
 # ("Knobs that need another knob", `applies_markdown`); tests/test_config.py refuses every row. Keys not listed act
 # in every configuration, or in one only the run can tell (docs/grpo.md says which and why).
 APPLIES = (
+    Applies(("resume_without_manifest",), "resume = true", lambda c: c.resume, ("resume",),
+            "it chooses which checkpoints a resume may take; a run that does not resume reads none: set resume = true"),
     Applies(("clip_low", "clip_high"), "policy_loss=clip", lambda c: c.policy_loss == "clip", ("policy_loss",),
             "CISPO's weight is bounded by cispo_low / cispo_high: set those, or policy_loss=clip"),
     Applies(("dual_clip",), "policy_loss=clip", lambda c: c.policy_loss == "clip", ("policy_loss",),

@@ -90,7 +90,7 @@ def test_auto_device_does_not_fall_back_to_cpu_past_a_gpu_it_cannot_use(monkeypa
 
 # -- knobs that need another knob (config.APPLIES, docs/grpo.md "Knobs that need another knob") --------------------
 
-VALUE = {"clip_low": "0.1", "clip_high": "0.5", "dual_clip": "3", "cispo_low": "0.5", "cispo_high": "2",
+VALUE = {"resume_without_manifest": "true", "clip_low": "0.1", "clip_high": "0.5", "dual_clip": "3", "cispo_low": "0.5", "cispo_high": "2",
          "kl_estimator": "k2", "kl_clamp": "5", "skip_zero_advantage": "false", "adv_eps": "0.01", "tis_cap": "2",
          "exact_logprobs": "true", "lm_head_fp32": "true", "vllm_gpu_memory_utilization": "0.5",
          "vllm_kv_cache_gb": "2", "cpu_allocator": "reuse", "dynamic_metric": "reward", "dynamic_max_rounds": "3",
@@ -104,6 +104,7 @@ VALUE = {"clip_low": "0.1", "clip_high": "0.5", "dual_clip": "3", "cispo_low": "
          "repetition_max_penalty": "-0.5", "max_completion_len": "100", "soft_punish_cache": "10"}
 # per row (keyed by what it needs): a configuration that ignores its keys, and one in which they act
 OFF_ON = {
+    ("resume_without_manifest", "resume = true"): ([], ["resume=true"]),
     ("clip_low", "policy_loss=clip"): (["policy_loss=cispo"], []),
     ("dual_clip", "policy_loss=clip"): (["policy_loss=cispo"], []),
     ("cispo_low", "policy_loss=cispo"): ([], ["policy_loss=cispo"]),
