@@ -395,3 +395,40 @@ def test_a_sandbox_failure_before_exec_is_never_the_programs_fault(tmp_path, mon
     refused = dict(ok, nofile=1 << 40)  # setrlimit fails before exec
     rep = runner.run_exec({"job": "b", "argv": ["./main"], "stdin": "", "limits": refused}, uid)
     assert "infra_error" in rep, rep
+
+
+def test_steps_count_only_whole_announcement_lines_and_only_as_many_as_allowed(monkeypatch):
+    """runner.Steps reads the program's stderr as it grows: a step starts at each complete line that begins with
+    the mark (a line split over two reads counts once, when whole), and only the first `steps` of them count."""
+    from nanogrpo.sandbox import runner
+
+    clock = iter(range(100))
+    monkeypatch.setattr(runner.time, "monotonic", lambda: float(next(clock)))
+    s = runner.Steps({"step_s": 2.0, "step_mark": "M cell ", "steps": 2})
+    assert s.deadline == float("inf")
+    buf = bytearray(b"noise\nM ce")
+    s.read(buf)
+    assert s.deadline == float("inf") and s.left == 2  # half a line: not yet
+    buf += b"ll 0\nM cell 1\nM cell 2\n"
+    s.read(buf)
+    assert s.left == 0 and s.deadline == 1.0 + 2.0  # two counted (clock 0 and 1); the third is past the budget
+    off = runner.Steps({"cpu_s": 1, "wall_s": 2})  # an execution that announces nothing: no step deadline
+    off.read(bytearray(b"M cell 0\n"))
+    assert off.deadline == float("inf")
+
+
+def test_the_runner_ends_a_step_past_its_wall_clock_whatever_the_program_does_with_sigalrm(tmp_path, monkeypatch):
+    """A program that ignores SIGALRM and announces two steps, then sleeps: stopped step_s after the second line
+    (a timeout), long before its wall deadline; the steps it announces past `steps` give it no more time."""
+    from nanogrpo.sandbox import Limits, runner
+
+    monkeypatch.setattr(runner, "JOBS_ROOT", str(tmp_path))
+    prog = ("import signal, sys, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+            "for i in range(20):\n    sys.stderr.write(f'M cell {i}\\n'); sys.stderr.flush(); time.sleep(0.1)\n"
+            "time.sleep(60)\n")
+    lim = dict(dataclasses.asdict(Limits(cpu_s=5, wall_s=20)), step_s=0.3, step_mark="M cell ", steps=2)
+    t = time.monotonic()
+    rep = runner.run_exec({"job": "s", "argv": [sys.executable, "-c", prog], "stdin": "", "limits": lim}, os.getuid())
+    took = time.monotonic() - t
+    assert rep["status"] == "timeout" and rep["stderr"].startswith("M cell 0\nM cell 1\n"), rep
+    assert took < 1.5, took  # the second line at ~0.1 s, its step 0.3 s: not 20 lines of steps (2.3 s), nor 20 s
