@@ -96,7 +96,11 @@ def happened(e: BaseException, importing: bool = False) -> str:
                                   "under `if __name__ == \"__main__\":`" if importing else ""))
     if isinstance(e, KeyboardInterrupt):
         return "it raised KeyboardInterrupt (no Ctrl-C arrived: the code raised it itself)"
-    return f"{type(e).__name__}: {str(e)[:300]}"
+    try:
+        text = str(e)[:300]
+    except BaseException:  # noqa: BLE001  an exception whose message itself fails is still named
+        text = "(its message could not be shown)"
+    return f"{type(e).__name__}: {text}"
 
 
 def _where(e: BaseException, file: Path | None) -> str:
