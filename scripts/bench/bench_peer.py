@@ -19,7 +19,7 @@ What is the same on both sides (a recipe is a config file plus overrides; both r
   nanogrpo's);
 - reward: nanogrpo's verdict for the task (`rollout.run_scoring`: the same function train.py scores with), passed to
   TRL through `reward_funcs`;
-- optimizer and schedule: the very AdamW (fused) and LambdaLR of nanogrpo/optim.py (lr, betas, weight decay,
+- optimizer and schedule: the very AdamW (fused) and LambdaLR of nanogrpo/grpo.py's make_optimizer (lr, betas, weight decay,
   warm-up, cosine floor), handed to GRPOTrainer through `optimizers=`; grad clip `max_grad_norm = grad_clip`;
 - loss: beta 0 (no KL, no reference model), clip 1 - clip_low .. 1 + clip_high (`epsilon`, `epsilon_high`),
   advantages scaled by the group's std + 1e-4 (`scale_rewards="group"`: both use the unbiased std), one pass
@@ -142,7 +142,7 @@ def trl_worker(spec_path: str, out_path: str) -> None:
 
     from nanogrpo import config as C
     from nanogrpo import rewards
-    from nanogrpo.optim import make_optimizer
+    from nanogrpo.grpo import make_optimizer
     from nanogrpo.rollout import run_scoring
 
     spec = json.loads(Path(spec_path).read_text())
@@ -325,7 +325,7 @@ def nanogrpo_version(repo: Path) -> str:
     return stamp.read_text().strip() if stamp.exists() else str(repo)
 
 
-def bench_recipe(a, repo: Path, recipe: str, seeds: list[int], work_root: Path) -> dict:
+def bench_recipe(a, repo: Path, recipe: str, seeds: list[int], work_root: Path, saved=lambda res: None) -> dict:
     config, overrides = RECIPES[recipe]
     argv = repo_argv(repo, config, overrides + list(a.override))
     work = work_root / recipe
@@ -372,6 +372,7 @@ def bench_recipe(a, repo: Path, recipe: str, seeds: list[int], work_root: Path) 
                 print(f"  {recipe} seed {seed} {s}: held-out accuracy {v['heldout_accuracy']:.3f} "
                       f"({v['rows']} rows)", flush=True)
         res["runs"][str(seed)] = got
+        saved(res)  # a run stopped later keeps the seeds it finished
     return res
 
 
@@ -512,8 +513,10 @@ def main() -> None:
     results = []
     jpath = Path(a.json or out / "peer.json")
     for recipe in a.recipes.split(","):
-        results.append(bench_recipe(a, repo, recipe, seeds, out))
-        jpath.write_text(json.dumps({"meta": meta, "results": results}, indent=1))  # after every recipe
+        def saved(res, done=list(results)):
+            jpath.write_text(json.dumps({"meta": meta, "results": [*done, res]}, indent=1))
+
+        results.append(bench_recipe(a, repo, recipe, seeds, out, saved))
     print_table(results, meta)
     print(f"\nraw results: {jpath}")
 
