@@ -93,3 +93,6 @@ def test_rows_judged_as_a_datasets_may_go_without_an_answer(user):
     assert tasks.answer_verifier(tasks.get(f"{user}:rows"), "code", None) == ""
     assert tasks.answer_verifier(tasks.get(f"{user}:rows"), None, None) == ""  # no verdict said (scripts/decontaminate.py)
     assert len(tasks.load_rows(f"{user}:rows", n=2)) == 2
+    assert len(tasks.load_rows(f"{user}:rows", "math", n=2)) == 2  # scripts/generate.py: no verdict said either
+    with pytest.raises(data.DataError, match="row 0 has no 'answer', and the exact verdict"):  # train.py's, for exact
+        tasks.load_rows(f"{user}:rows", "math", n=2, gold_check=None)

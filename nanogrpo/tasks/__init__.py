@@ -125,7 +125,8 @@ def load_rows(source: str, kind: str | None = None, split: str = "train", n: int
             rows = task.rows(split, n, seed)
     if source not in TASKS:
         checked(rows, source)
-    verifier = answer_verifier(task, kind, kw.get("gold_check"))
+    # the verdict is known from kind only where the caller says what it reads (rollout.row_kind's gold_check, None too)
+    verifier = answer_verifier(task, kind if "gold_check" in kw else None, kw.get("gold_check"))
     if verifier:  # it compares with each row's answer: a row without one is named now, not after steps of None
         data.check_answers([(f"{source} {split} row {i}", r) for i, r in enumerate(rows)], verifier)
     if kw.get("gold_check"):  # its golds read as the run's verdict reads them, as a file's are
