@@ -37,13 +37,12 @@ from dataclasses import dataclass
 
 import torch
 
-from nanogrpo import checkpoint, data, dist, grpo, hub, packing, tasks
+from nanogrpo import checkpoint, checks, data, dist, grpo, hub, packing, tasks
 from nanogrpo import config as C
 from nanogrpo import model as M
 from nanogrpo.evaluate import heldout_accuracy, heldout_rows
 from nanogrpo.rollout import encode_prompts, task_template, trainer_sampler
 from nanogrpo.log import Logger, LogError
-from nanogrpo.optim import make_optimizer
 
 
 # ----------------------------------------------------------------------------------------------
@@ -255,7 +254,7 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
                            cfg.logprob_chunk, cfg.activation_checkpointing, compile=cfg.compile,
                            attention=cfg.attention, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
                            lora_targets=cfg.lora_targets, adapters_from=resume_from if cfg.lora_rank else None)
-    optimizer, scheduler = make_optimizer(policy.parameters(), cfg, cfg.steps)
+    optimizer, scheduler = grpo.make_optimizer(policy.parameters(), cfg, cfg.steps)
     # rows are (where, row) pairs so an error mid-run still names the file and line
     stream = data.PromptStream(records, cfg.prompts_per_step, rank, world, cfg.seed)
     start = checkpoint.resume(resume_from, policy, optimizer, scheduler, stream)
@@ -274,7 +273,7 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
                 + (f" | resumed from {resume_from}" if resume_from else ""))
     logger = Logger(cfg.out_dir, cfg.steps, start, cfg.wandb_project, cfg.wandb_run_name, vars(cfg))
     last_metrics: dict = {}
-    skipped: list[int] = []  # updates_skipped per step (grpo.check_finite)
+    skipped: list[int] = []  # updates_skipped per step (checks.check_finite)
     stopped = ""  # the stop signal's name, once one arrived (on any rank)
     if sampler is not None and start == 0:
         logger.log(-1, evaluate_now())
@@ -299,7 +298,7 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
                             f"{cfg.sft_stop_accuracy} after step {step + 1}: stopping")
         logger.log(step, last_metrics, cfg.log_every)
         skipped.append(stats["updates_skipped"])
-        grpo.check_finite(skipped)
+        checks.check_finite(skipped)
         stopped = "" if last else stop.requested()  # an all-reduce: every rank stops after the same step
         if (cfg.save_every and (step + 1) % cfg.save_every == 0) or (last and cfg.save_final) or stopped:
             path = checkpoint.save(cfg.out_dir, step + 1, policy, optimizer, scheduler, tokenizer,
@@ -326,7 +325,7 @@ if __name__ == "__main__":
     except (C.ConfigError, FileNotFoundError, data.DataError, M.ModelError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    except (checkpoint.CheckpointError, grpo.NonFiniteError, LogError) as e:
+    except (checkpoint.CheckpointError, checks.NonFiniteError, LogError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
     finally:

@@ -1,6 +1,6 @@
-"""Token log-probs under the lm_head: the idea in plain autograd (`reference_logprobs`), and the kernel every
-training step runs (`chunked_logprobs`), which computes the same numbers without the (positions, vocab) fp32
-logits ever existing at once. tests/test_model.py holds them equal, values and gradients.
+"""Token log-probs under the lm_head: the kernel every training step runs (`chunked_logprobs`), which computes what
+model.reference_logprobs computes in plain autograd without the (positions, vocab) fp32 logits ever existing at
+once. tests/test_model.py holds them equal, values and gradients.
 
 The idea: logits = lm_head(h) / temperature in fp32, log p(target) = log_softmax(logits)[target], and the
 entropy of the softmax as a metric (no gradient). At a 150k vocabulary and 16k positions the fp32 logits are
@@ -13,32 +13,6 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-
-def reference_logprobs(lm_head: nn.Module, h: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
-                       head_fp32: bool = False, sampling: tuple[float, int] | None = None):
-    """(logp, entropy), each (B, T) fp32, of `targets` under lm_head(h): the whole logits, autograd through
-    log_softmax. What `chunked_logprobs` computes; read this one first. sampling = (top_p, top_k): the entropy is
-    (B, T, 3) with E_q[log p] and Var_q[log p], q the distribution the sampler draws from: softmax cut to the top_k
-    most likely tokens (0: all) and the nucleus (the tokens whose mass ranked above them is short of top_p),
-    renormalised (the sampler's calibration check, nanogrpo/parity.py)."""
-    w, b = lm_head.weight, lm_head.bias
-    if head_fp32:  # the matmul itself in fp32 (`lm_head_fp32`), not only its result
-        w, b = w.float(), None if b is None else b.float()
-    logits = F.linear(h.to(w.dtype), w, b).float()
-    if temperature > 0:
-        logits = logits / temperature
-    logp = torch.log_softmax(logits, -1)
-    entropy = -(logp.exp() * logp).sum(-1).detach()
-    if sampling is not None:
-        top_p, top_k = sampling
-        lp, _ = logp.detach().sort(-1, descending=True)  # (B, T, V) most likely first
-        p = lp.exp()
-        q = torch.where((p.cumsum(-1) - p < top_p) & (torch.arange(p.shape[-1]) < (top_k or p.shape[-1])), p, 0.0)
-        q = q / q.sum(-1, keepdim=True)
-        mean = (q * lp).sum(-1)
-        entropy = torch.stack([entropy, mean, (q * (lp - mean[..., None]) ** 2).sum(-1)], -1)
-    return logp.gather(-1, targets[..., None])[..., 0], entropy
 
 
 def fp32_head(lm_head: nn.Module, h: torch.Tensor) -> torch.Tensor:
@@ -172,7 +146,7 @@ def chunked_logprobs(lm_head: nn.Module, h: torch.Tensor, targets: torch.Tensor,
     """(logp, entropy), each (B, T) fp32, of `targets` under lm_head(h), chunk_size positions at a time
     (`_HeadLogprobs`: the (B*T, V) fp32 logits never exist, in forward or backward). `sampling` = (top_p, top_k):
     the second output is (B, T, 3) instead: the entropy, then E_q[log p] and Var_q[log p] under the distribution the
-    sampler draws from (`sampling_moments`), for the sampler's calibration check (nanogrpo/parity.py)."""
+    sampler draws from (`sampling_moments`), for the sampler's calibration check (nanogrpo/checks)."""
     if type(lm_head) is not nn.Linear:
         raise TypeError(f"the lm_head must be a plain nn.Linear (its weight is read directly); got {type(lm_head).__name__}")
     return _HeadLogprobs.apply(h, lm_head.weight, lm_head.bias, targets, temperature, chunk_size, with_entropy,

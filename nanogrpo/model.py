@@ -182,8 +182,7 @@ class Policy(nn.Module):
         entries that predict the next sequence's first token are meaningless (callers never use them).
         `positions` (K,): only these slots of the flattened (B*(T-1)) predictions go through the
         lm_head (the completion tokens; prompt and padding need none), and the result is (1, K).
-        `sampling` = (top_p, top_k): the second output is (..., 3), the entropy and the sampling distribution's
-        moments of log p (logprobs.chunked_logprobs).
+        `sampling`: the entropy is (..., 3) with the moments of log p the checks read (logprobs.chunked_logprobs).
         """
         kw = {}
         if self.hf.config._attn_implementation == SEGMENT_SDPA:
@@ -201,6 +200,22 @@ class Policy(nn.Module):
             targets = targets.reshape(-1)[positions].unsqueeze(0)  # (1, K)
         return chunked_logprobs(self.hf.get_output_embeddings(), h, targets, temperature, with_entropy, self.chunk_size,
                                 self.lm_head_fp32, sampling)
+
+
+def reference_logprobs(lm_head: nn.Module, h: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                       head_fp32: bool = False):
+    """(logp, entropy), each (B, T) fp32, of `targets` under lm_head(h): the whole logits, autograd through
+    log_softmax. What `Policy.forward`'s kernel (logprobs.chunked_logprobs) computes a chunk of positions at a time,
+    with a hand-written backward; read this one first (tests/test_model.py holds them equal, values and gradients)."""
+    w, b = lm_head.weight, lm_head.bias
+    if head_fp32:  # the matmul itself in fp32 (`lm_head_fp32`), not only its result
+        w, b = w.float(), None if b is None else b.float()
+    logits = F.linear(h.to(w.dtype), w, b).float()
+    if temperature > 0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, -1)
+    entropy = -(logp.exp() * logp).sum(-1).detach()
+    return logp.gather(-1, targets[..., None])[..., 0], entropy
 
 
 def make_policy(path: str, device: torch.device, dtype: torch.dtype, chunk_size: int, activation_checkpointing: bool,

@@ -1,8 +1,9 @@
 """Rollouts ahead of the update (`async_steps = k`): the next steps' rollouts are generated while this step trains.
 
 The sampler and the trainer hold separate weights (nanogrpo/sampler.py), so the sampler can generate while the
-trainer updates. With k = 0 nothing overlaps: `take` samples the step's rollouts when asked, `sync_weights` syncs the
-new weights right after the update; train.py's loop then runs exactly as a synchronous one (the tests compare bits).
+trainer updates. With k = 0 nothing overlaps and this file is not used: train.py's loop calls rollout.Worker itself
+(`take` samples the step's rollouts when asked, `sync_weights` syncs the new weights right after the update), and
+`Rollouts` is the same interface with the rollouts sampled ahead.
 
 With k >= 1 one background thread (`rollouts`) owns the sampler and runs jobs in step order. The rollouts of
 step j are sampled with the weights of version max(start, j - k) (version = updates applied), so a batch trains at
@@ -43,28 +44,24 @@ class Rollouts:
         self.worker, self.stream, self.rank = worker, stream, rank
         self.ahead, self.start, self.end = ahead, start, end
         self.jobs: dict[int, Future] = {}
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="rollouts") if ahead else None
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="rollouts")
         for batch in pending or []:  # a checkpoint's queued steps (resume): trained as they were sampled
             self.jobs[batch.step] = Future()
             self.jobs[batch.step].set_result(batch)
 
     def take(self, step: int):
-        """Step `step`'s rollouts: sampled now (k = 0), or the queued job's, waited for (its error raised here)."""
-        if not self.ahead:
-            return self.worker.rollouts(step, step, None, self.stream, self.rank)
+        """Step `step`'s rollouts: the queued job's, waited for (its error raised here)."""
         if not self.jobs:  # the first take of a run (or a resume without queued steps): the sampler's weights
             for j in range(step, min(step + self.ahead + 1, self.end)):
                 self._queue(j, self.start, None)
         return self.jobs.pop(step).result()
 
     def sync_weights(self, version: int, weights) -> None:
-        """After the update that made weights `version` (the step that just trained was version - 1): k = 0 syncs
-        them into the sampler now; k >= 1 copies them and queues step version + k on the copy."""
-        if not self.ahead:
-            return self.worker.sync_weights(weights)
+        """After the update that made weights `version` (the step that just trained was version - 1): copies them and
+        queues step version + k on the copy."""
         if version + self.ahead >= self.end:  # no step left to sample with them: the sampler takes them for the evals
             self.drain()
-            return self.worker.sync_weights(weights)
+            return self.worker.sampler.sync_weights(weights)
         copy = [(name, t.detach().clone()) for name, t in weights]  # the trainer updates its own in place
         self._queue(version + self.ahead, version, copy)
 
@@ -82,8 +79,7 @@ class Rollouts:
                 "world": dist.world_size(), "data": stream.state_dict()}
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
     def _queue(self, step: int, version: int, weights) -> None:
         self.jobs[step] = self.pool.submit(self._sample, step, version, weights)
@@ -91,7 +87,7 @@ class Rollouts:
     def _sample(self, step: int, version: int, weights):
         """On the rollout thread: the copy of the weights this step samples with (None: what the sampler holds)."""
         if weights is not None:
-            self.worker.sync_weights(weights)
+            self.worker.sampler.sync_weights(weights)
         return self.worker.rollouts(step, version, weights, self.stream, self.rank)
 
 

@@ -19,7 +19,7 @@ ranks as at any world size) and two gloo groups over every rank between them (di
 Every send is asynchronous and waited for only at the end (a trainer waits for its previous weights' send before
 the next), so neither side waits on the other in a cycle: a trainer waits only for rollouts, a sampler only for
 weights. The sampler side judges each batch with the sampler check (its findings travel with the batch; the
-trainers rule on them, as colocated) and measures the gap against the version that sampled (parity.sampled_gap).
+trainers rule on them, as colocated) and measures the gap against the version that sampled (checks.sampled_gap).
 Evaluations run on the sampler ranks, with the version after the step they follow; trainer rank 0 logs them.
 
 What is GPU-only and untested (no GPU here): the sampler ranks on their own GPUs; the weights go over gloo from
@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 import torch
 
-from nanogrpo import dist, parity
+from nanogrpo import dist
+from nanogrpo.checks import fingerprint
 from nanogrpo.sampler import unwrap
 
 
@@ -51,7 +52,7 @@ class Start:  # a trainer rank to its sampler rank, first: where the trainer sta
 class Weights:  # trainer rank 0 to every sampler rank: the weights after `version` updates; the tensors follow
     version: int
     spec: list  # (name, shape, dtype) of each tensor, in the order they are sent
-    prints: dict  # name -> parity.fingerprint of the tensor cast to the run's dtype (what the sampler must hold)
+    prints: dict  # name -> checks.fingerprint of the tensor cast to the run's dtype (what the sampler must hold)
 
 
 @dataclass
@@ -134,7 +135,7 @@ class Remote:
         copies = [(name, t.detach().to("cpu", copy=True)) for name, t in weights]
         wait(self.sends)  # the previous version's: one copy of the weights in flight at most
         head = Weights(version, [(name, tuple(t.shape), t.dtype) for name, t in copies],
-                       {name: parity.fingerprint(t.to(self.dtype)) for name, t in copies})
+                       {name: fingerprint(t.to(self.dtype)) for name, t in copies})
         for dst in range(self.split.trainers, self.split.trainers + self.split.samplers):
             self.sends += send_object(self.split.to_samplers, head, dst)
             self.sends += [(self.split.to_samplers.send([t], dst, 0), t) for _, t in copies]
@@ -206,7 +207,7 @@ def serve(cfg, worker, streams: dict, evaluations, due) -> dict:
         for _, t in tensors:
             split.to_samplers.recv([t], 0, 0).wait()
         tensors = [(name, t.to(device)) for name, t in tensors]  # the gap's forward runs on the sampler's device
-        worker.sync_weights(tensors, head.prints)  # checked against what the trainer sent: the wire is checked too
+        worker.sampler.sync_weights(tensors, head.prints)  # checked against what the trainer sent: the wire too
         return head.version, tensors
 
     got = receive()  # the trainers' weights of `start`, not what this rank loaded: checked from the first step on
@@ -229,6 +230,7 @@ def serve(cfg, worker, streams: dict, evaluations, due) -> dict:
         sends[:] = [(work, buf) for work, buf in sends if not work.is_completed()]
         for rank, stream in streams.items():
             batch = worker.rollouts(step, version, weights, stream, rank)
+            batch.problems = worker.sampler.take_findings()  # the sampler check's: the trainers rule on them
             sends.extend(send_object(split.to_trainers, Rollouts(step, batch, stream.state_dict()), rank))
     while not stopped:  # versions for the evaluations after the last step sampled, until the trainers stop
         got = receive()

@@ -20,20 +20,14 @@ dataset's own: code rows by `code`, the others by `math`).
 from __future__ import annotations
 
 import inspect
-import numbers
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from math import isfinite
 
 from nanogrpo import answer as _answer
 from nanogrpo import shaping, usercode
+from nanogrpo.checks import RewardError, reward_total, reward_values  # noqa: F401 (rewards.RewardError: train.py and eval.py name it)
 from nanogrpo.data import is_code_row
-
-
-class RewardError(ValueError):
-    """A reward function returned what no reward is (not a finite number or None), or the weighted sum overflowed:
-    the reward (a user's, most likely) or `reward_weights` is wrong. train.py exits 2 naming it, before the update."""
 
 
 @dataclass
@@ -51,29 +45,27 @@ class Batch:
 
 @dataclass
 class Scoring:
-    """A run's rewards, resolved once: the verdict, and the weighted terms summed into each completion's reward."""
+    """A run's rewards, resolved once (each function's call too: `caller`): the verdict, and the weighted terms summed
+    into each completion's reward."""
 
     verdict: Callable  # judges the answer (a verifier below, or the task's own reward)
     terms: list[tuple[str, float, Callable]]  # (name, weight, fn(Batch) -> one value per completion)
+    judge: Callable = None  # the verdict's settled call: (completions, rows) -> its checked values
 
     def __call__(self, batch: Batch) -> tuple[list[float | None], dict[str, list[float | None]]]:
         """(the total per completion, None where any term is None; each part by name, "accuracy" the verdict). The
         verdict reads batch.answers (with tools: the text after the last tool output), the terms what they want."""
         if not len(batch.texts) == len(batch.answers) == len(batch.rows):
             raise ValueError(f"{len(batch.texts)} completions, {len(batch.answers)} answers and {len(batch.rows)} rows")
-        batch.verdicts = judge(self.verdict, batch.answers, batch.rows)
+        batch.verdicts = self.judge(batch.answers, batch.rows)
         parts = {"accuracy": batch.verdicts}
         for name, _, fn in self.terms:
-            parts.setdefault(name, checked(name, fn(batch), batch.rows))
+            parts.setdefault(name, reward_values(name, fn(batch), batch.rows))
         total = []
-        for i, row in enumerate(batch.rows):
+        for i in range(len(batch.rows)):
             terms = [parts[n][i] for n, _, _ in self.terms]
             total.append(None if None in terms else sum(w * t for (_, w, _), t in zip(self.terms, terms)))
-            if total[-1] is not None and not isfinite(total[-1]):  # finite terms, weights that overflow the sum
-                raise RewardError(f"config key 'reward_weights': the weighted sum of rewards {[n for n, _, _ in self.terms]}"
-                                  f" = {terms} with weights {[w for _, w, _ in self.terms]} is {total[-1]} (row "
-                                  f"{_shown(row)}): a reward must be finite")
-        return total, parts
+        return reward_total(total, parts, self.terms, batch.rows), parts
 
 
 def scoring(names: list[str], weights: list[float], task_reward: Callable) -> Scoring:
@@ -83,7 +75,12 @@ def scoring(names: list[str], weights: list[float], task_reward: Callable) -> Sc
     if len(weights) != len(names):
         raise ValueError(f"{len(weights)} weights for {len(names)} rewards {names}")
     named = [VERIFIERS[n] for n in names if n in VERIFIERS]
-    return Scoring(named[0] if named else task_reward, [(label(n), w, term(n)) for n, w in zip(names, weights)])
+    verdict = named[0] if named else task_reward
+    key = "config key 'rewards':" if named else "config key 'task':"  # what an error of the verdict names
+    name = getattr(verdict, "__name__", "verdict")
+    call = caller(name, verdict, key)
+    return Scoring(verdict, [(label(n), w, term(n)) for n, w in zip(names, weights)],
+                   lambda completions, rows: reward_values(name, call(completions, rows), rows, key))
 
 
 def term(name: str) -> Callable:
@@ -91,8 +88,8 @@ def term(name: str) -> Callable:
     if name == "accuracy" or name in VERIFIERS:
         return lambda b: b.verdicts
     if usercode.is_spec(name):  # TRL's signature, on the whole completions
-        fn = usercode.load(name, "rewards")
-        return lambda b: called(label(name), fn, b.texts, b.rows)
+        call = caller(label(name), usercode.load(name, "rewards"))
+        return lambda b: call(b.texts, b.rows)
     if name not in shaping.SHAPING:
         raise ValueError(f"unknown reward {name!r}: expected one of {', '.join(names())} or PATH.py:FN")
     return shaping.SHAPING[name]
@@ -109,20 +106,43 @@ def names() -> tuple[str, ...]:
     return ("accuracy", *VERIFIERS, *shaping.SHAPING)
 
 
-def judge(verdict: Callable, completions: list[str], rows: list[dict]) -> list[float | None]:
-    """The verdict of each completion on its row (train.py and eval.py both come here)."""
+def judge(verdict: Callable, completions: list[str], rows: list[dict], key: str = "config key 'task':") -> list[float | None]:
+    """The verdict of each completion on its row, checked (eval.py and the scripts come here; a run's Scoring holds
+    the same call, settled once)."""
     name = getattr(verdict, "__name__", "verdict")
-    return checked(name, called(name, verdict, completions, rows), rows)
+    return reward_values(name, caller(name, verdict, key)(completions, rows), rows, key)
 
 
-def called(name: str, fn: Callable, completions: list[str], rows: list[dict]):
-    """fn(completions, **columns) (`arguments`); a reward that raises (a user's: ours never do) is a RewardError naming it."""
-    args, kwargs = arguments(fn, completions, rows)
+# What a user's function may raise that the run itself handles: a stop signal is the run's (saved, exit 75), not the
+# reward's. Anything else, SystemExit included, is the reward's fault, named.
+RUN_SIGNALS = (KeyboardInterrupt,)
+
+
+def caller(name: str, fn: Callable, key: str = "config key 'rewards':") -> Callable:
+    """fn's call, (completions, rows) -> its values, decided once: a reward that names TRL's `prompts` (one ported from
+    TRL) is called TRL's way, every argument by keyword, `prompts` being each row's `problem` (the statement shown to
+    the model) unless the rows have a column called so; any other as FN(completions, **columns). A reward that raises
+    (a user's: ours never do) or exits is a RewardError naming it and `key`, the config key that named it."""
+    trl = names_prompts(fn)
+
+    def call(completions: list, rows: list[dict]):
+        args, kwargs = arguments(trl, completions, rows)
+        try:
+            return fn(*args, **kwargs)
+        except RUN_SIGNALS:
+            raise
+        except BaseException as e:  # SystemExit too: a reward that exits would end the run with its code, unsaid
+            raise RewardError(f"{key} reward {name!r} raised {type(e).__name__}: {str(e)[:200]} (a reward returns "
+                              "None for a completion it cannot score)") from e
+    return call
+
+
+def names_prompts(fn: Callable) -> bool:
+    """Whether a reward names TRL's `prompts` (no signature to read, a builtin: it does not)."""
     try:
-        return fn(*args, **kwargs)
-    except Exception as e:
-        raise RewardError(f"config key 'rewards': reward {name!r} raised {type(e).__name__}: {str(e)[:200]} (a reward "
-                          "returns None for a completion it cannot score)") from e
+        return "prompts" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def check_user_calls(names: list[str], verdict: Callable, rows: list[dict], task_key: str = "config key 'task':") -> None:
@@ -134,7 +154,10 @@ def check_user_calls(names: list[str], verdict: Callable, rows: list[dict], task
     ours = (getattr(verdict, "__module__", None) or "").startswith("nanogrpo.")  # else a user's, wherever defined
     fns += [] if ours else [(f"{task_key} reward {getattr(verdict, '__name__', '')!r}", verdict)]
     for what, fn in fns:
-        args, kwargs = arguments(fn, [], rows)
+        if isinstance(fn, type):  # a class: calling it makes an instance, not the values
+            raise RewardError(f"{what} is a class ({fn.__name__}), not a function: a reward is FN(completions, "
+                              "**columns) -> a list of floats (docs/data.md)")
+        args, kwargs = arguments(names_prompts(fn), [], rows)
         try:
             inspect.signature(fn).bind(*args, **kwargs)
         except TypeError as e:
@@ -145,14 +168,9 @@ def check_user_calls(names: list[str], verdict: Callable, rows: list[dict], task
             pass  # no signature to read (a builtin): called as it is
 
 
-def arguments(fn: Callable, completions: list, rows: list[dict]) -> tuple[list, dict]:
-    """(args, kwargs) of a reward's call: (completions,) and the rows' columns. A reward that names TRL's `prompts` (one
-    ported from TRL) is called TRL's way, every argument by keyword, `prompts` being each row's `problem` (the
-    statement shown to the model) unless the rows have a column called so."""
-    try:
-        trl = "prompts" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # no signature to read (a builtin): called as it is
-        trl = False
+def arguments(trl: bool, completions: list, rows: list[dict]) -> tuple[list, dict]:
+    """(args, kwargs) of a reward's call: (completions,) and the rows' columns; TRL's way (`trl`: it names `prompts`)
+    every argument by keyword, with each row's `problem` as its prompt."""
     if trl:
         return [], {"prompts": [r.get("problem") for r in rows], **columns_of(rows), "completions": completions}
     return [completions], columns_of(rows)
@@ -162,32 +180,6 @@ def columns_of(rows: list[dict]) -> dict[str, list]:
     """The rows field by field (TRL's reward columns): each field a list, None where a row lacks it."""
     keys = dict.fromkeys(k for r in rows for k in r if k != "completions")
     return {k: [r.get(k) for r in rows] for k in keys}
-
-
-def checked(name: str, values, rows: list) -> list[float | None]:
-    """A reward function's values, as the trainer may use them: one per completion, each None (could not be
-    computed) or a finite real number. Anything else is a broken reward (a user's, most likely), not a verdict
-    on the model: a RewardError naming the reward, the value and the row, raised before the step's update.
-    Why not None: an inf, a NaN or a string would be dropped silently every step it appears, biasing what is
-    learned towards the completions the reward can score; an error says where the reward is wrong."""
-    values = list(values)
-    if len(values) != len(rows):  # a reward that lost or gained items would be summed onto the wrong completions
-        raise RewardError(f"config key 'rewards': reward {name!r} gave {len(values)} values for {len(rows)} completions")
-    out = []
-    for v, row in zip(values, rows):
-        if v is not None and (not isinstance(v, numbers.Real) or not isfinite(v)):
-            what = f"{v!r} ({type(v).__name__})" if not isinstance(v, numbers.Real) else f"{v}"
-            raise RewardError(f"config key 'rewards': reward {name!r} returned {what[:80]} for row {_shown(row)}: a "
-                              "reward is a finite number, or None when it cannot be computed")
-        out.append(None if v is None else float(v))
-    return out
-
-
-def _shown(row) -> str:
-    """A row, short, for an error message: its id or its problem's start."""
-    if isinstance(row, dict):
-        return repr(row.get("id") or str(row.get("problem", ""))[:60])
-    return repr(str(row)[:60])
 
 
 # ---------------------------------------------------------------- the verifiers

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nanogrpo import data, dist, grpo, parity, rewards, tasks, tools
+from nanogrpo import data, dist, grpo, rewards, tasks, tools
 from nanogrpo import ConfigError
+from nanogrpo.checks import sampled_gap
 from nanogrpo.sampler import Completion, Sampler, SamplingParams
 from nanogrpo.torch_sampler import TorchSampler
 
@@ -164,8 +165,8 @@ class StepRollouts:
     parts: dict = field(default_factory=dict)  # reward name -> per completion
     correct: list = field(default_factory=list)
     tool_stats: dict = field(default_factory=dict)  # the tool loop's, summed over rounds
-    problems: list[str] = field(default_factory=list)  # the sampler check's findings (nanogrpo/parity.py)
-    gap: tuple[float, ...] | None = None  # async: parity.sampled_gap's (sum, tokens, dev, var) at `version`: the gap, sample_z
+    problems: list[str] = field(default_factory=list)  # split placement: the sampler rank's sampler check's findings
+    gap: tuple[float, ...] | None = None  # async: checks.sampled_gap's (sum, tokens, dev, var) at `version`: the gap, sample_z
     rounds: int = 0  # generate calls (dynamic sampling: more than one when groups had no signal)
     drawn: int = 0  # groups generated, dropped ones included
     topped_up: int = 0  # dynamic sampling: dropped groups that filled the share when the rounds ran out
@@ -178,7 +179,7 @@ class StepRollouts:
         return [(p, r, c) for p, r, g in zip(self.prompts, self.rows, self.completions) for c in g]
 
     def for_check(self) -> list[grpo.Rollout] | None:
-        """What the sampler's calibration check reads (grpo.step, parity.sampled_gap): None, the update's rollouts;
+        """What the sampler's calibration check reads (nanogrpo/checks: its forward, or checks.sampled_gap): None, the update's rollouts;
         with dynamic sampling, every completion of the step's first draw, kept or dropped. The kept groups are chosen
         by what was sampled: of a near-deterministic policy they are those that drew a rare token, so their tokens
         look flatter than draws (a clean run was stopped at sample_z -4.5, -4.8: docs/precision.md)."""
@@ -193,21 +194,35 @@ class StepRollouts:
 
 @dataclass
 class Worker:
-    """What samples and scores a rank's rollouts: its sampler, the check that watches it, the prompt format. The
-    pipeline (nanogrpo/pipeline.py) calls it on the trainer's ranks, a sampler rank on its own (placement.py)."""
+    """What samples and scores a rank's rollouts: its sampler, the prompt format, the rewards. train.py calls it on the
+    trainer's ranks (through nanogrpo/pipeline.py with async_steps), a sampler rank on its own (placement.py)."""
 
     cfg: object
-    sampler: Sampler
-    check: parity.SamplerCheck  # after every generate: the sampler's weights and settings against the trainer's
+    sampler: Sampler  # the run's: checked at every call (nanogrpo/checks/sampler.py's CheckedSampler wraps it)
     tokenizer: object
     prefilled_think: bool  # the prompt ends with "<think>" (R1-Distill chat templates): the format rewards must know
     scoring: rewards.Scoring  # the run's rewards (run_scoring)
-    sampled_by: parity.SamplerPolicy | None = None  # async_steps: the gap against the weights that sampled
+    sampled_by: object | None = None  # async_steps: the gap against the weights that sampled (checks.SamplerPolicy)
+    stream: object = None  # a trainer rank's prompts (data.PromptStream): `take` draws from it
+    rank: int = 0
 
-    def sync_weights(self, weights, prints: dict | None = None) -> None:
-        """The trainer's (name, tensor) weights into the sampler, each fingerprinted as it passes (SamplerCheck.sync;
-        `prints`: the fingerprints a trainer rank took of what it sent)."""
-        self.check.sync(self.sampler, weights, prints)
+    def take(self, step: int) -> "StepRollouts":
+        """Step `step`'s rollouts sampled now: the k = 0 schedule (pipeline.py: sampled ahead, placement.py: elsewhere)."""
+        return self.rollouts(step, step, None, self.stream, self.rank)
+
+    def sync_weights(self, version: int, weights) -> None:
+        """After the update that made weights `version`: the trainer's (name, tensor) weights into the sampler."""
+        self.sampler.sync_weights(weights)
+
+    def drain(self) -> None:  # nothing is queued
+        pass
+
+    def state(self, stream) -> dict:
+        """This rank's part of a checkpoint (as pipeline.Rollouts.state, with nothing queued)."""
+        return {"rollouts": [], "async_steps": 0, "world": dist.world_size(), "data": stream.state_dict()}
+
+    def close(self) -> None:
+        pass
 
     def rollouts(self, step: int, version: int, weights, stream, rank: int) -> StepRollouts:
         """Rank `rank`'s rollouts of `step`: its prompts from `stream`, a group of completions each, scored, sampled
@@ -223,13 +238,12 @@ class Worker:
         if not self.cfg.async_steps:
             self.sampler.sleep()  # on GPU: give the sampler's memory to the update; generate() wakes it (no-op on CPU)
         if self.sampled_by is not None:
-            out.gap = parity.sampled_gap(self.sampled_by, out, self.cfg, self.tokenizer.pad_token_id, weights)
+            out.gap = sampled_gap(self.sampled_by, out, self.cfg, self.tokenizer.pad_token_id, weights)
         return out
 
     def draw(self, out: StepRollouts, rows: list[dict], round_: int, rank: int) -> list[tuple]:
         """One generate call for `rows`, scored: a group (row, prompt, completions, total, parts, correct) per row,
-        counted and timed in `out`. `check` (parity.SamplerCheck) notes whether the sampler used the trainer's
-        weights and settings; the trainer rules on it over all ranks (train.py)."""
+        counted and timed in `out`."""
         cfg, t0 = self.cfg, time.time()
         prompts = encode_prompts(rows, self.tokenizer, cfg)
         params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(cfg.stop),
@@ -238,21 +252,26 @@ class Worker:
         if len(groups) != len(prompts) or any(len(g) != cfg.group_size for g in groups):  # ranks would misalign
             raise RuntimeError(f"the sampler returned {[len(g) for g in groups]} completions for {len(prompts)} "
                                f"prompts of group_size = {cfg.group_size} each")
-        out.problems += self.check.problems_after(prompts, cfg.group_size, params)
-        for k, v in (self.sampler.last_stats if cfg.tools else {}).items():  # the tool loop's (nanogrpo/tools.py)
-            out.tool_stats[k] = out.tool_stats.get(k, 0) + v
         t1 = time.time()
         flat = [(r, c) for r, g in zip(rows, groups) for c in g]
         total, parts, correct = score_rollouts([c for _, c in flat], [r for r, _ in flat], self.scoring, cfg,
                                                self.prefilled_think, cfg.group_size)
-        out.times["time_generate"] = out.times.get("time_generate", 0.0) + t1 - t0
-        out.times["time_reward"] = out.times.get("time_reward", 0.0) + time.time() - t1
-        out.rounds, out.drawn = out.rounds + 1, out.drawn + len(groups)
-        out.generated_tokens += sum(len(c.token_ids) for g in groups for c in g)
+        tally(out, groups, t0, t1, self.sampler.last_stats if cfg.tools else {})
         g = cfg.group_size
         return [(rows[i], prompts[i], groups[i], total[i * g:(i + 1) * g],
                  {k: v[i * g:(i + 1) * g] for k, v in parts.items()}, correct[i * g:(i + 1) * g])
                 for i in range(len(groups))]
+
+
+def tally(out: StepRollouts, groups: list, t0: float, t1: float, tool_stats: dict) -> None:
+    """Count a generate call in `out` (begun at t0, scored from t1 until now): its times, the groups and tokens drawn,
+    the tool loop's stats (nanogrpo/tools.py)."""
+    out.times["time_generate"] = out.times.get("time_generate", 0.0) + t1 - t0
+    out.times["time_reward"] = out.times.get("time_reward", 0.0) + time.time() - t1
+    out.rounds, out.drawn = out.rounds + 1, out.drawn + len(groups)
+    out.generated_tokens += sum(len(c.token_ids) for g in groups for c in g)
+    for k, v in tool_stats.items():
+        out.tool_stats[k] = out.tool_stats.get(k, 0) + v
 
 
 def dynamic_rounds(out: StepRollouts, stream, draw, cfg) -> None:

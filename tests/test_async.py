@@ -16,10 +16,10 @@ import pytest
 import torch
 
 import train
-from nanogrpo import checkpoint, data, grpo, parity, rollout
+from nanogrpo import checkpoint, checks, data, grpo, rollout
 from nanogrpo import config as C
 from nanogrpo import model as M
-from nanogrpo.optim import make_optimizer
+from nanogrpo.grpo import make_optimizer
 from nanogrpo.sampler import SamplingParams
 from nanogrpo.torch_sampler import TorchSampler
 
@@ -181,8 +181,8 @@ def test_staleness_does_not_trip_the_gap_gate_and_a_broken_sync_does(warm_model_
     # a sampler that stops taking weights, with the exact check blinded: the gate must still see it (the calibration
     # check, which also stops such a run, off: draws from stale weights are not the trainer's distribution)
     monkeypatch.setattr(TorchSampler, "sync_weights", lambda self, weights: None)
-    monkeypatch.setattr(parity.SamplerCheck, "problems", lambda self, *a: [])
-    with pytest.raises(parity.LogprobGapError, match="logprob_gap"):
+    monkeypatch.setattr(checks.CheckedSampler, "problems", lambda self, *a: [])
+    with pytest.raises(checks.LogprobGapError, match="logprob_gap"):
         train.main(args(warm_model_dir, tmp_path / "broken", "async_steps=1", "tis_cap=2", "lr=1e-2", "steps=8",
                         "gap_patience=2", "max_sample_z=0"))
 
@@ -190,7 +190,7 @@ def test_staleness_does_not_trip_the_gap_gate_and_a_broken_sync_does(warm_model_
 @pytest.mark.slow
 def test_a_broken_sync_under_async_is_caught_exactly(warm_model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(TorchSampler, "sync_weights", lambda self, weights: None)
-    with pytest.raises(parity.StaleSamplerError, match="STALE WEIGHTS"):
+    with pytest.raises(checks.StaleSamplerError, match="STALE WEIGHTS"):
         train.main(args(warm_model_dir, tmp_path, "async_steps=1", "tis_cap=2", "steps=4"))
 
 
@@ -240,17 +240,12 @@ class Scripted:
         pass
 
 
-class NoCheck:
-    def problems_after(self, *a):
-        return []
-
-
 def hand_run(model, script, *extra, prompts=3):
     cfg = C.load([f"model={model}", f"prompts_per_step={prompts}", "group_size=2", "dynamic_sampling=true", *extra])
     tok = M.load_tokenizer(model)
     stream = data.PromptStream([{"problem": f"{i}+0=", "answer": str(i)} for i in range(30)], prompts, 0, 1, 0)
     sampler = Scripted(tok, script)
-    worker = rollout.Worker(cfg, sampler, NoCheck(), tok, False, rollout.run_scoring(cfg))
+    worker = rollout.Worker(cfg, sampler, tok, False, rollout.run_scoring(cfg))
     return worker.rollouts(0, 0, None, stream, 0), sampler, stream
 
 

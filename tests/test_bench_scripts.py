@@ -107,34 +107,47 @@ def test_bench_async_speed_and_learning_tables(tmp_path):
 
 
 @pytest.mark.slow
-def test_reading_path_counts_the_whole_loop_with_evaluation_save_and_types():
-    """scripts/bench/reading_path.py counts the loop itself, what runs in it with the default run's evaluation and final
-    save on, the data types it works with, a fast path with a plain reading the tests hold it to as that reading,
-    and says what it leaves out."""
+def test_reading_path_counts_a_middle_step_by_role():
+    """scripts/bench/reading_path.py counts the loop itself and what runs in its middle step (no evaluation, no save),
+    the data types it works with, a fast path with a plain reading the tests hold it to as that reading, each line by
+    role, and says what it leaves out; the core a reader follows stays within 10 files and 800 lines (issue 58)."""
     import inspect
 
-    from nanogrpo import logprobs, sampler
+    from nanogrpo import sampler
 
     done = run_script("scripts/bench/reading_path.py", timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {c[1].strip(): [x.strip() for x in c] for c in (line.split("|") for line in done.stdout.splitlines())
-            if len(c) == 6}
-    ran, read = (lambda f: int(rows[f][3])), (lambda f: int(rows[f][4]))
+            if len(c) == 9}
+    ran = lambda f: int(rows[f][3])  # noqa: E731
+    read = lambda f, *roles: sum(int(rows[f][4 + i]) for i, r in enumerate(ROLES) if not roles or r in roles)  # noqa: E731
     loop = int(rows["train.py"][2].split("the loop (")[1].split(")")[0])
     assert loop > 30 and read("train.py") > loop and "type Run" in rows["train.py"][2]  # the loop, its Run
-    assert "save" in rows["nanogrpo/checkpoint.py"][2] and "heldout_accuracy" in rows["nanogrpo/evaluate.py"][2]
+    assert read("train.py", "checks") == 3  # the loop reaches the checks through three lines
+    assert "nanogrpo/evaluate.py" not in rows and "save (" not in rows["nanogrpo/checkpoint.py"][2]  # a middle step
     assert "type StepRollouts" in rows["nanogrpo/rollout.py"][2] and "policy_loss" in rows["nanogrpo/grpo.py"][2]
+    for f in ("nanogrpo/checks/__init__.py", "nanogrpo/checks/sampler.py"):
+        assert read(f) == read(f, "checks") > 50, rows[f]  # the checks layer: checks only
+    assert read("nanogrpo/log.py") == read("nanogrpo/log.py", "metrics")
     lines = lambda f: len(inspect.getsourcelines(f)[0])  # noqa: E731
-    assert read("nanogrpo/logprobs.py") == lines(logprobs.reference_logprobs) < ran("nanogrpo/logprobs.py")
+    assert "reference_logprobs" in rows["nanogrpo/model.py"][2]  # the log-prob kernel read as its plain reading
+    assert read("nanogrpo/logprobs.py") == read("nanogrpo/logprobs.py", "checks") < ran("nanogrpo/logprobs.py")
     plain = lines(inspect.unwrap(sampler.reference_generate)) + lines(sampler._pick)
     assert read("nanogrpo/sampler.py") == ran("nanogrpo/sampler.py") + plain  # the decode loop read plainly
     assert read("nanogrpo/torch_sampler.py") < ran("nanogrpo/torch_sampler.py") - 150
     assert "TorchSampler.close" not in rows["nanogrpo/torch_sampler.py"][2]  # closing the run is not the loop
     total = rows["**total**"]
-    assert int(total[4]) == sum(read(f) for f in rows if f not in ("file", "---", "**total**"))
+    assert sum(int(x) for x in total[4:8]) == sum(read(f) for f in rows if f not in ("file", "---", "**total**"))
     left = done.stdout.split("Left out of the count:")[1]
     assert "the set-up before the loop" in left and "module docstrings" in left and "fast path" in left
+    last = done.stdout.strip().splitlines()[-1]  # core: F files, L lines read plainly | checks: ... | metrics: ...
+    core = last.split(" | ")[0]
+    files, lines_read = int(core.split()[1]), int(core.split(", ")[1].split()[0])
+    assert core.startswith("core: ") and files <= 10 and lines_read <= 800, last
+    assert lines_read == int(total[4]) and " | checks: " in last and " | metrics: " in last
 
+
+ROLES = ("core", "checks", "metrics", "save")
 
 
 @pytest.mark.slow  # a save and a resume of the tiny model, ~30 s on 2 cores
@@ -235,3 +248,26 @@ def test_heldout_top_answer_is_the_share_of_the_most_common_answer_given(tiny_mo
     assert got["heldout_top_answer"] == 0.5
     right = sum(str(r["answer"]) == t.strip() for r, t in zip(rows, texts))
     assert got["heldout_accuracy"] == right / 8 and right >= 2  # the accuracy is its own measure
+
+
+def test_split_decode_parts_add_up_to_the_decode_and_leave_the_sampler_as_it_was(tiny_model_dir):
+    """bench_sampler.py --split: the parts of the decode (timed by wrappers) sum to its time, each is >= 0, and the
+    wrappers are gone after: the same call gives the same tokens as before."""
+    import nanogrpo.torch_sampler as ts
+
+    engine = bench_sampler.Engine("torch", tiny_model_dir, 4, 0.0)
+    prompts = bench_sampler.random_prompts(engine.tokenizer, 4, 8, seed=0)
+    from nanogrpo.sampler import SamplingParams
+
+    before = engine.s.generate(prompts, 1, SamplingParams(max_new_tokens=6, temperature=1.0, seed=5))
+    linear, update, sample = ts._onednn_linear, ts.KVCache.update, ts.sample_next
+    sp = bench_sampler.split_decode(engine, prompts, 6)
+    assert sp["steps"] == 5 and sp["decode_s"] > 0
+    parts = [sp[k] for k in bench_sampler.SPLIT_PARTS]
+    assert all(x >= 0 for x in parts), sp
+    assert sum(parts) == pytest.approx(sp["decode_s"], rel=1e-6)
+    assert sp["attention"] > 0 and sp["cache_write"] > 0 and sp["sampling"] > 0 and sp["rest_of_forward"] > 0
+    assert (ts._onednn_linear, ts.KVCache.update, ts.sample_next) == (linear, update, sample)
+    assert "_forward" not in vars(engine.s)
+    after = engine.s.generate(prompts, 1, SamplingParams(max_new_tokens=6, temperature=1.0, seed=5))
+    assert [[c.token_ids for c in g] for g in after] == [[c.token_ids for c in g] for g in before]

@@ -11,7 +11,7 @@ import torch
 
 from nanogrpo import dist
 from nanogrpo import model as M
-from nanogrpo.logprobs import reference_logprobs
+from nanogrpo.model import reference_logprobs
 
 
 def full_logprobs(hf, ids, attn, temperature):
@@ -45,7 +45,7 @@ def test_chunked_logprobs_equal_full(tiny_untied_model_dir, chunk):
 @pytest.mark.parametrize("bias", [False, True])
 def test_head_logprobs_and_gradients_equal_autograd_on_full_logits(dtype, fp32, bias):
     """The lm_head's hand-written backward (logprobs._HeadLogprobs) against the plain reference, autograd over
-    the full logits (logprobs.reference_logprobs):
+    the full logits (model.reference_logprobs):
     log-probs, entropy, and the gradients of h, the weight and the bias, with a temperature and a chunk
     that does not divide the positions; in bf16 with and without lm_head_fp32."""
     g = torch.Generator().manual_seed(0)

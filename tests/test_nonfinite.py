@@ -1,9 +1,9 @@
 """Round 5: a non-finite number never reaches the weights.
 
-- a reward that is not a finite number (or None) is a named error before the step's update (rewards.checked);
+- a reward that is not a finite number (or None) is a named error before the step's update (checks.reward_values);
 - a loss or gradient norm that is not finite skips the optimizer step (no weight, moment or schedule moves), is
   counted (`updates_skipped`), and NONFINITE_PATIENCE such steps in a row stop the run (grpo.apply_update,
-  grpo.check_finite);
+  checks.check_finite);
 - no checkpoint is written with a non-finite weight (checkpoint.save).
 Each test failed on the code before (the run exited 0 with NaN weights saved), checked by running it at that commit.
 """
@@ -15,7 +15,7 @@ import torch
 
 import train
 from helpers import update_check
-from nanogrpo import checkpoint, dist, grpo, rewards, shaping
+from nanogrpo import checkpoint, checks, dist, grpo, rewards, shaping
 from nanogrpo import model as M
 from nanogrpo.rewards import RewardError
 
@@ -50,6 +50,35 @@ def test_a_reward_that_is_no_finite_number_is_named(user_reward, value, said):
     user_reward(lambda b: [np.float32(0.5), None])  # numpy numbers and None are rewards
     total, parts = score_batch(["2", "4"], [{"answer": "2"}, {"answer": "4"}], ["exact", name])
     assert total == [1.5, None] and parts[name] == [0.5, None]
+
+
+@pytest.mark.parametrize("returns,said", [
+    (lambda b: 0.5, "returned 0.5, not a list"),  # one float for the batch
+    (lambda b: None, "returned None for the whole batch \\(no `return`\\?\\)"),
+    (lambda b: "10", "returned '10' \\(str\\), not a list"),  # a string is a sequence, of characters
+    (lambda b: {"a": 1.0, "b": 1.0}, "returned .*\\(dict\\), not a list"),
+    (lambda b: [1.0, True], "returned True \\(bool\\) for row '2\\+2'"),
+    (lambda b: [0.0, 10**400], "returned an int of 401 digits \\(int\\) for row '2\\+2'"),
+    (lambda b: [1.0], "gave 1 values for 2 completions"),
+])
+def test_a_reward_that_returns_no_list_of_numbers_is_named(user_reward, returns, said):
+    """Issue 60: what a reward returns is checked as a value, each wrong shape named (RewardError: exit 2), not a
+    TypeError or OverflowError traceback from the sum."""
+    name = user_reward(returns)
+    with pytest.raises(RewardError, match=rf"'rewards': reward 'mine' {said}"):
+        score_batch(["1", "2"], [{"problem": "1+1", "answer": "2"}, {"problem": "2+2", "answer": "4"}], ["exact", name])
+
+
+def test_a_reward_that_exits_is_named_and_a_class_is_refused_at_load(tmp_path):
+    """A user's reward that raises SystemExit (even 0) is named, not the run's exit; one that is a class is refused
+    when the config loads (its instance is not a list of rewards)."""
+    f = tmp_path / "mine.py"
+    f.write_text("import sys\ndef quits(completions, **kw):\n    sys.exit(0)\nclass Judge:\n"
+                 "    def __init__(self, completions, **kw):\n        pass\n")
+    with pytest.raises(RewardError, match="reward 'quits' raised SystemExit"):
+        score_batch(["1"], [{"problem": "1+1", "answer": "2"}], ["exact", f"{f}:quits"])
+    with pytest.raises((RewardError, ValueError), match="class"):
+        rewards.check_user_calls([f"{f}:Judge"], rewards.exact, [{"problem": "1+1", "answer": "2"}])
 
 
 def test_weights_that_overflow_the_weighted_sum_are_named():
@@ -109,10 +138,10 @@ def test_a_finite_update_is_applied(tiny_model_dir):
 
 
 def test_patience_counts_steps_in_a_row():
-    grpo.check_finite([1, 1, 0, 1, 1])  # interrupted: goes on
-    grpo.check_finite([0] * 10)
-    with pytest.raises(grpo.NonFiniteError, match="not finite .* in 3 steps in a row"):
-        grpo.check_finite([0, 1, 1, 1])
+    checks.check_finite([1, 1, 0, 1, 1])  # interrupted: goes on
+    checks.check_finite([0] * 10)
+    with pytest.raises(checks.NonFiniteError, match="not finite .* in 3 steps in a row"):
+        checks.check_finite([0, 1, 1, 1])
 
 
 @pytest.mark.slow
@@ -121,7 +150,7 @@ def test_a_run_whose_loss_stays_nan_stops_after_3_steps_with_every_update_skippe
     real = grpo.policy_loss
     monkeypatch.setattr(grpo, "policy_loss", lambda *a, **k: (lambda loss, st: (loss * math.nan, st))(*real(*a, **k)))
     out = tmp_path / "out"
-    with pytest.raises(grpo.NonFiniteError, match="3 steps in a row"):
+    with pytest.raises(checks.NonFiniteError, match="3 steps in a row"):
         train.main(small(warm_model_dir, out, "steps=10", "save_every=1", "skip_zero_advantage=false"))
     logged = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["updates_skipped"] for m in logged] == [1, 1, 1]

@@ -1,4 +1,4 @@
-"""Sampler/trainer log-prob agreement (nanogrpo/parity.py): with exact_logprobs the gap is exactly 0 (padded and
+"""Sampler/trainer log-prob agreement (nanogrpo/checks): with exact_logprobs the gap is exactly 0 (padded and
 packed, low precision, 1 and 2 ranks, after a resume); a sampler that stopped getting the trainer's weights is
 caught by the sampler check at its first stale step, and by the gap gate (naming the cause) where the sampler
 cannot report; healthy runs go through."""
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import train
-from nanogrpo import parity
+from nanogrpo import checks as parity  # the checks layer (nanogrpo/checks), what this file tests
 from nanogrpo.config import ConfigError, load
 from nanogrpo.torch_sampler import KV_ATTENTION, TorchSampler
 

@@ -1,4 +1,4 @@
-"""The sampler's calibration check (nanogrpo/parity.py's SampleGate, `max_sample_z`): the sampled tokens against the
+"""The sampler's calibration check (nanogrpo/checks' SampleGate, `max_sample_z`): the sampled tokens against the
 trainer's own distribution.
 
 The moments it reads (E[log p] and Var[log p] under the distribution the sampler draws from: temperature, top-p,
@@ -14,9 +14,10 @@ import torch
 
 import train
 from helpers.sampler_faults import HIDDEN, inject_hidden
-from nanogrpo import grpo, packing, parity
+from nanogrpo import checks as parity  # the checks layer (nanogrpo/checks)
+from nanogrpo import grpo
 from nanogrpo import model as M
-from nanogrpo.logprobs import chunked_logprobs, reference_logprobs
+from nanogrpo.logprobs import chunked_logprobs
 
 
 def naive_moments(logits: torch.Tensor, temperature: float, top_p: float, top_k: int):
@@ -52,9 +53,6 @@ def test_the_moments_equal_a_naive_per_token_computation(temperature, top_p, top
     with torch.no_grad():
         want = naive_moments(head(h), temperature, top_p, top_k)
     torch.testing.assert_close(stats, want.float(), atol=2e-5, rtol=1e-4)
-    with torch.no_grad():  # the plain reading of the kernel (logprobs.reference_logprobs) says the same
-        torch.testing.assert_close(reference_logprobs(head, h, targets, temperature, sampling=(top_p, top_k))[1], stats,
-                                   atol=2e-5, rtol=1e-4)
     lp, ent = chunked_logprobs(head, h, targets, temperature, True, chunk_size=4)  # the log-probs and entropy as before
     torch.testing.assert_close(lp, logp)
     torch.testing.assert_close(ent, stats[..., 0])
@@ -85,24 +83,28 @@ def test_the_update_forward_gives_the_moments_in_the_loss_layout(warm_model_dir,
 
 @pytest.mark.slow
 def test_the_check_reads_the_rollouts_it_is_given(warm_model_dir):
-    """grpo.step's `checked` (dynamic sampling's first draw): sample_z is that of those completions, as if the update
-    had trained them, and not that of the update's own rollouts."""
+    """The check's own reading (dynamic sampling's first draw, `first`): sample_z is that of those completions, as if
+    the update had trained them, and not that of the update's own rollouts."""
     from helpers import update_check
 
     from nanogrpo import dist
 
-    def z(rollouts, checked=None):
+    def z(rollouts, first=None):
         dist.init("cpu")
         torch.manual_seed(0)
         policy = M.make_policy(str(warm_model_dir), torch.device("cpu"), torch.float32, 3, False)
         opt = torch.optim.SGD(policy.parameters(), lr=0.0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
-        cfg = update_check.config(max_sample_z=6.0, skip_zero_advantage=False)
-        return grpo.step(policy, None, opt, sched, rollouts, cfg, 1, checked=checked)["sample_z"]
+        cfg = update_check.config(max_sample_z=6.0, skip_zero_advantage=False, max_logprob_gap=0.0, gap_patience=3,
+                                  sampler="torch", exact_logprobs=False)
+        checked = parity.Checks(cfg, torch.float32, policy, 1)
+        checked.observed = checked.calibrate(first, rollouts)  # what before_update does, the ruling aside
+        grpo.step(policy, None, opt, sched, rollouts, cfg, 1, observe=checked.observed)
+        return checked.statistics()["sample_z"]
 
     update, first = update_check.fixed_rollouts(seed=0), update_check.fixed_rollouts(seed=1)
     as_trained = z(first)
-    assert z(update, checked=first) == pytest.approx(as_trained, rel=1e-5, abs=1e-6)
+    assert z(update, first=first) == pytest.approx(as_trained, rel=1e-5, abs=1e-6)
     assert abs(z(update) - as_trained) > 0.1  # the update's own rollouts give another value
 
 

@@ -502,7 +502,7 @@ def test_sample_next_draws_softmax_and_reports_log_softmax(V, temperature, top_p
 
 def test_cpu_gemms_equal_f_linear_and_repack_changed_weights(tmp_path):
     """oneDNN's packed GEMM (the private ops, torch 2.13) against F.linear; a weight changed in place is packed
-    again; outside the block the modules are plain again (nanogrpo/parity.py needs the trainer's kernels)."""
+    again; outside the block the modules are plain again (nanogrpo/checks needs the trainer's kernels)."""
     from nanogrpo.torch_sampler import cpu_gemms
 
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""The sampler check (nanogrpo/parity.py's SamplerCheck): a sampler that generates from other weights, another
+"""The sampler check (nanogrpo/checks/sampler.py's CheckedSampler): a sampler that generates from other weights, another
 dtype or other settings than the trainer asked for stops the run at the first faulty step, named, in fp32 and
 bf16, with and without exact_logprobs, at the start and after real optimizer steps; clean runs are not stopped.
 The faults: tests/helpers/sampler_faults.py."""
@@ -10,7 +10,7 @@ import torch
 
 import train
 from helpers.sampler_faults import FAULTS, inject
-from nanogrpo import parity
+from nanogrpo import checks as parity  # the checks layer (nanogrpo/checks)
 from nanogrpo.sampler import SamplingParams
 from nanogrpo.torch_sampler import TorchSampler
 
@@ -111,14 +111,14 @@ def test_the_tool_loop_checks_the_inner_sampler(tiny_model_dir):
         def __init__(self, inner):
             self.sampler = inner
 
-    check = parity.SamplerCheck(Loop(sampler), torch.float32, policy.hf, M.iter_full_params(policy))
+    check = parity.CheckedSampler(Loop(sampler), torch.float32, policy.hf, M.iter_full_params(policy))
     assert check.on and check.tools and check.tied == {"lm_head.weight": "model.embed_tokens.weight"}
     params = SamplingParams(4, 1.0, seed=0)
     sampler.generate([[5, 9, 12, 7, 8]], 1, params)  # a later round: the prompt and what was generated so far
-    parity.judge(0, check.problems_after([[5, 9, 12]], 4, params))  # as the trainer rules on it
+    parity.rule(0, check.problems_after([[5, 9, 12]], 4, params))  # as the trainer rules on it
     sampler.generate([[3, 5, 9, 12, 7]], 1, params)
     with pytest.raises(parity.StaleSamplerError, match="PROMPTS"):
-        parity.judge(1, check.problems_after([[5, 9, 12]], 4, params))
+        parity.rule(1, check.problems_after([[5, 9, 12]], 4, params))
 
 
 @pytest.mark.slow
@@ -131,7 +131,7 @@ def test_matches_is_the_plain_check_and_problems_agree_with_it(tiny_model_dir):
     dist.init("cpu")
     policy = M.make_policy(tiny_model_dir, torch.device("cpu"), torch.float32, 4, False)
     sampler = TorchSampler(tiny_model_dir)
-    check = parity.SamplerCheck(sampler, torch.float32, policy.hf, M.iter_full_params(policy))
+    check = parity.CheckedSampler(sampler, torch.float32, policy.hf, M.iter_full_params(policy))
     prompts, params = [[5, 9, 12], [3, 4]], SamplingParams(4, 1.0, seed=0)
     sampler.generate(prompts, 2, params)
     used = sampler.used

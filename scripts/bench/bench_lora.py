@@ -39,7 +39,7 @@ def update_bench(cfg: C.Config, modes: dict, repeats: int, n_seqs: int, prompt_l
 
     from nanogrpo import dist, grpo
     from nanogrpo import model as M
-    from nanogrpo.optim import make_optimizer
+    from nanogrpo.grpo import make_optimizer
 
     from transformers import AutoConfig
 

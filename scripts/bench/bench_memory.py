@@ -8,7 +8,7 @@
 Each point of the grid (every combination of the --grid values; default: padded and packed micro-batches,
 activation checkpointing off and on) runs in a fresh process, because peak RSS is a process's high-water
 mark. The process builds the trainer's model and optimizer as train.py does (`model.make_policy`,
-`optim.make_optimizer`), makes one step's rollouts (the config's first prompts_per_step prompts from its
+`grpo.make_optimizer`), makes one step's rollouts (the config's first prompts_per_step prompts from its
 task, encoded as train.py encodes them, group_size completions each of --completion-tokens random tokens,
 default max_new_tokens: the longest a step can be; non-zero advantages, so every completion is in the
 update), runs one warm-up update on the first group alone (it creates AdamW's state and touches every
@@ -93,7 +93,7 @@ def worker(argv: list[str], steps: int, completion_tokens: int, seed: int, profi
         from nanogrpo.rollout import encode_prompts
     except ImportError:  # an older checkout (--repo): encode_prompts lived in evaluate.py
         from nanogrpo.evaluate import encode_prompts
-    from nanogrpo.optim import make_optimizer
+    from nanogrpo.grpo import make_optimizer
 
     cfg = C.load(argv)
     # an older checkout (--repo) may predate cpu_allocator: it then runs with glibc's default allocator

@@ -1,4 +1,4 @@
-"""The sampler's calibration check (`max_sample_z`, nanogrpo/parity.py's SampleGate): false alarms, detection, cost.
+"""The sampler's calibration check (`max_sample_z`, nanogrpo/checks' SampleGate): false alarms, detection, cost.
 
     OMP_NUM_THREADS=1 python scripts/bench/bench_sample_z.py clean --runs default:0,default:1,default:2 --jobs 2
     OMP_NUM_THREADS=1 python scripts/bench/bench_sample_z.py clean --runs tools,smollm2 --steps 40
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from nanogrpo import config as C  # noqa: E402
-from nanogrpo.parity import SampleGate  # noqa: E402
+from nanogrpo.checks import SampleGate  # noqa: E402
 
 RECIPES = {  # name -> train.py arguments before the run's own
     "default": ["eval_every=0"],
@@ -109,7 +109,7 @@ def train_until(argv: list[str], stop_after: int, fault: str | None = None) -> s
     import pytest
     import train
     from helpers.sampler_faults import inject_hidden
-    from nanogrpo import checkpoint, parity
+    from nanogrpo import checkpoint, checks
 
     calls = [0]
 
@@ -124,7 +124,7 @@ def train_until(argv: list[str], stop_after: int, fault: str | None = None) -> s
             inject_hidden(mp, fault, 1)
         try:
             train.main(argv)
-        except parity.SamplerDistributionError as e:
+        except checks.SamplerDistributionError as e:
             return str(e).split(":")[0]
     return ""
 

@@ -31,7 +31,7 @@ import torch  # noqa: E402
 
 import train  # noqa: E402
 from helpers.sampler_faults import FAULTS, inject  # noqa: E402
-from nanogrpo import parity  # noqa: E402
+from nanogrpo import checks  # noqa: E402
 from nanogrpo.torch_sampler import TorchSampler  # noqa: E402
 
 NAMES = ("STALE WEIGHTS", "DTYPE", "SAMPLING", "PROMPTS", "WEIGHT NAMES", "SAMPLER", "CHUNKING / KERNELS")
@@ -52,9 +52,9 @@ def run(fault: str, dtype: str, exact: bool, check: bool, onset: int, steps: int
         inject(mp, fault, onset, getattr(torch, dtype))
         try:
             train.main(args)
-        except parity.LogprobGapError as e:
+        except checks.LogprobGapError as e:
             msg = str(e)
-            if isinstance(e, parity.StaleSamplerError):
+            if isinstance(e, checks.StaleSamplerError):
                 stopped, name = int(msg.split(":")[0].removeprefix("step ")), next(n for n in NAMES if n in msg)
             else:
                 stopped = int(re.search(r"and [^ ]+ at step (\d+)", msg).group(1))

@@ -1,10 +1,11 @@
-"""What a reader reads to follow one default training step, counted honestly: the whole loop.
+"""What a reader reads to follow one default training step, counted honestly, by role.
 
-    python scripts/bench/reading_path.py [key=value ...]
+    python scripts/bench/reading_path.py [--last] [key=value ...]
 
-Runs the default run for one step (steps=1) with its evaluation and its final save on, as the default run makes
-them at its end (only eval_size is cut, to save time: the same code runs), in a temporary directory, under
-sys.settrace. It counts the source lines a reader reads to follow the loop, per file:
+Runs the default run for three steps in a temporary directory, under sys.settrace, and counts what the middle one
+enters: a step as 1,485 of the default run's 1,500 are, with no evaluation and no save. `--last` counts a one-step
+run's step instead, with its evaluation and final save on, as the default run makes them at its end (only eval_size
+is cut, to save time: the same code runs). It counts the source lines a reader reads to follow the loop, per file:
 
 - the loop itself: train.py's `for step in range(` statement, every line of it (comments and blank lines too);
 - every function of train.py and nanogrpo/ entered inside the loop: signature, docstring and body
@@ -14,13 +15,16 @@ sys.settrace. It counts the source lines a reader reads to follow the loop, per 
   fields, up to its first method (a method counts when it runs);
 - "read": a fast path that the library states plainly beside it, and that the tests hold to that plain reading,
   is read as the plain one (PLAIN_READINGS: the PyTorch sampler's engine as sampler.reference_generate,
-  tests/test_sampler.py token for token; the chunked log-prob kernel as logprobs.reference_logprobs,
+  tests/test_sampler.py token for token; the chunked log-prob kernel as model.reference_logprobs,
   tests/test_model.py values and gradients). "run" counts what ran.
 
-It prints a markdown table (per file: what was read, lines run, lines read) with the totals, then what it leaves
-out, each with its size: the set-up before the loop (functions of the run entered only outside it), the config's
-keys (looked up, one line each), the module docstrings and imports of the files read, and the fast paths read
-plainly.
+Each line read has a role: `core` (the loop, the algorithm, the sampler, the forward: what a reader follows), `checks`
+(what stops a bad run: nanogrpo/checks/ and the functions in CHECKS), `metrics` (what the step reports: nanogrpo/log.py
+and the functions in METRICS) or `save` (checkpoints and stop signals: nanogrpo/checkpoint.py). It prints a markdown
+table (per file: what was read, lines run, lines read by role) with the totals, a table per role, then what it
+leaves out, each with its size: the set-up before the loop (functions of the run entered only outside it), the
+config's keys (looked up, one line each), the module docstrings and imports of the files read, and the fast paths
+read plainly. Its last line: `core: F files, L lines read plainly | checks: ... | metrics: ... | save: ...`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import inspect
+import re
 import sys
 import tempfile
 import textwrap
@@ -38,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import train  # noqa: E402
-from nanogrpo import dist, logprobs, sampler, torch_sampler  # noqa: E402
+from nanogrpo import dist, model, sampler, torch_sampler  # noqa: E402
 from nanogrpo.config import Config  # noqa: E402
 
 OURS = (str(ROOT / "train.py"), str(ROOT / "nanogrpo") + "/")
@@ -53,20 +58,67 @@ PLAIN_READINGS = {
          "TorchSampler._hit_stop", "_Row.__init__"} | {f"KVCache.{m}" for m in vars(torch_sampler.KVCache)
                                          if callable(vars(torch_sampler.KVCache)[m])}),
     str(ROOT / "nanogrpo/logprobs.py"): (
-        [logprobs.reference_logprobs],
-        {"_HeadLogprobs.forward", "_HeadLogprobs.backward", "_head_logits", "chunked_logprobs", "_rowdot",
-         "sampling_moments"}),
+        [model.reference_logprobs],
+        {"_HeadLogprobs.forward", "_HeadLogprobs.backward", "_head_logits", "chunked_logprobs", "_rowdot"}),
 }
+
+
+# Roles other than core, by file (a prefix of its path) and by function (file -> qualnames and data types).
+ROLE_FILES = {str(ROOT / "nanogrpo/checks") + "/": "checks", str(ROOT / "nanogrpo/log.py"): "metrics",
+              str(ROOT / "nanogrpo/checkpoint.py"): "save"}
+CHECKS = {  # what validates or checks, in files the core also reads
+    "nanogrpo/sampler.py": {"SamplingParams.check", "check_request", "Used"},
+    "nanogrpo/torch_sampler.py": {"TorchSampler.held_weights"},
+    "nanogrpo/grpo.py": {"Rollout.__post_init__"},
+    "nanogrpo/logprobs.py": {"sampling_moments"},
+    "nanogrpo/rewards.py": {"check_user_calls"},
+    "nanogrpo/rollout.py": {"StepRollouts.for_check"},
+}
+METRICS = {  # what the step reports, in files the core also reads
+    "train.py": {"evaluates", "rank_rollouts", "step_metrics", "async_metrics"},
+    "nanogrpo/grpo.py": {"group_stats", "loss_stats", "record", "step_metrics"},
+    "nanogrpo/rollout.py": {"mean_valid", "tally"},
+}
+ROLES = ("core", "checks", "metrics", "save")
+LOOP_SECTIONS = {"6": "metrics", "7": "save"}  # the loop's numbered sections (`# 6. ...`) that are not core
+SECTION = re.compile(r"^\s*# (\d+)(-\d+)?\. ")
+TIMING = re.compile(r"^\s*(t0|t_step) = time\.time\(\)|^\s*times(\[.*\])? = ")  # the loop's timing lines: metrics
+
+
+def loop_roles(source: list[str], first: int, last: int) -> dict[int, str]:
+    """The role of each line of the loop (1-based `first`..`last` of train.py): its section's (LOOP_SECTIONS, else
+    core), but checks for a line that reaches the checks layer (`run.checks.`) and metrics for a timing line."""
+    out, section = {}, "core"
+    for n in range(first, last + 1):
+        line = source[n - 1]
+        if m := SECTION.match(line):
+            section = LOOP_SECTIONS.get(m.group(1), "core")
+        out[n] = "checks" if "run.checks." in line else "metrics" if TIMING.match(line) else section
+    return out
+
+
+def role(path: str, qualname: str) -> str:
+    """The role of a function or data type (its qualname) of `path`."""
+    for prefix, r in ROLE_FILES.items():
+        if path.startswith(prefix):
+            return r
+    rel = str(Path(path).relative_to(ROOT))
+    top = qualname.split(".<locals>")[0]
+    for r, table in (("checks", CHECKS), ("metrics", METRICS)):
+        if top in table.get(rel, ()) or top.split(".")[0] in table.get(rel, ()):
+            return r
+    return "core"
 
 
 def ours(path: str | None) -> bool:
     return bool(path) and path.startswith(OURS)
 
 
-def trace(argv: list[str]) -> tuple[set, set, set, tuple[int, int]]:
-    """(code objects run in the whole run, those entered inside the loop, our classes constructed inside the loop,
-    the loop's first and last line in train.py)."""
+def trace(argv: list[str], last: bool = False) -> tuple[set, set, set, tuple[int, int]]:
+    """(code objects run in the whole run, those entered inside the counted step, our classes constructed inside it,
+    the loop's first and last line in train.py). The counted step: the middle of three, or (`last`) a one-step run's."""
     run, step, types, in_loop, loop = set(), set(), set(), [False], []  # loop: (the code holding it, its indent, line)
+    counted, seen = (1 if last else 2), [0]  # the iteration counted, and how many began
     train_py = OURS[0]
     source = Path(train_py).read_text().splitlines()
     indent = lambda line: len(line) - len(line.lstrip())  # noqa: E731
@@ -75,10 +127,12 @@ def trace(argv: list[str]) -> tuple[set, set, set, tuple[int, int]]:
         if event != "line":
             return local
         line = source[frame.f_lineno - 1]
-        if not loop and line.strip().startswith(LOOP_LINE):
-            in_loop[0] = True
-            loop.append((frame.f_code, indent(line), frame.f_lineno))
-            types.update(type(v) for v in frame.f_locals.values())  # what the loop starts with (`run`: the Run)
+        if line.strip().startswith(LOOP_LINE) and (not loop or frame.f_code is loop[0][0]):
+            seen[0] += 1  # the `for` line runs as each iteration begins (and once more as the loop ends)
+            in_loop[0] = seen[0] == counted
+            if not loop:
+                loop.append((frame.f_code, indent(line), frame.f_lineno))
+                types.update(type(v) for v in frame.f_locals.values())  # what the loop starts with (`run`: the Run)
         elif in_loop[0] and frame.f_code is loop[0][0] and line.strip() and indent(line) <= loop[0][1] \
                 and not line.strip().startswith(LOOP_LINE):
             in_loop[0] = False  # a line of the loop's function past its body
@@ -105,7 +159,7 @@ def trace(argv: list[str]) -> tuple[set, set, set, tuple[int, int]]:
     sys.settrace(on_call)
     try:
         with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(sys.stderr):  # stdout: the table only
-            train.main(["steps=1", "eval_size=16", f"out_dir={tmp}/run", *argv])
+            train.main((["steps=1"] if last else ["steps=3"]) + ["eval_size=16", f"out_dir={tmp}/run", *argv])
     finally:
         sys.settrace(None)
         threading.settrace(None)
@@ -143,16 +197,27 @@ def type_lines(cls) -> tuple[str, set[int]]:
     return inspect.getsourcefile(cls), set(range(first, first + end))
 
 
-def by_file(codes: set, types: set, loop: tuple[int, int]) -> dict[str, set[int]]:
-    """file -> the source lines read."""
-    out: dict[str, set[int]] = {}
-    for c in codes:
-        out.setdefault(c.co_filename, set()).update(lines_of(c))
+def by_file(codes: set, types: set, loop: tuple[int, int]) -> dict[str, dict[str, set[int]]]:
+    """file -> role -> the source lines read (a line is read once: a nested function's lines are its parent's)."""
+    out: dict[str, dict[str, set[int]]] = {}
+    for c in sorted(codes, key=lambda c: (c.co_filename, c.co_firstlineno)):
+        out.setdefault(c.co_filename, {}).setdefault(role(c.co_filename, c.co_qualname), set()).update(lines_of(c))
     for cls in types:
         path, got = type_lines(cls)
-        out.setdefault(path, set()).update(got)
-    out.setdefault(OURS[0], set()).update(range(loop[0], loop[1] + 1))
+        out.setdefault(path, {}).setdefault(role(path, cls.__qualname__), set()).update(got)
+    source = Path(OURS[0]).read_text().splitlines()
+    for n, r in loop_roles(source, *loop).items() if loop[1] >= loop[0] else ():
+        out.setdefault(OURS[0], {}).setdefault(r, set()).add(n)
+    for roles in out.values():  # a line two roles claim counts once, for the first of ROLES
+        for r in ROLES:
+            for other in ROLES[ROLES.index(r) + 1:]:
+                if r in roles and other in roles:
+                    roles[other] -= roles[r]
     return out
+
+
+def count(table: dict[str, dict[str, set[int]]], r: str | None = None) -> int:
+    return sum(len(lines) for roles in table.values() for k, lines in roles.items() if r in (None, k))
 
 
 def read_plainly(codes: set, types: set) -> tuple[set, set, dict[str, int]]:
@@ -185,22 +250,30 @@ def module_overhead(path: str) -> tuple[int, int]:
 
 
 def main(argv: list[str]) -> None:
-    run, step, types, loop = trace(argv)
+    last = "--last" in argv
+    run, step, types, loop = trace([a for a in argv if a != "--last"], last)
     plain, plain_types, replaced = read_plainly(step, types)
     ran, read = by_file(step, types, loop), by_file(plain, plain_types, loop)
     rel = lambda f: str(Path(f).relative_to(ROOT))  # noqa: E731
     files = sorted(read, key=lambda f: (not f.endswith("train.py"), f))
-    print("| file | read: functions (lines) and data types | lines run | lines read |")
-    print("| --- | --- | ---: | ---: |")
+    print(f"The {'last step of a one-step run (its evaluation and final save on)' if last else 'middle step of three'}"
+          " of the default run.\n")
+    print("| file | read: functions (lines) and data types | lines run | " + " | ".join(ROLES) + " |")
+    print("| --- | --- | ---: | " + " | ".join("---:" for _ in ROLES) + " |")
     for f in files:
         loop_note = [f"the loop ({loop[1] - loop[0] + 1})"] if f == OURS[0] else []
         what = ", ".join(loop_note + [names(plain, plain_types, f)]).strip(", ")
-        print(f"| {rel(f)} | {what} | {len(ran.get(f, ()))} | {len(read[f])} |")
-    total_run, total_read = sum(map(len, ran.values())), sum(map(len, read.values()))
-    print(f"| **total** | {len(files)} files, {len(plain)} functions, {len(plain_types)} data types | {total_run} | "
-          f"{total_read} |")
+        cells = " | ".join(str(len(read[f].get(r, ()))) for r in ROLES)
+        print(f"| {rel(f)} | {what} | {sum(map(len, ran.get(f, {}).values()))} | {cells} |")
+    print(f"| **total** | {len(files)} files, {len(plain)} functions, {len(plain_types)} data types | {count(ran)} | "
+          + " | ".join(str(count(read, r)) for r in ROLES) + " |")
+    by_role = {r: [f for f in files if read[f].get(r)] for r in ROLES}
+    print("\n| role | files | lines read plainly |")
+    print("| --- | --- | ---: |")
+    for r in ROLES:
+        print(f"| {r} | {len(by_role[r])}: {', '.join(rel(f) for f in by_role[r])} | {count(read, r)} |")
     outside = {c for c in run if c not in step}
-    setup_lines = sum(len(v) for v in by_file(outside, set(), (0, -1)).values())
+    setup_lines = count(by_file(outside, set(), (0, -1))) - (0 if outside else 0)
     docs = [module_overhead(f) for f in files]
     print("\nLeft out of the count:")
     print(f"- the set-up before the loop and the close after it: {len(outside)} functions, {setup_lines} lines "
@@ -211,6 +284,8 @@ def main(argv: list[str]) -> None:
           f"of the {len(files)} files read")
     for path, n in replaced.items():
         print(f"- {rel(path)}: {n} lines of fast path, read as its plain reading")
+    print("\n" + " | ".join(f"{r}: {len(by_role[r])} files, {count(read, r)} lines" + (" read plainly" if r == "core" else "")
+                            for r in ROLES))
 
 
 if __name__ == "__main__":

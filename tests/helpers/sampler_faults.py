@@ -107,7 +107,7 @@ def inject(mp, name: str, onset: int, dtype: torch.dtype = torch.float32) -> Non
 
 # Faults the sampler check cannot see: the sampler reports the trainer's settings (`used`) and log-probs under them,
 # but draws its tokens from another distribution (an engine whose sampling temperature or top-p is not the one its
-# log-probs use). Only the calibration check (nanogrpo/parity.py's sample_z) reads the draws themselves.
+# log-probs use). Only the calibration check (nanogrpo/checks's sample_z) reads the draws themselves.
 # name -> (what is injected, the draw's setting: a temperature or a top_p)
 HIDDEN = {
     "hidden temperature": ("drawn at temperature 0.7, log-probs and settings reported at 1.0", 0.7),

@@ -1,10 +1,11 @@
-"""Sampler/trainer log-prob agreement: the exact mode (`exact_logprobs`) and the gap gate (`max_logprob_gap`).
+"""The sampler's side of the checks: the sampler check (`CheckedSampler`, a Sampler that checks the one it wraps),
+and the sampler's weights run through the trainer's forward (`SamplerPolicy`: exact_logprobs, and the async gap).
 
 The update's importance ratio and `tis_cap` compare the trainer's log-probs with the sampler's. When
 they drift apart (a weight sync that did not happen, a sampler in another precision, other kernels),
 on-policy GRPO quietly becomes off-policy. Every step logs the mean |trainer - sampler| log-prob of the
-trained tokens (`logprob_gap`, grpo.step); this module makes it exact where that is possible and stops
-the run when it is too large for too long.
+trained tokens (`logprob_gap`, grpo.step); this module makes it exact where that is possible, and checks
+the causes; the gates that stop a run on the gap and on the draws are in nanogrpo/checks/__init__.py.
 
 Exact mode (`exact_logprobs = true`, PyTorch sampler only). The sampler's log-prob of each sampled
 token is recomputed with the sampler's own weights through the trainer's forward (`model.Policy`: the
@@ -34,7 +35,7 @@ the ratio the update sees is exactly 1 on-policy, as GRPO assumes. Not available
 and weights are not a torch module the trainer's forward can run), LoRA (the sampler holds W + BA
 merged, the trainer adds B·A·x to W·x: the sums round differently) or compile (other kernels).
 
-The sampler check (`SamplerCheck`, every step, no threshold). A gap is a symptom whose size depends on the
+The sampler check (`CheckedSampler`, every generate call, no threshold). A gap is a symptom whose size depends on the
 precision, the learning rate and how late in the run the fault starts (in bf16 the gate never stopped a stale
 lm_head: docs/precision.md), and with exact_logprobs it cannot see what happens at sampling time at all. So
 the trainer checks the causes instead, exactly: after every generate call the sampler says what it used
@@ -43,18 +44,10 @@ its HF name, both names of a tied one), and the trainer compares them with what 
 pushed: each tensor's `fingerprint` in the sampler's configured dtype (the run's `dtype`), so a bf16 sampler
 of an fp32 trainer is expected and exact, and one that silently holds another dtype, or any stale element,
 is not. A mismatch stops the run at that step with `StaleSamplerError` naming the tensors or settings.
-
-The gap gate. A step whose gap is above `max_logprob_gap` prints a warning; `gap_patience` such steps
-in a row stop the run with the likely cause. With the sampler check on, the weights and settings are known
-to match, so the cause is precision or kernels. Without it (a sampler of the user's own that reports
-nothing) the cause is read from the gap's history: a gap already too large at the first step of the
-process (sampler and trainer loaded the same weights, no sync has happened yet) is precision or kernels;
-a gap that was small at first and grew is a sampler falling behind the trainer's weights.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 
 import torch
@@ -119,43 +112,37 @@ def sampled_gap(behaviour: SamplerPolicy, batch, cfg, pad_id: int, weights=None)
         model = lambda *a, **kw: torch.func.functional_call(behaviour, params, a, kw)  # noqa: E731
     rollouts = batch.for_check() or batch.for_update([0.0] * len(batch.total))  # dynamic sampling: the first draw
     total = tokens = 0.0
-    calibration = {"sample_dev": torch.zeros((), dtype=torch.float64), "sample_var": torch.zeros((), dtype=torch.float64)}
+    calibration = Calibration((cfg.top_p, 0) if cfg.max_sample_z else None)
     device = next(behaviour.parameters()).device
-    sampling = (cfg.top_p, 0) if cfg.max_sample_z else None
     for b in grpo.make_batches(rollouts, cfg.micro_batch_size, pad_id, cfg, cfg.micro_batch_tokens)[:1]:
-        lp, moments = grpo.batch_logprobs(model, b, cfg.temperature, device, sampling=sampling)
+        lp, moments = grpo.batch_logprobs(model, b, cfg.temperature, device, sampling=calibration.sampling)
         mask = b.loss_mask.to(device)
         total += ((lp - b.sampler_logp.to(device)).abs() * mask).sum().item()
         tokens += mask.sum().item()
-        if sampling:
-            grpo.sample_sums(calibration, lp, moments, mask)
-    return total, tokens, calibration["sample_dev"].item(), calibration["sample_var"].item()
+        if calibration.sampling:
+            calibration(lp, moments, mask)
+    return total, tokens, calibration.dev.item(), calibration.var.item()
 
 
-# max_logprob_gap = -1: the limit by precision (docs/precision.md). fp32: healthy runs measure at most 6e-6 per
-# step, a stale sampler 1.9e-2 after one missed sync on the default run, so 1e-3 is far from both. bf16 / fp16:
-# our CPU runs measure at most 9.4e-4 per step, but bf16 GPU samplers (vLLM, SGLang) against bf16 trainers are
-# reported at ~1e-2 on dense models; 0.1 leaves them a factor of 10.
-AUTO_LIMIT = {torch.float32: 1e-3, torch.bfloat16: 0.1, torch.float16: 0.1}
+class Calibration:
+    """The sums of the sampler's calibration statistic over a step's draws (nanogrpo/checks SampleGate): log p - E[log p]
+    and Var[log p] of each sampled token under the distribution the sampler draws from (`sampling` = (top_p, top_k):
+    what a forward computes the moments for, logprobs.sampling_moments). grpo.step passes it each first-pass
+    forward's log-probs and moments when it is given one (the observer of the update's forward); the checks layer
+    runs what the update does not run itself (nanogrpo/checks `Checks.before_update`)."""
 
+    def __init__(self, sampling: tuple[float, int] | None):
+        self.sampling = sampling  # None: the update's forward computes nothing for it
+        self.dev = torch.zeros((), dtype=torch.float64)
+        self.var = torch.zeros((), dtype=torch.float64)
 
-def gap_limit(max_logprob_gap: float, dtype: torch.dtype, exact: bool) -> float | None:
-    """The gate's limit: None = off (0), the value itself (> 0), or by precision (-1): 0 with exact_logprobs
-    (any gap at all), else AUTO_LIMIT."""
-    if max_logprob_gap == 0:
-        return None
-    if max_logprob_gap > 0:
-        return max_logprob_gap
-    return 0.0 if exact else AUTO_LIMIT.get(dtype, 0.1)
-
-
-def sampler_dtype(sampler) -> torch.dtype | None:
-    """The dtype the sampler's weights are in (None when it does not say)."""
-    inner = unwrap(sampler)
-    model = getattr(inner, "model", None)
-    if isinstance(model, nn.Module):
-        return next(model.parameters()).dtype
-    return getattr(inner, "dtype", None)
+    def __call__(self, logp: torch.Tensor, moments: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Add a forward's sampled tokens (`moments` (..., 3): the entropy, E, Var; `mask` the counted tokens);
+        returns the entropy, what the forward gives without the check."""
+        ent, expected, var = moments.unbind(-1)
+        self.dev += ((logp - expected) * mask).sum().double().cpu()
+        self.var += (var * mask).sum().double().cpu()
+        return ent
 
 
 # ---- the sampler check: what the sampler holds and used, against what the trainer pushed and asked for ----
@@ -197,25 +184,21 @@ def _names(names: list[str], note=lambda n: "") -> str:
     return ", ".join(n + note(n) for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
-def judge(step: int, problems: list[str]) -> None:
-    """Raise StaleSamplerError on every rank if any rank's sampler check found a problem (a collective)."""
-    if dist.all_reduce(torch.tensor([float(bool(problems))]), "max").item():
-        raise StaleSamplerError(
-            f"step {step + 1}: the sampler did not generate with the trainer's weights and settings (checked "
-            "exactly after every generate call: nanogrpo/parity.py); these rollouts are not the trainer's policy, "
-            "so the run stops. " + ("; ".join(problems) or f"(on another rank than {dist.rank()})"))
-
-
-class SamplerCheck:
-    """Every step, right after generate: the sampler's held weights and the settings it used against what the
-    trainer pushed and asked for, exactly (the module docstring says why). Off for a sampler that cannot
-    report (no `held_weights` / `used`: a user's own); the gap gate then reads the gap's history instead."""
+class CheckedSampler:
+    """A Sampler (nanogrpo/sampler.py's protocol) that checks the one it wraps, exactly, at every call (the module
+    docstring says why): `sync_weights` fingerprints each weight as it passes on, `generate` compares what the
+    sampler then used and holds with what the trainer asked for and pushed and keeps what differs in `findings`,
+    until the trainer rules on them over every rank (nanogrpo/checks/__init__.py `Checks.rule`). Anything else is
+    the wrapped sampler's. Off for a sampler that cannot report (no `held_weights` / `used`: a user's own); the gap
+    gate then reads the gap's history instead."""
 
     def __init__(self, sampler, dtype: torch.dtype, hf: nn.Module, weights):
+        self.sampler = sampler  # what it wraps: sampler.unwrap sees through it
         self.inner = unwrap(sampler)
         self.tools = self.inner is not sampler  # its later rounds extend the prompts: the trainer's must start them
         self.on = hasattr(self.inner, "held_weights") and hasattr(self.inner, "used")
         self.dtype = dtype
+        self.findings: list[str] = []  # what differed, since the trainer last ruled (`take_findings`)
         first: dict[int, str] = {}
         self.tied = {}  # the sampler must hold a tied weight under each of its names: name -> the name it is sent as
         for name, p in hf.named_parameters(remove_duplicate=False):
@@ -225,11 +208,28 @@ class SamplerCheck:
         self.expected = {n: fingerprint(t.to(dtype)) for n, t in weights} if self.on else {}
         self.previous = self.expected
 
-    def sync(self, sampler, weights, prints: dict | None = None) -> None:
-        """sampler.sync_weights(weights), fingerprinting each weight (cast to the sampler's dtype) as it passes.
-        Whatever the sampler did not read is read here: it is still the trainer's, and on FSDP every rank must run
-        the all-gathers. `prints`: the fingerprints the trainer already took of what it sent (a sampler rank of the
+    def __getattr__(self, name: str):  # sleep, wake, close, last_stats, device, ...: the wrapped sampler's
+        if name == "sampler":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.sampler, name)
+
+    def generate(self, prompts: list[list[int]], n: int, params, *progress):
+        """The wrapped sampler's completions; what it used and held that the trainer did not ask for or push is
+        kept in `findings` (this rank only, no collective: the rollout thread of async_steps may call it)."""
+        groups = self.sampler.generate(prompts, n, params, *progress)
+        self.findings += self.problems_after(prompts, n, params)
+        return groups
+
+    def take_findings(self) -> list[str]:
+        found, self.findings = self.findings, []
+        return found
+
+    def sync_weights(self, weights, prints: dict | None = None) -> None:
+        """The wrapped sampler's sync_weights(weights), fingerprinting each weight (cast to the sampler's dtype) as it
+        passes. Whatever the sampler did not read is read here: it is still the trainer's, and on FSDP every rank must
+        run the all-gathers. `prints`: the fingerprints the trainer already took of what it sent (a sampler rank of the
         split placement, nanogrpo/placement.py): they are the expectation, so the wire is checked too."""
+        sampler = self.sampler
         if not self.on:
             return sampler.sync_weights(weights)
         if prints is not None:
@@ -250,8 +250,7 @@ class SamplerCheck:
         self.previous, self.expected = self.expected, pushed
 
     def problems_after(self, prompts: list[list[int]], n: int, params) -> list[str]:
-        """Right after a generate call, on this rank only (no collective: the rollout thread of async_steps may
-        call it): what the sampler used or held that the trainer did not ask for or push."""
+        """Right after a generate call: what the sampler used or held that the trainer did not ask for or push."""
         if not self.on:
             return []
         used, self.inner.used = self.inner.used, None  # a report stands for one call only
@@ -327,134 +326,3 @@ class SamplerCheck:
         return f" (tied to {self.tied[name]}: the sampler's copy is no longer it)" if name in self.tied else ""
 
 
-class GapGate:
-    """Watches `logprob_gap` step by step: warns above the limit, stops after `patience` such steps in a row.
-
-    A step with no trained token (gap NaN) measured nothing: it neither counts nor breaks a streak."""
-
-    def __init__(self, max_logprob_gap: float, patience: int, dtype: torch.dtype, sampler: str = "torch",
-                 sampler_dtype: torch.dtype | None = None, exact: bool = False, checked: bool = False):
-        self.limit = gap_limit(max_logprob_gap, dtype, exact)
-        self.patience, self.dtype, self.sampler, self.exact = patience, dtype, sampler, exact
-        self.checked = checked  # SamplerCheck is on: the weights and settings matched at every step, so not stale
-        self.sampler_dtype = sampler_dtype or dtype
-        self.history: list[tuple[int, float]] = []  # (1-based step, gap) of every measured step of this process
-        self.streak = 0
-
-    def __call__(self, step: int, gap: float | None) -> None:
-        """After step `step` (0-based) with its `logprob_gap`: warn, or raise LogprobGapError."""
-        if self.limit is None or gap is None or math.isnan(gap):
-            return
-        self.history.append((step + 1, gap))
-        if gap <= self.limit:
-            self.streak = 0
-            return
-        self.streak += 1
-        dist.print0(f"warning: step {step + 1}: logprob_gap {gap:.3g} > max_logprob_gap {self.limit:.3g} "
-                    f"({self.streak} of gap_patience {self.patience} in a row; sampler and trainer disagree)",
-                    file=sys.stderr)
-        if self.streak >= self.patience:
-            raise LogprobGapError(self.message())
-
-    def cause(self) -> str:
-        """What the history points to: "stale weights" when the sampler check is off and the first measured step
-        was within the limit (the sampler and the trainer started from the same weights and agreed) and the gap
-        rose since; else "dtype" when the two sides differ in precision or run a low one, "kernels" otherwise."""
-        if not self.checked and self.history[0][1] <= self.limit:
-            return "stale weights"
-        low = self.dtype != torch.float32 and not self.exact
-        return "dtype" if self.sampler_dtype != self.dtype or low else "kernels"
-
-    def message(self) -> str:
-        (s0, g0), (s1, g1) = self.history[0], self.history[-1]
-        trainer, sampler = (str(d).removeprefix("torch.") for d in (self.dtype, self.sampler_dtype))
-        trend = (f"logprob_gap (mean |trainer - sampler| log-prob per trained token) was {g0:.3g} at step {s0}, the "
-                 f"first this process measured, and {g1:.3g} at step {s1}: above max_logprob_gap = {self.limit:.3g} "
-                 f"for {self.streak} steps in a row (gap_patience = {self.patience}), so the run stops. ")
-        if sampler != trainer:
-            precision = f"the {self.sampler} sampler runs {sampler} weights, the trainer computes in {trainer}"
-        else:
-            precision = (f"both sides run {trainer}, each with its own kernels" + (
-                ", and low-precision logits and sums round differently (lm_head_fp32 = true, dtype = float16 or "
-                "float32 shrink it; or set max_logprob_gap to what your healthy run measures: docs/precision.md)"
-                if trainer != "float32" else ": precision is unlikely to be the cause"))
-        causes = {
-            "stale weights": "STALE WEIGHTS: the sampler is not getting the trainer's weights (sync_weights did not "
-                             "happen or did not take effect), so the rollouts come from an older policy" + (
-                                 f"; the gap was within the limit at step {s0}, when both sides had loaded the same "
-                                 "weights, and grew" if g0 <= self.limit else ""),
-            "dtype": f"DTYPE: {precision}",
-            "kernels": "CHUNKING / KERNELS: the two sides compute the same weights differently (vLLM's kernels, LoRA's "
-                       "merged weights, top_p < 1 with vLLM, an attention implementation or logprob_chunk that "
-                       "changes the sums)" + ("; with exact_logprobs the recompute and the trainer's forward ran "
-                                              "different kernels on this platform" if self.exact else
-                                              "; exact_logprobs = true (sampler = torch) removes it"),
-        }
-        if self.checked:  # ruled out exactly, every step: not a cause to send anyone after
-            del causes["stale weights"]
-            trend += ("The sampler's weights and sampling settings equalled the trainer's at every step (the sampler "
-                      "check), so this is how the two sides compute, not what they hold. ")
-        first = self.cause()
-        rest = "; ".join(causes[c] for c in causes if c != first)
-        return f"{trend}Likely cause: {causes[first]}. Otherwise: {rest}."
-
-
-# ---- the sampler's calibration check: are the sampled tokens draws from the trainer's distribution? ----
-
-
-class SamplerDistributionError(LogprobGapError):
-    """The sampled tokens are not draws from the distribution the sampler reports (train.py exits 2 with it)."""
-
-
-class SampleGate:
-    """Watches `sample_z` step by step: the sampled tokens against the trainer's own distribution.
-
-    The sampler check compares what the sampler holds and says it used, the gap gate its reported log-probs with the
-    trainer's; neither reads the draws. A sampler whose draw uses another temperature or top-p than its log-probs
-    (an engine with two settings) passes both. For every sampled token t of the step, with p the trainer's
-    distribution at `temperature` truncated to `top_p` as the sampler draws (the update's forward computes it: grpo.step;
-    the completions it skips, those of groups without signal, get a forward of their own, since leaving them out would
-    select the groups by what was sampled), log p(x_t) - E_p[log p] has mean 0 and variance Var_p[log p] given the
-    tokens before it, whatever the model. So
-
-        sample_z = Σ_t (log p(x_t) - E_p[log p]) / sqrt(Σ_t Var_p[log p])
-
-    is about N(0, 1) on each step of a healthy run (it is the score test of a temperature change: the most
-    powerful against one), and it drifts up when the draws are sharper than reported (a lower temperature, a
-    truncation the log-probs do not know) and down when they are flatter. The steps are combined by a two-sided
-    CUSUM (Page, 1954): S = max(0, S + z - SLACK) on each side, so a shift of more than SLACK per step accumulates
-    and noise does not; S > max_sample_z stops the run. Measured (docs/precision.md, scripts/bench/bench_sample_z.py):
-    the false alarms over clean runs of every recipe and the steps to catch a hidden temperature or top-p."""
-
-    # per step, in standard deviations. Clean default runs measured sample_z with sd 1.0-1.1 and a heavier tail on
-    # the flatter side (a rare unlikely token weighs more than many likely ones: -3.9 once in 170 steps), which a
-    # slack of 1 let climb to 4.2 of 6; the hidden faults give 3 to 4.6 per step, caught at the third step either way
-    SLACK = 1.5
-
-    def __init__(self, limit: float, temperature: float = 1.0, top_p: float = 1.0):
-        self.limit, self.temperature, self.top_p = limit, temperature, top_p
-        self.up = self.down = 0.0
-        self.history: list[tuple[int, float]] = []  # (1-based step, sample_z)
-
-    def __call__(self, step: int, z: float | None) -> None:
-        """After step `step` (0-based) with its `sample_z` (NaN: no trained token): raise SamplerDistributionError."""
-        if not self.limit or z is None or math.isnan(z):
-            return
-        self.history.append((step + 1, z))
-        self.up, self.down = max(0.0, self.up + z - self.SLACK), max(0.0, self.down - z - self.SLACK)
-        if max(self.up, self.down) > self.limit:
-            raise SamplerDistributionError(self.message())
-
-    def message(self) -> str:
-        (s1, _), sharp = self.history[-1], self.up > self.down
-        run = [f"{z:+.1f}" for _, z in self.history[-8:]]
-        return (f"step {s1}: SAMPLER DISTRIBUTION: the sampled tokens are not draws from the trainer's distribution at "
-                f"temperature = {self.temperature:g}, top_p = {self.top_p:g}: their log-probs sat {'above' if sharp else 'below'} "
-                f"what such draws give by sample_z = {', '.join(run)} standard deviations on the last steps, a CUSUM of "
-                f"{max(self.up, self.down):.1f} > max_sample_z = {self.limit:g} (nanogrpo/parity.py), so the run stops. "
-                + ("The draws are sharper than reported: the sampler samples at a lower temperature, or truncates "
-                   "(top-p, top-k) where its log-probs do not" if sharp else
-                   "The draws are flatter than reported: the sampler samples at a higher temperature, or truncates "
-                   "less than it says")
-                + " (its weights and reported settings matched: the sampler check). Make the sampling engine draw "
-                "with the temperature and top_p its log-probs use; max_sample_z = 0 turns the check off.")
