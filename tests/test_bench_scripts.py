@@ -250,6 +250,7 @@ def test_heldout_top_answer_is_the_share_of_the_most_common_answer_given(tiny_mo
     assert got["heldout_accuracy"] == right / 8 and right >= 2  # the accuracy is its own measure
 
 
+@pytest.mark.slow
 def test_split_decode_parts_add_up_to_the_decode_and_leave_the_sampler_as_it_was(tiny_model_dir):
     """bench_sampler.py --split: the parts of the decode (timed by wrappers) sum to its time, each is >= 0, and the
     wrappers are gone after: the same call gives the same tokens as before."""

@@ -3,6 +3,7 @@
     python scripts/bench/bench_sampler.py                                    # tiny + SmolLM2, torch and hf (+ vllm, llama.cpp)
     python scripts/bench/bench_sampler.py --models smollm2 --engines torch,vllm --points 64x128,64x1024
     python scripts/bench/bench_sampler.py --json out.json                    # every measurement, for docs/throughput.md
+    python scripts/bench/bench_sampler.py --models smollm2 --engines torch --points 64x128 --split   # where a decode step goes
 
 Each point BxM is B prompts of `--prompt-len` random token ids, one sample each, M new tokens per row at
 temperature 1 (GRPO's sampling). EOS is ignored, so every row runs all M tokens and the batch stays at B
@@ -195,6 +196,68 @@ def measure(engine: Engine, prompts: list[list[int]], new: int) -> dict:
     return {"prefill_s": prefill, "decode_s": max(total - prefill, 1e-9), "total_s": total}
 
 
+SPLIT_PARTS = ("linears", "lm_head", "attention", "cache_write", "rest_of_forward", "sampling", "loop")
+
+
+def split_decode(engine: Engine, prompts: list[list[int]], new: int) -> dict:
+    """Where the PyTorch sampler's decode time goes: one more call of the point with its parts timed by wrappers
+    (this process only; the library is untouched), in seconds summed over the call's decode steps:
+    linears (the decoder layers' oneDNN GEMMs: linears under ONEDNN_MIN_WEIGHT run F.linear and count in
+    rest_of_forward), lm_head, attention (`_kv_attention`: q @ K, mask, softmax, @ V),
+    cache_write (`KVCache.update`: this step's keys and values into the cache), rest_of_forward (the decode
+    forwards less those: embeddings, RMSNorms, rotary, SiLU x up, residuals, the last-token gather), sampling
+    (`sample_next`, every token), loop (the rest of the call after prefill: streams and counters, the rows'
+    bookkeeping in Python, the mask, admitting and removing rows). The CPU runs each op to its end before the next,
+    so a wall-clock timer around a call times that call."""
+    from transformers import AttentionInterface
+
+    import nanogrpo.torch_sampler as ts
+
+    s = engine.s
+    acc = dict.fromkeys(("linears", "lm_head", "attention", "cache_write", "decode_forward", "prefill", "sampling"), 0.0)
+    decoding = [False]
+    head = s.model.get_output_embeddings()
+    orig = {"linear": ts._onednn_linear, "update": ts.KVCache.update, "sample": ts.sample_next, "forward": s._forward}
+
+    def clocked(key, fn, always=False):
+        def run(*a, **k):
+            if not (always or decoding[0]):
+                return fn(*a, **k)
+            t = time.perf_counter()
+            out = fn(*a, **k)
+            acc[key if isinstance(key, str) else key(*a)] += time.perf_counter() - t
+            return out
+        return run
+
+    def forward(ids, pos, cache, mask, last):
+        decoding[0] = mask is not None  # prefill passes no mask
+        t = time.perf_counter()
+        try:
+            return orig["forward"](ids, pos, cache, mask, last)
+        finally:
+            acc["decode_forward" if decoding[0] else "prefill"] += time.perf_counter() - t
+            decoding[0] = False
+
+    ts._onednn_linear = clocked(lambda m, x: "lm_head" if m is head else "linears", orig["linear"])
+    ts.KVCache.update = clocked("cache_write", orig["update"])
+    ts.sample_next = clocked("sampling", orig["sample"], always=True)
+    AttentionInterface.register(ts.KV_ATTENTION, clocked("attention", ts._kv_attention))
+    s._forward = forward
+    try:
+        t = time.perf_counter()
+        engine.generate(prompts, new, seed=3)
+        total = time.perf_counter() - t
+    finally:
+        ts._onednn_linear, ts.KVCache.update, ts.sample_next = orig["linear"], orig["update"], orig["sample"]
+        AttentionInterface.register(ts.KV_ATTENTION, ts._kv_attention)
+        del s._forward
+    parts = {k: acc[k] for k in ("linears", "lm_head", "attention", "cache_write")}
+    parts["rest_of_forward"] = acc["decode_forward"] - sum(parts.values())
+    parts["sampling"] = acc["sampling"]
+    parts["loop"] = total - acc["prefill"] - acc["decode_forward"] - acc["sampling"]
+    return {"steps": new - 1, "decode_s": total - acc["prefill"], **parts}
+
+
 def timed_sync(engine: Engine, model_dir: str, repeats: int = 3, source=None) -> tuple[float, float]:
     """(median seconds of a streamed sync, median seconds of one memcpy of the same parameters). source: a
     function returning (name, tensor) pairs, called once per sync (scripts/gpu_check.py passes the trainer's
@@ -246,6 +309,8 @@ def worker(spec: dict) -> dict:
             engine = Engine(spec["engine"], spec["model_dir"], batch, spec["kv_gb"])
         prompts = random_prompts(engine.tokenizer, batch, spec["prompt_len"], seed=batch)
         points.append({"batch": batch, "new": new, **measure(engine, prompts, new)})
+        if spec.get("split") and spec["engine"] == "torch":
+            points[-1]["split"] = split_decode(engine, prompts, new)
         print(f"  {spec['label']} {spec['engine']} B={batch} M={new}: prefill {points[-1]['prefill_s']:.2f}s "
               f"decode {points[-1]['decode_s']:.2f}s", file=sys.stderr, flush=True)
     sync = timed_sync(engine, spec["model_dir"]) if spec["engine"] in ("torch", "vllm") else None
@@ -309,6 +374,9 @@ def main() -> None:
     ap.add_argument("--json", default="", help="write every measurement here")
     ap.add_argument("--from-json", default="", help="print the tables of --json files again, comma list merged "
                     "(nothing is measured; the first file's machine figures head the table)")
+    ap.add_argument("--split", action="store_true", help="the PyTorch sampler's decode step split into its parts "
+                    "(linears, lm_head, attention, cache writes, the rest of the forward, sampling, the loop's Python): "
+                    "one more timed call per point")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -333,7 +401,7 @@ def main() -> None:
         mine = [(b, min(n, shape["context"] - args.prompt_len)) for b, n in points]  # within the model's context
         for engine in args.engines.split(","):
             spec = {"engine": engine, "model": m, "model_dir": model_dir, "label": Path(model_dir).name,
-                    "points": mine, "prompt_len": args.prompt_len, "kv_gb": args.vllm_kv_gb}
+                    "points": mine, "prompt_len": args.prompt_len, "kv_gb": args.vllm_kv_gb, "split": args.split}
             res = run_engine(spec)
             if res is not None:
                 results.append({**spec, **res, "shape": shape})
@@ -357,11 +425,29 @@ def report(machine: dict, results: list[dict]) -> None:
                   f"{p['batch'] * r['prompt_len'] / p['prefill_s']:.0f} | {p['prefill_s'] / pf:.1f} | "
                   f"{decode_tokens / p['decode_s']:.0f} | {decode_tokens / df:.0f} | {p['decode_s'] / df:.1f} | "
                   f"{r['peak_rss'] / 1e9:.2f} |")
+    split_table(machine, results)
     syncs = [r for r in results if r["sync"]]
     if syncs:
         print("\n| model | engine | sync s | memcpy s |\n| --- | --- | ---: | ---: |")
         for r in syncs:
             print(f"| {r['label']} | {r['engine']} | {r['sync'][0]:.3f} | {r['sync'][1]:.4f} |")
+
+
+def split_table(machine: dict, results: list[dict]) -> None:
+    """--split: ms per decode step of each part (bench's `split_decode`), beside the step's floor."""
+    rows = [(r, p) for r in results for p in r["points"] if p.get("split")]
+    if not rows:
+        return
+    print("\nThe PyTorch sampler's decode step, ms per step (one more call of each point, its parts timed; floor: the "
+          "roofline's step at the same point)")
+    print("| model | B | M | step | floor | x floor | " + " | ".join(SPLIT_PARTS) + " |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in SPLIT_PARTS) + " |")
+    for r, p in rows:
+        sp = p["split"]
+        n = sp["steps"]
+        _, df = floors(r["shape"], p["batch"], r["prompt_len"], p["new"], machine)
+        print(f"| {r['label']} | {p['batch']} | {p['new']} | {1e3 * sp['decode_s'] / n:.1f} | {1e3 * df / n:.1f} | "
+              f"{sp['decode_s'] / df:.1f} | " + " | ".join(f"{1e3 * sp[k] / n:.1f}" for k in SPLIT_PARTS) + " |")
 
 
 if __name__ == "__main__":
