@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -79,15 +80,17 @@ def _init_split(backend: str, samplers: int, device_id) -> None:
 
 def loopback_store() -> dist.Store | None:
     """A job on one node (torchrun's LOCAL_WORLD_SIZE = WORLD_SIZE): the store every process group of the run meets
-    on, a TCPStore of rank 0's listening on 127.0.0.1 only, and gloo's and NCCL's sockets on the loopback interface
-    (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, where not set). None on more nodes: torchrun's store, as env:// has it.
+    on, a TCPStore of rank 0's listening on 127.0.0.1 only, behind a SignedStore (every value a rank reads was set
+    by a rank of this run), and gloo's and NCCL's sockets on the loopback interface (GLOO_SOCKET_IFNAME /
+    NCCL_SOCKET_IFNAME, where not set). None on more nodes: torchrun's store, as env:// has it.
 
     Why: torchrun's TCPStore listens on every interface, --standalone too (torch offers no address to bind it to;
     `master_listen_fd` lets the process that creates one choose), and the groups' gloo pairs on the host's address:
     a process on another machine could set the keys the ranks read, the addresses of the pairs over which the split
-    placement's bridge receives what it unpickles. The port of this store reaches the other ranks through torchrun's
-    store (or is MASTER_PORT itself when torchrun does not share its store): a key anyone could rewrite, but it
-    can only point them at another port of 127.0.0.1. What stays open, and what trusts whom: docs/sandbox.md."""
+    placement's bridge receives what it unpickles. Any process of the node can still connect to 127.0.0.1, list
+    the keys and set its own: the signatures make the ranks refuse them. The port of this store reaches the other
+    ranks through torchrun's store, signed too (or is MASTER_PORT itself when torchrun does not share its store).
+    What stays open, and what trusts whom: docs/sandbox.md, "Trust boundaries"."""
     import socket
     from datetime import timedelta
 
@@ -100,8 +103,10 @@ def loopback_store() -> dist.Store | None:
     shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # torchrun's store serves the workers
     agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False,
                           timedelta(minutes=10)) if shared else None
-    key = f"nanogrpo/loopback_store/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)}"
+    run = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', 0)}"
+    key = f"nanogrpo/loopback_store/{run}"
     if rank == 0:
+        token = run_token(run, create=True)  # before any rank can connect: they read it once connected
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind(("127.0.0.1", 0 if shared else int(os.environ["MASTER_PORT"])))
         listener.listen(world * 4)
@@ -109,10 +114,105 @@ def loopback_store() -> dist.Store | None:
         store = dist.TCPStore("127.0.0.1", port, world, True, wait_for_workers=False,
                               master_listen_fd=listener.detach())  # the store owns the socket now
         if agent is not None:
-            agent.set(key, str(port))
-        return store
-    port = int(agent.get(key)) if agent is not None else int(os.environ["MASTER_PORT"])
-    return dist.TCPStore("127.0.0.1", port, world, False)
+            SignedStore(agent, token).set(key, str(port))
+        return _keep(SignedStore(store, token))
+    if agent is not None:
+        agent.wait([key])  # rank 0 wrote the token before it set the port
+        token = run_token(run)
+        port = int(SignedStore(agent, token).get(key))
+    else:
+        port = int(os.environ["MASTER_PORT"])
+    store = dist.TCPStore("127.0.0.1", port, world, False)  # connected: rank 0 wrote the token before it listened
+    return _keep(SignedStore(store, token if agent is not None else run_token(run)))
+
+
+TOKEN_FILE: Path | None = None  # rank 0's token file, removed by close()
+STORES: list = []  # the SignedStores of the process groups: torch holds the C++ half only, the Python half lives here
+
+
+def _keep(store):
+    STORES.append(store)
+    return store
+
+
+def run_token(run: str, create: bool = False) -> bytes:
+    """The run's secret (32 random bytes), from rank 0 to the other ranks of one node through a file only this
+    user can read: $TMPDIR/nanogrpo-UID/ (mode 0700, checked) / store-MASTER_PORT-RUN.token (mode 0600).
+    `create` (rank 0): a new one, written whole (over a stale one of an earlier run) and removed by close()."""
+    import secrets
+    import stat
+    import tempfile
+
+    home = Path(tempfile.gettempdir()) / f"nanogrpo-{os.getuid()}"
+    home.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(home)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise StoreError(f"{home} is not a directory of this user's only (mode 0700): the run's store token is not "
+                         "kept there; remove it, or set TMPDIR to a directory of your own")
+    path = home / f"store-{os.environ['MASTER_PORT']}-{run.replace('/', '-')}.token"
+    if not create:
+        return path.read_bytes()
+    global TOKEN_FILE
+    token, tmp = secrets.token_bytes(32), path.with_suffix(f".tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(token)
+    os.replace(tmp, path)
+    TOKEN_FILE = path
+    return token
+
+
+class StoreError(RuntimeError):
+    """A value in the run's store that no rank of this run set (or the token cannot be kept private)."""
+
+
+class SignedStore(dist.Store):
+    """A store whose every value carries an HMAC-SHA256 of its key and value under the run's token (`run_token`),
+    checked at every get: a value that a process other than this run's ranks set (any process of the node can
+    connect to 127.0.0.1, list the keys and set its own) is refused with StoreError, never read. Counters (`add`,
+    barriers) are not signed: one changed can stall or break the rendezvous, not hand a rank an address or an
+    object. Every process group of a one-node run is built on one (`loopback_store`)."""
+
+    def __init__(self, store: dist.Store, token: bytes):
+        super().__init__()
+        self.store, self.token = store, token
+        dist.Store.set_timeout(self, store.timeout)
+
+    def _mac(self, key: str, value: bytes) -> bytes:
+        import hashlib
+        import hmac
+
+        return hmac.new(self.token, key.encode() + b"\0" + value, hashlib.sha256).digest()
+
+    def set(self, key, value) -> None:
+        value = value.encode() if isinstance(value, str) else bytes(value)
+        self.store.set(key, self._mac(key, value) + value)
+
+    def get(self, key) -> bytes:
+        import hmac
+
+        raw = self.store.get(key)
+        value = raw[32:]
+        if len(raw) < 32 or not hmac.compare_digest(raw[:32], self._mac(key, value)):
+            raise StoreError(f"the run's store holds a value for {key!r} that no rank of this run set (its signature "
+                             "does not match the run's token): a process that is not a rank wrote it; the run stops "
+                             "rather than read it (docs/sandbox.md, \"Trust boundaries\")")
+        return value
+
+    def add(self, key, amount) -> int:
+        return self.store.add(key, amount)
+
+    def check(self, keys) -> bool:
+        return self.store.check(keys)
+
+    def wait(self, keys, timeout=None) -> None:
+        self.store.wait(keys) if timeout is None else self.store.wait(keys, timeout)
+
+    def delete_key(self, key) -> bool:
+        return self.store.delete_key(key)
+
+    def num_keys(self) -> int:
+        return self.store.num_keys()
 
 
 def huge_pages() -> bool:
@@ -172,10 +272,14 @@ def close() -> None:
     still holds the group. Sleeping releases the GIL, so a waiting worker takes it and finishes; the pause is
     paid once per process, also when the group is already gone (vLLM's engine shutdown destroys it; the
     workers may still run)."""
-    global SPLIT
+    global SPLIT, TOKEN_FILE
     if dist.is_initialized():
         dist.destroy_process_group()
     SPLIT = None
+    if TOKEN_FILE is not None:  # rank 0's: every rank read it at the start
+        TOKEN_FILE.unlink(missing_ok=True)
+        TOKEN_FILE = None
+    STORES.clear()
     time.sleep(0.1)
 
 

@@ -8,8 +8,9 @@ bubblewrap needed): an escape is a score other than the one they must get, or a 
 
 `hardening` (or one of its kinds: nonfinite, overwrite, checkpoint, input, bounded, trust) runs the entry points
 as a user would (tests/helpers/hardening.py): a non-finite number aimed at the weights, a user's file in an output's
-way, a tampered checkpoint, a bad input that must be named before any compute, work that must stay bounded, the
-sockets of a one-node torchrun job. `--root DIR` runs them against another checkout (the before of a table).
+way, a tampered checkpoint (or one without its manifest), a bad input that must be named before any compute, a full
+disk under the run's own files, work that must stay bounded, the sockets of a one-node torchrun job and a local
+process writing into its store. `--root DIR` runs them against another checkout (the before of a table).
 
 An attack is "rejected" when it did not get what it wanted (attacks.py says, per attack, what that is:
 host memory pinned past the cap, data carried to the next execution, a reward it should not have, a None

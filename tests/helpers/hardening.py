@@ -230,6 +230,29 @@ def tampered(rel: str, edit=overwrite_bytes):
     return go
 
 
+def without_manifest(sha256_only: bool = False):
+    """Round 6: the newest checkpoint's weights changed in place (same size), and its manifest removed (or stripped
+    of its SHA-256, sizes left): escaped when the run resumes from it, or saves step 2 again over it unsaid."""
+    def go(root, tmp):
+        out = two_checkpoints(root, tmp)
+        newest = out / "checkpoints/step_000002"
+        overwrite_bytes(newest / "model.safetensors")
+        man = newest / "manifest.json"
+        if sha256_only:
+            man.write_text(json.dumps({k: v for k, v in json.loads(man.read_text()).items() if k != "sha256"}))
+        else:
+            man.unlink()
+        changed = (newest / "model.safetensors").read_bytes()
+        res = train(root, tmp, "resume=true", "steps=3", "save_every=1", "keep_checkpoints=5")
+        got = resumed_from(res)
+        aside = out / "checkpoints/replaced/step_000002/model.safetensors"
+        kept = aside.exists() and aside.read_bytes() == changed and "moved to" in res.stderr
+        text = said(res) + (f"; resumed from {got}" if got else "") + ("; the old step 2 moved aside, said" if kept
+                                                                      else "; the old step 2 saved over")
+        return text, got != "step_000001" or not kept or TRACEBACK in res.stderr
+    return go
+
+
 def two_layers(path: Path) -> None:
     """4 layers -> 2, in place: the same size (the manifest's sizes cannot tell)."""
     path.write_text(path.read_text().replace('"num_hidden_layers": 4', '"num_hidden_layers": 2'))
@@ -360,6 +383,34 @@ def full_disk_metrics(root, tmp):
         return text, torn > 0 or not named(res, 1)
 
 
+def full_disk_log(root, tmp):
+    """Round 6: train.py's stdout redirected to a file on a full disk (out_dir elsewhere): exit 1, one `error:` line
+    with the resume command, the log's lines whole."""
+    with tmpfs(tmp / "disk", "1m") as disk:
+        write(disk / "filler", b"x" * max(0, shutil.disk_usage(disk).free - 8 * 1024))
+        logfile = disk / "train.log"
+        with open(logfile, "w") as stdout:
+            full = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
+            res = subprocess.run([PY, "train.py", f"out_dir={tmp / 'out'}", *SMALL, "steps=400", "save_final=false",
+                                  "log_every=1"], cwd=root, stdout=stdout, stderr=subprocess.PIPE, text=True,
+                                 timeout=900, env=full)
+        text = logfile.read_text()
+        torn = bool(text) and not text.endswith("\n")
+        resumable = "resume=true" in (res.stderr.strip().splitlines() or [""])[-1]
+        return (said(res) + f"; train.log {'torn' if torn else 'whole'}"
+                + ("; the resume command named" if resumable else "")), torn or not named(res, 1) or not resumable
+
+
+def full_disk_config(root, tmp):
+    """Round 6: out_dir on a disk with no space left: config.toml cannot be written; exit 1, one `error:` line with
+    the resume command, before any step."""
+    with tmpfs(tmp / "disk", "1m") as disk:
+        write(disk / "filler", b"x" * shutil.disk_usage(disk).free)
+        res = train(root, disk, "steps=2")
+        resumable = "resume=true" in (res.stderr.strip().splitlines() or [""])[-1]
+        return said(res) + ("; the resume command named" if resumable else ""), not named(res, 1) or not resumable
+
+
 # -- bounded work -----------------------------------------------------------------------------------------------
 
 REPETITION = """import sys, time
@@ -448,6 +499,41 @@ def torchrun_sockets(launch: list, samplers: int = 0):
     return go
 
 
+OUTSIDER = """import os, sys
+sys.path.insert(0, {root!r})
+import torch.distributed as td
+from nanogrpo import dist
+dist.init("cpu", "system", 1)
+signed = getattr(dist, "STORES", None)
+mine = signed[0] if signed else None
+inner = mine.store if mine is not None else None
+port = inner.port if inner is not None else int(os.environ["MASTER_PORT"])
+# a process that is not a rank: a plain client of the run's store on 127.0.0.1, with no token
+outsider = td.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False)
+keys = len(outsider.list_keys())
+if dist.SPLIT.rank == 0:
+    outsider.set("nanogrpo/probe", "the outsider's value")
+dist.SPLIT.to_samplers.barrier()
+if dist.SPLIT.rank == 1:
+    try:
+        got = (mine or outsider).get("nanogrpo/probe").decode()
+    except Exception as e:
+        got = "refused: " + type(e).__name__
+    os.write(1, f"OUTSIDER {{keys}} keys listed; a rank read: {{got}}\\n".encode())
+dist.SPLIT.to_samplers.barrier()
+dist.close()
+"""
+
+
+def outsider_in_store(root, tmp):
+    """Round 6: a local process that is not a rank joins the run's store (127.0.0.1), lists its keys and sets its own
+    under --standalone with sampler_ranks=1: escaped when a rank reads what it set (dist.SignedStore refuses it)."""
+    probe = write(tmp / "outsider.py", OUTSIDER.format(root=str(root)))
+    res = run(root, ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", probe], timeout=300)
+    line = next((x[x.index("OUTSIDER"):] for x in res.stdout.splitlines() if "OUTSIDER" in x), "")
+    return (line[9:] if line else said(res)), not line or "refused" not in line
+
+
 STANDALONE = ["--standalone"]
 FILE_RDZV = ["--nnodes=1", "--rdzv-backend=c10d", "--rdzv-endpoint={tmp}/rdzv", "--rdzv-conf=store_type=file"]
 
@@ -472,6 +558,9 @@ CASES = [
     Case("checkpoint", "newest checkpoint: config.json edited to 2 layers", tampered("config.json", two_layers)),
     Case("checkpoint", "resume with model= another model directory", resume_other_model),
     Case("checkpoint", "resume with steps below the checkpoint's step", resume_fewer_steps),
+    Case("checkpoint", "newest checkpoint: weights changed (same size), manifest.json removed", without_manifest()),
+    Case("checkpoint", "newest checkpoint: weights changed (same size), manifest's SHA-256 removed",
+         without_manifest(sha256_only=True)),
     # inputs named before any compute
     Case("input", "dataset row nested 100,000 deep",
          bad_train(math_rows('{"problem": "1+1", "answer": ' + "[" * 100000 + "]" * 100000 + "}"))),
@@ -501,6 +590,9 @@ CASES = [
     Case("input", "a user reward returns strings", user_reward_strings),
     Case("input", "a full disk while appending metrics.jsonl (named, exit 1, no torn line)", full_disk_metrics,
          needs="root"),
+    Case("input", "a full disk under the printed log (stdout to a file there; named, exit 1, resume command)",
+         full_disk_log, needs="root"),
+    Case("input", "a full disk writing config.toml (named, exit 1, resume command)", full_disk_config, needs="root"),
     # bounded work
     Case("bounded", "repetition_n_grams=1000 on a 1 MiB completion (3 s bound)", repetition_1000),
     Case("bounded", "tool cells ignoring SIGALRM (3 calls, tool_timeout_s = 1)", cells_ignoring_sigalrm, needs="bwrap"),
@@ -510,6 +602,8 @@ CASES = [
          torchrun_sockets(STANDALONE, samplers=1)),
     Case("trust", "torchrun, one node, file rendezvous, no shared store: every socket",
          torchrun_sockets(FILE_RDZV)),
+    Case("trust", "a local process that is not a rank sets a key in the run's store (--standalone, sampler_ranks=1)",
+         outsider_in_store),
 ]
 
 
