@@ -142,7 +142,10 @@ def trl_worker(spec_path: str, out_path: str) -> None:
 
     from nanogrpo import config as C
     from nanogrpo import rewards
-    from nanogrpo.grpo import make_optimizer
+    try:  # where the measured checkout keeps it: grpo.py (since b6c4c78), optim.py before
+        from nanogrpo.grpo import make_optimizer
+    except ImportError:
+        from nanogrpo.optim import make_optimizer
     from nanogrpo.rollout import run_scoring
 
     spec = json.loads(Path(spec_path).read_text())
