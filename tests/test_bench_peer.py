@@ -112,3 +112,18 @@ def test_bench_peer_runs_both_arms_where_trl_is_installed(tmp_path):
     assert {"nanogrpo", "TRL GRPOTrainer"} <= set(rows), out
     assert re.match(r"[\d.]+x \([\d.]+\)", rows["nanogrpo"][-1])
     assert "tokenization equals" not in out  # TRL tokenized the same prompt ids as nanogrpo
+
+
+def test_from_json_merges_the_seeds_of_several_runs(tmp_path):
+    """A seed whose TRL arm failed in one run and was run again in another: the complete pair is read."""
+    first, second = fake_results(), fake_results()
+    del first[0]["runs"]["1"]["trl"]  # seed 1 incomplete in the first file
+    second[0]["runs"] = {"1": second[0]["runs"]["1"]}
+    second[0]["runs"]["1"]["trl"]["steps"] = steps([9.0] + [4.0] * 4)
+    for name, res in (("a.json", first), ("b.json", second)):
+        (tmp_path / name).write_text(json.dumps({"meta": {"command": "x"}, "results": res}))
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench" / "bench_peer.py"), "--from-json",
+                        f"{tmp_path / 'a.json'},{tmp_path / 'b.json'}"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    nano = table_rows(r.stdout)["nanogrpo"]
+    assert nano[2] == "8 (2)" and nano[-1].startswith("3.50x (3.00, 4.00)")

@@ -481,12 +481,20 @@ def main() -> None:
     ap.add_argument("--eval-size", type=int, default=0, help="held-out rows (0: the config's eval_size)")
     ap.add_argument("--out", default=str(ROOT / "runs" / "peer"), help="run directories and logs")
     ap.add_argument("--json", default="", help="write the results here (default: OUT/peer.json)")
-    ap.add_argument("--from-json", default="", help="print the table of an earlier run and exit")
+    ap.add_argument("--from-json", default="", help="print the table of an earlier run and exit (a comma list: "
+                    "the files' seeds merged per recipe, a seed's complete pair kept over an incomplete one)")
     ap.add_argument("override", nargs="*", help="key=value for both systems (e.g. device=cuda sampler=vllm)")
     a = ap.parse_args()
-    if a.from_json:
-        saved = json.loads(Path(a.from_json).read_text())
-        print_table(saved["results"], saved["meta"])
+    if a.from_json:  # several files: their seeds merged per recipe, a complete pair kept over an incomplete one
+        saved = [json.loads(Path(f).read_text()) for f in a.from_json.split(",")]
+        merged: dict[str, dict] = {}
+        for res in (r for s in saved for r in s["results"]):
+            have = merged.setdefault(res["recipe"], {**res, "runs": {}})
+            for seed, run in res["runs"].items():
+                if not ({"nanogrpo", "trl"} - set(have["runs"].get(seed, {}))):
+                    continue  # a complete pair already: the first file's stands
+                have["runs"][seed] = run
+        print_table(list(merged.values()), saved[0]["meta"])
         return
     repo = Path(a.repo).resolve()
     if a.no_trl or not Path(a.trl_python).is_file():
