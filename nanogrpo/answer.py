@@ -67,7 +67,7 @@ _BRACE = re.compile(r"[{}]")
 _STATEMENT = re.compile(r"(?i)(?:\banswer\b[*\s]{0,4}(?:is\b|:|=)|####)[*:\s]{0,4}")
 _FINAL_STATEMENT = re.compile(r"(?i)(?:\bfinal\s+answer\b[*\s]{0,4}(?:is\b|:|=)|####)[*:\s]{0,4}")
 _QUOTES = re.compile(r"^(?:\\?[\"'])+")  # `"..."` or `\"...\"` around a stated answer
-_QUOTES_END = re.compile(r"(?:\\?[\"'])+$")
+_QUOTES_END = re.compile(r"(?<![\\\"'])(?:\\?[\"'])+$")  # from a run's first quote only: linear
 _CLAUSE_END = re.compile(r"\n|\.(?=\s|$)|,\s+(?=[A-Za-z]{2})|;|\s(?:because|since|which|so|as|but)\b")
 # a number as working writes it (thousands separators in any spelling: `normalise` joins them)
 _WORKING_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,])\d{3}(?!\d))*"
@@ -253,20 +253,24 @@ _MIXED = re.compile(r"(?<![\d}.^_])(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
 _WRAPPERS = re.compile(r"\\(?:boxed|fbox|text|textbf|textit|textrm|textnormal|textsf|mathrm|mathbf|mathit|mathsf|"
                        r"boldsymbol|bm|mbox|emph|operatorname)\s*\{([^{}]*)\}")
 _UPRIGHT_CONST = re.compile(r"\\(?:mathrm|mathit|operatorname|text)\s*\{\s*([ei])\s*\}")
-_TEXT_UNIT = re.compile(r"(?<=[\d}).\s])\s*\\(?:text|mbox|mathrm|textrm)\s*\{\s*([A-Za-z][A-Za-z. ]*)\}"
+# `normalise` makes every run of white space one space first, so a searched rule reads ` ?` where `\s*` would
+# be the same: a `\s*` a search can start inside is quadratic on a long run of spaces.
+_TEXT_UNIT = re.compile(r"(?<=[\d}).\s]) ?\\(?:text|mbox|mathrm|textrm)\s*\{\s*([A-Za-z][A-Za-z. ]*)\}"
                         r"(\s*\^\s*\{?\d\}?)?\s*$")
-_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree\b|(?<=[\d}\s])\s*degrees?\b", re.I)
-_RADIANS = re.compile(r"(?<=[\d}\s])\s*(?:radians?|rad)\b", re.I)
-_PERCENT = re.compile(r"\\?%|(?<=[\d}\s])\s*percent\b", re.I)
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree\b|(?<=[\d}\s]) ?degrees?\b", re.I)
+_RADIANS = re.compile(r"(?<=[\d}\s]) ?(?:radians?|rad)\b", re.I)
+_PERCENT = re.compile(r"\\?%|(?<=[\d}\s]) ?percent\b", re.I)
 _UNIT_TAIL = re.compile(r"(?<=[\d}).])\s*((?:[A-Za-z]{2,}\.?(?:\^\{?\d\}?)?(?:\s*/\s*|\s+per\s+|\s+|$)){1,4})$")
 _OR = re.compile(r"\\text\s*\{\s*(?:or|and)\s*\}|\\q?quad|(?<![A-Za-z\\])(?:or|and)(?![A-Za-z])|;")
-_COMMAS = re.compile(r"\s*,(?:\s*,)*\s*")
+_COMMAS = re.compile(r" ?,(?: ?,)* ?")
 _PM = re.compile(r"\\(pm|mp)(?![A-Za-z])")
 _MATH_WORDS = frozenset("sin cos tan cot sec csc log ln exp sqrt pi inf infty max min gcd lcm arcsin arccos "
                         "arctan sinh cosh tanh det mod or and".split())
 # A name: a symbol (`x`, `AB`, `x_1`, `\theta`, `\angle ABC`, `m\angle A`, `\overline{AB}`, `f(x)`, `(x, y)`), or a
-# sum of them (`a+b`), as written before `=` in `x = 5`.
-_SYMBOL = (r"(?:m\s*)?(?:\\angle\s*)?(?:[A-Za-z]{1,4}|\\[a-zA-Z]+|\\overline\s*\{[A-Za-z]{1,4}\})"
+# sum of them (`a+b`), as written before `=` in `x = 5`. Bounded by construction: each term of a sum has one parse
+# (the `m` of `m\angle` only before `\angle`: an optional `m` that a letter symbol could also read made the sum's
+# parses 2^terms, and `\boxed{mx+mx+...}` backtracked for ever; tests/test_judge_bounded.py).
+_SYMBOL = (r"(?:(?:m\s*)?\\angle\s*)?(?:[A-Za-z]{1,4}|\\[a-zA-Z]+|\\overline\s*\{[A-Za-z]{1,4}\})"
            r"(?:_\{?[A-Za-z0-9]{1,4}\}?)?'*(?:\([^()=]{1,20}\))?")
 _NAMES = rf"(?:{_SYMBOL}(?:\s*[+-]\s*{_SYMBOL})*|\(\s*{_SYMBOL}(?:\s*,\s*{_SYMBOL})+\s*\))"
 _NAMED = re.compile(rf"\s*({_NAMES})\s*(?:=|\\in(?![a-zA-Z]))(?!=)\s*(.+)", re.S)
