@@ -81,6 +81,15 @@ def test_a_reward_that_exits_is_named_and_a_class_is_refused_at_load(tmp_path):
         rewards.check_user_calls([f"{f}:Judge"], rewards.exact, [{"problem": "1+1", "answer": "2"}])
 
 
+def test_rewards_whose_spread_overflows_a_float_are_named(user_reward):
+    """A finite reward of 1e300 (issue 60): its square overflows in the group statistics; named, not an OverflowError."""
+    name = user_reward(lambda b: [1e300, -1e300])
+    with pytest.raises(RewardError, match="rewards as large as .*1e\\+300.* sum or spread overflows a float"):
+        score_batch(["1", "2"], [{"answer": "2"}, {"answer": "4"}], [name])
+    user_reward(lambda b: [1e150, 0.0])  # large, but its spread is a float: a reward
+    assert score_batch(["1", "2"], [{"answer": "2"}, {"answer": "4"}], [name])[0] == [1e150, 0.0]
+
+
 def test_weights_that_overflow_the_weighted_sum_are_named():
     with pytest.raises(RewardError, match=r"'reward_weights': the weighted sum .* is inf"):
         score_batch(["<think>a</think>2"], [{"answer": "2"}], ["number", "think_format"], [1e308, 1e308])

@@ -458,11 +458,24 @@ def test_uniforms_are_splitmix64():
 
     seed, streams, counters = 2**61 + 12345, [0, 1, 7, 2**40], [0, 3, 99, 2**33]
     got = uniforms(seed, torch.tensor(streams), torch.tensor(counters)).tolist()
-    want = [(mix((mix((s * 0x9E3779B97F4A7C15 + seed) & M) + c * 0x9E3779B97F4A7C15) & M) >> 11) * 2.0**-53
+    want = [(mix((mix((s * 0x9E3779B97F4A7C15 + seed) & M) + (c + 1) * 0x9E3779B97F4A7C15) & M) >> 11) * 2.0**-53
             for s, c in zip(streams, counters)]
     assert got == want
     u = uniforms(0, torch.arange(200_000), torch.zeros(200_000, dtype=torch.long))
     assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.005 and abs(u.var() - 1 / 12) < 0.002
+
+
+def test_no_stream_starts_at_the_hash_fixed_point():
+    """splitmix64's finaliser maps 0 to 0: with the counter entering as itself, seed 0's stream 0 drew u = 0 exactly
+    (the default run's first draw), and the CDF inversion gave the lowest token id with any mass at all."""
+    from nanogrpo.sampler import uniforms
+    from nanogrpo.torch_sampler import sample_next
+
+    u = uniforms(0, torch.arange(4), torch.zeros(4, dtype=torch.long))
+    assert (u > 1e-6).all() and len(set(u.tolist())) == 4, u
+    logits = torch.tensor([[-900.0, -850.0] + [0.0] * 254])  # at temperature 0.1 the first two have p ~ e^-8500, e^-8000
+    tok, lp = sample_next(logits, 0.1, 1.0, uniforms(0, torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long)))
+    assert int(tok) >= 2 and float(lp) > -10
 
 
 @pytest.mark.slow

@@ -177,13 +177,24 @@ def reward_values(name: str, values, rows: list, key: str = "config key 'rewards
 
 
 def reward_total(total: list[float | None], parts: dict, terms: list, rows: list) -> list[float | None]:
-    """The weighted sums of finite rewards (rewards.Scoring's `total`), each finite: weights that overflow the sum are a
-    RewardError naming them and the row."""
+    """The weighted sums of finite rewards (rewards.Scoring's `total`), each finite, and their sum and spread finite
+    too (the group statistics and advantages square them): weights that overflow the sum, or rewards so large that
+    their spread overflows a float, are a RewardError naming them."""
     for i, t in enumerate(total):
         if t is not None and not math.isfinite(t):
             raise RewardError(f"config key 'reward_weights': the weighted sum of rewards {[n for n, _, _ in terms]} = "
                               f"{[parts[n][i] for n, _, _ in terms]} with weights {[w for _, w, _ in terms]} is {t} (row "
                               f"{shown(rows[i])}): a reward must be finite")
+    valid = [t for t in total if t is not None]
+    try:
+        mean = math.fsum(valid) / max(len(valid), 1)
+        spread = math.fsum((t - mean) ** 2 for t in valid)
+    except OverflowError:
+        spread = math.inf
+    if not math.isfinite(spread):
+        raise RewardError(f"config key 'rewards': rewards as large as {max(valid, key=abs):.3g} (the weighted sum of "
+                          f"{[n for n, _, _ in terms]}): their sum or spread overflows a float, so no advantage can be "
+                          "computed; scale the reward down (or its reward_weights)")
     return total
 
 
