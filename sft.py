@@ -236,7 +236,7 @@ def run(cfg: C.Config, stop: checkpoint.StopSignals) -> dict:
     dtype = C.torch_dtype(cfg, device.type == "cuda")
     torch.manual_seed(cfg.seed)
     # train.py's check: writable; a run already there is continued only with resume=true, and never replaced
-    resume_from = checkpoint.open_run(cfg.out_dir, cfg.resume)
+    resume_from = checkpoint.open_run(cfg.out_dir, cfg.resume, unverified=cfg.resume_without_manifest)
 
     records = load_sft_rows(cfg)
     eval_rows = heldout_rows(cfg) if cfg.eval_every else []  # eval_task, or a built-in task's held-out split

@@ -238,7 +238,7 @@ def setup(cfg: C.Config, closing: contextlib.ExitStack, device: torch.device) ->
     torch.manual_seed(cfg.seed)
 
     # writable; a run already there is continued only with resume=true, from its newest complete checkpoint
-    resume_from = checkpoint.open_run(cfg.out_dir, cfg.resume)
+    resume_from = checkpoint.open_run(cfg.out_dir, cfg.resume, unverified=cfg.resume_without_manifest)
 
     # --- data, model, optimizer, sampler: every input is checked before the first step ---
     inputs = load_inputs(cfg)

@@ -169,6 +169,18 @@ def test_a_checkpoint_without_its_manifest_is_damaged_and_the_resume_falls_back(
     assert checkpoint.open_run(str(run), True, unverified=True) == newest
 
 
+@pytest.mark.slow
+def test_train_takes_a_checkpoint_without_its_manifest_only_when_asked_by_name(run, capsys):
+    """Through train.py: the key resume_without_manifest reaches open_run (the newest checkpoint, unverified); without
+    it the run resumes from the older, verified one."""
+    (run / "checkpoints" / "step_000002" / "manifest.json").unlink()
+    train.main(args(run, "steps=3", "save_final=false"))
+    assert "resumed from " + str(run / "checkpoints" / "step_000001") in capsys.readouterr().out
+    shutil.rmtree(run / "checkpoints" / "replaced", ignore_errors=True)
+    train.main(args(run, "steps=3", "save_final=false", "resume_without_manifest=true"))
+    assert "resumed from " + str(run / "checkpoints" / "step_000002") in capsys.readouterr().out
+
+
 def test_the_only_checkpoint_without_its_manifest_is_refused(run, capsys):
     shutil.rmtree(run / "checkpoints" / "step_000002")
     (run / "checkpoints" / "step_000001" / "manifest.json").unlink()
