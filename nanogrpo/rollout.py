@@ -207,7 +207,7 @@ class Worker:
     rank: int = 0
 
     def take(self, step: int) -> "StepRollouts":
-        """Step `step`'s rollouts sampled now: the k = 0 schedule (pipeline.py: sampled ahead, placement.py: elsewhere)."""
+        """Step `step`'s rollouts, sampled now: the k = 0 schedule (pipeline.py samples ahead)."""
         return self.rollouts(step, step, None, self.stream, self.rank)
 
     def sync_weights(self, version: int, weights) -> None:

@@ -202,10 +202,7 @@ def hash64(x: torch.Tensor) -> torch.Tensor:
 
 
 def uniforms(seed: int, streams: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
-    """(B,) float64 in [0, 1): the `counters`-th draw of each of the `streams` (int64 ids) of `seed`.
-
-    The counter enters as counter + 1: splitmix64's finaliser maps 0 to 0, so stream 0 of seed 0 (the default run's
-    first completion at step 1) drew u = 0 exactly, and the CDF inversion then gave the lowest token id with any
-    mass, whatever its probability (e^-85 at temperature 0.1: the calibration check stopped the run, rightly)."""
+    """(B,) float64 in [0, 1): the `counters`-th draw of each of the `streams` (int64 ids) of `seed`; counter + 1,
+    as splitmix64 maps 0 to 0 (seed 0's stream 0 drew u = 0: the lowest token id with any mass, e^-85 at T = 0.1)."""
     x = _mix64(_mix64(streams * _GOLDEN + _signed(seed)) + (counters + 1) * _GOLDEN)
     return ((x >> 11) & ((1 << 53) - 1)).double() * 2.0**-53

@@ -127,6 +127,18 @@ def test_the_gate_accumulates_shifts_and_not_noise():
     parity.SampleGate(0.0)(0, 1e9)  # 0: off
 
 
+def test_nearly_greedy_steps_are_not_read_and_said_so(capsys):
+    """A step whose draws carry almost no variance (Σ Var[log p] < 1: nearly greedy sampling) is not what the normal
+    approximation holds for: the gate skips it, says so once, and still reads the steps that carry enough."""
+    gate = parity.SampleGate(6.0, 0.1, 1.0)
+    for i in range(5):
+        gate(i, -40.0, variance=0.3)
+    err = capsys.readouterr().err
+    assert err.count("nearly greedy") == 1 and "cannot test such steps" in err
+    with pytest.raises(parity.SamplerDistributionError):
+        gate(5, -8.0, variance=30.0)
+
+
 def run_args(model, out, *extra):
     return [f"model={model}", f"out_dir={out}", "eval_every=0", "save_final=false", "device=cpu", *extra]
 
