@@ -7,8 +7,9 @@ answer: every box, a final-answer statement after them, else the last statement 
 the comparison (`_plan`: relations and approximations, exact rationals for numbers, math-verify for the rest).
 A verdict is 1.0 / 0.0, or None when it could not be computed (the gold cannot be read, the checker broke):
 an infrastructure verdict, never the model's fault; a wrong answer is always 0.
-Over 500 lines because it is that one procedure whole, held to one labelled corpus (data/judge/corpus.jsonl):
-split, a step could be changed without the others that the corpus tests with it.
+About 1,200 lines because it is that one procedure whole (the extraction rule's five steps, the unit and value
+word lists, the chain check, the worker pool), held to one labelled corpus (data/judge/corpus.jsonl) and its
+held-out part: split, a step could be changed without the others that the corpus tests with it.
 
 - `judge_math`    the strict judge, batched: the rules here, math-verify in worker processes for the symbolic rest.
 - `judge_number`  GSM8K / AIME: the same procedure, and the answer must be the number itself.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import math
 import os
 import re
 import subprocess
@@ -64,13 +66,25 @@ def final_text(completion: str) -> str:
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE = re.compile(r"[{}]")
 # "the answer is", "Final answer:", "**Answer:** ", GSM8K's "#### "
-_STATEMENT = re.compile(r"(?i)(?:\banswer\b[*\s]{0,4}(?:is\b|:|=)|####)[*:\s]{0,4}")
-_FINAL_STATEMENT = re.compile(r"(?i)(?:\bfinal\s+answer\b[*\s]{0,4}(?:is\b|:|=)|####)[*:\s]{0,4}")
+_VERB = r"(?:is\b|(?=isn't\b)|:|=|(?:would|will|should|must)\s+be\b|was\b)"
+_STATEMENT = re.compile(rf"(?i)(?:\banswer\b[*\s]{{0,4}}{_VERB}|####)[*:\s]{{0,4}}")
+# after a box: "final answer is / : / would be", and a "Final Answer" heading with the answer on the next line
+_FINAL_STATEMENT = re.compile(rf"(?i)(?:\bfinal\s+answer\b(?:[*\s]{{0,4}}{_VERB}|[* \t]{{0,4}}\n)|####)[*:\s]{{0,4}}")
+_EMPHASIS = re.compile(r"\*\*|__")  # markdown bold: `**Answer: 17**` is `Answer: 17` (a single `*` is a product)
+# "not 17", "isn't 17", "definitely not 17": a statement that negates states no answer
+_NEGATION = re.compile(r"(?i)(?:n't|'t\b|\s|^)\s*(?:[a-z]+ly\s+)?(?:not|never)\b|^\s*(?:is)?n?'t\b")
+_NEGATED_BOX = re.compile(r"(?i)(?:\bnot|\bnever|n't)[\s$]{0,3}$")  # "is not $\boxed{17}$": that box is no answer
+# "X, which is Y", "X, so Y", "X, that is Y": the answer is Y
+_CONNECTIVE = re.compile(r"(?i),?\s*(?:which\s+(?:is|gives|equals|makes)|so|that\s+is|i\.e\.|giving|making)\b[:\s]*")
+# a later correction after an unboxed statement ("The answer is 17. Wait, I forgot one, so 18."): read after it
+_CORRECTION = re.compile(r"(?i)\b(?:wait|actually|oops|sorry|correction|mistake|forgot|missed|recount|instead|hmm)\b")
+_ANSWER_TAG = re.compile(r"(?i)<answer>")
+_ANSWER_CLOSE = re.compile(r"(?i)</answer>")
 _QUOTES = re.compile(r"^(?:\\?[\"'])+")  # `"..."` or `\"...\"` around a stated answer
 _QUOTES_END = re.compile(r"(?<![\\\"'])(?:\\?[\"'])+$")  # from a run's first quote only: linear
 _CLAUSE_END = re.compile(r"\n|\.(?=\s|$)|,\s+(?=[A-Za-z]{2})|;|\s(?:because|since|which|so|as|but)\b")
 # a number as working writes it (thousands separators in any spelling: `normalise` joins them)
-_WORKING_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,])\d{3}(?!\d))*"
+_WORKING_NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?: \d{3})+(?![\d.,/])|(?<![\w.])-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,])\d{3}(?!\d))*"
                              r"(?:\.\d+)?(?:/\d+(?![\d.]))?")
 _DIGIT = re.compile(r"\d")
 _WORD = re.compile(r"[A-Za-z]{3,}")
@@ -96,10 +110,15 @@ def _clause(text: str, i: int) -> str | None:
     """The answer a statement gives at `i` ("the answer is $\\frac12$." -> `\\frac12`), or None when what follows
     holds no digit and no LaTeX ("the answer is clear")."""
     window = _QUOTES.sub("", text[i : i + ANSWER_CHARS].lstrip(), count=1)
-    end = _CLAUSE_END.search(window)
+    for _ in range(MAX_ANSWERS):  # "double 17, which is 34": each connective moves on to the next clause
+        end = _CLAUSE_END.search(window)
+        follows = _CONNECTIVE.match(window, end.start()) if end else None
+        if not follows or not _DIGIT.search(window, follows.end(), follows.end() + 200):
+            break
+        window = window[follows.end():]
     clause = _QUOTES_END.sub("", (window[: end.start()] if end else window).strip(), count=1)
-    if _STATEMENT.search(clause):
-        return None  # "Final Answer: The final answer is X": the inner statement gives X
+    if _STATEMENT.search(clause) or _NEGATION.match(clause):
+        return None  # "Final Answer: The final answer is X": the inner statement gives X; "not X" gives none
     found = _working(clause)
     return found if found and re.search(r"[\d\\$]", found) else None
 
@@ -113,7 +132,22 @@ def _working(text: str) -> str | None:
     span, number = _last_span(text), _last_number(text)
     if span is not None and (number is None or number[0] <= span[0]):
         return span[1]
-    return number[1] if number is not None else None
+    if number is None:
+        return None
+    end, found = number
+    scale = _SCALE_WORD.match(text, end)  # "7 thousand" is 7000
+    if scale:
+        return found + scale.group()
+    start = end - len(found)  # "Therefore 41 = 40": the chain the number ends, so that a false one is seen
+    i = start
+    while i > 0 and start - i < 200 and text[i - 1] in _CHAIN_CHARS:
+        i -= 1
+    chain = text[i:end].strip()
+    return chain if "=" in chain and not chain.startswith("=") else found
+
+
+_CHAIN_CHARS = frozenset("0123456789. +-*/\u00d7\u00f7()=")
+_SCALE_WORD = re.compile(r"(?i) ?(?:thousand|million|billion|trillion)\b")
 
 
 def _last_span(text: str) -> tuple[int, str] | None:
@@ -181,31 +215,18 @@ def _last_statement(text: str) -> re.Match | None:
 def final_answers(completion: str) -> list[tuple[str, str | None]]:
     """Every final answer the completion states, as (how it was stated, its text); each must be right.
 
-    The rule (docs/judge.md): in the final text (after `</think>`), the answer is what the `\\boxed{}` /
-    `\\fbox{}` boxes hold (several different boxes: one answer, their list); a "final answer is ..." or `####`
-    statement after the last box is a further answer. A box that does not close is an answer that cannot be read
-    (None); more than MAX_ANSWERS is a hedge ([("hedge", None)]). Without a box: the last "answer is"
-    statement; else a short bare answer (no prose words) read whole; else the working's result (`_working`)."""
-    text = final_text(str(completion))[-READ_CHARS:]
-    out: list[tuple[str, str | None]] = []
-    end = -1
-    for m in _BOX.finditer(text):
-        if m.start() < end:
-            continue  # a box inside the last one
-        if len(out) == MAX_ANSWERS:
-            return [("hedge", None)]
-        close = closing_brace(text, m.end())
-        if close is None:
-            return out + [("box", None)]  # unclosed (or longer than any answer): no readable answer
-        out.append(("box", text[m.end() : close]))
-        end = close + 1
-    boxed = list(dict.fromkeys(b.strip() for _, b in out))
-    if len(boxed) > 1:
-        values = {_value_of(b) for b in boxed}
-        if len(values) == 1 and None not in values:  # one number spelled twice (`15\\frac{39}{40}`, `\\frac{639}{40}`)
-            out = [("box", boxed[-1])]
-        else:  # several different boxes are one answer: their list (a hedge against a single gold)
-            out = [("boxes", ", ".join(boxed))]
+    The rule (docs/judge.md), in the final text (after `</think>`, markdown bold removed): the answer is what the
+    `\\boxed{}` / `\\fbox{}` boxes hold (several different boxes: one answer, their list; a box after "not" is
+    none); a "final answer is ..." or `####` statement after the last box is a further answer. A box that does not
+    close is an answer that cannot be read (None); more than MAX_ANSWERS is a hedge ([("hedge", None)]). Without a
+    box: the last `<answer>` tag's content, read as a box is; else the last "answer is" statement (a negated one
+    states none; a correction after it is the answer); else a short bare answer read whole; else the working's
+    result (`_working`)."""
+    text = _EMPHASIS.sub("", final_text(str(completion))[-READ_CHARS:])
+    out = _boxes(text)
+    if out and out[0][0] == "hedge":
+        return out
+    end = out.pop()[1] if out else -1
     if out:  # after a box only a "final answer" (or `####`) restates or changes it ("check our answer: .." does not)
         for m in _FINAL_STATEMENT.finditer(text, end):
             if len(out) == MAX_ANSWERS:
@@ -214,15 +235,80 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
             if clause is not None:
                 out.append(("statement", clause))
         return out
+    tag = _answer_tag(text)
+    if tag is not None:
+        return tag
     last = _last_statement(text)
-    clause = _clause(text, last.end()) if last else None
-    if clause is not None:
-        return [("statement", clause)]
+    if last is not None:
+        return _stated(text, last)
     bare = text.strip()
     if bare and len(bare) <= 200 and "\n" not in bare and not _has_words(bare):
         return [("bare", bare)]
     found = _working(text[-ANSWER_CHARS * 10 :])
     return [("working", found)] if found else []
+
+
+def _boxes(text: str) -> list:
+    """The boxes' answers (see `final_answers`), then ("end", where the last one closed); [] when none."""
+    out: list = []
+    end = -1
+    for m in _BOX.finditer(text):
+        if m.start() < end:
+            continue  # a box inside the last one
+        if len(out) == MAX_ANSWERS:
+            return [("hedge", None)]
+        close = closing_brace(text, m.end())
+        if close is None:
+            return out + [("box", None), ("end", len(text))]  # unclosed (or longer than any answer): unreadable
+        end = close + 1
+        if not _NEGATED_BOX.search(text, max(0, m.start() - 12), m.start()):
+            out.append(("box", text[m.end() : close]))
+    boxed = list(dict.fromkeys(b.strip() for _, b in out))
+    if len(boxed) > 1:
+        values = {_value_of(b) for b in boxed}
+        if len(values) == 1 and None not in values:  # one number spelled twice (`15\\frac{39}{40}`, `\\frac{639}{40}`)
+            out = [("box", boxed[-1])]
+        else:  # several different boxes are one answer: their list (a hedge against a single gold)
+            out = [("boxes", ", ".join(boxed))]
+    return out + [("end", end)] if out else []
+
+
+def _answer_tag(text: str) -> list | None:
+    """The last `<answer>` tag's content (closed, or open at the end), read as a box is (LaTeX, not its last
+    number); prose in it is read as a completion is. None without a tag."""
+    opened = None
+    for opened in _ANSWER_TAG.finditer(text, max(0, len(text) - 10 * ANSWER_CHARS)):
+        pass
+    if opened is None:
+        return None
+    close = _ANSWER_CLOSE.search(text, opened.end())
+    inner = text[opened.end() : close.start() if close else len(text)].strip()
+    if not inner or len(inner) > ANSWER_CHARS:
+        return [("tag", None)]
+    if _has_words(inner) or _BOX.search(inner):
+        return final_answers(inner) if "<answer>" not in inner.lower() else [("tag", None)]
+    return [("tag", inner)]
+
+
+def _stated(text: str, last: re.Match) -> list:
+    """The answer an unboxed statement gives: its clause; none when it negates (then what follows it, if that
+    holds a number); a correction after it ("Wait, ... so 18") replaces it."""
+    clause = _clause(text, last.end())
+    rest = text[last.end() :]
+    if clause is None:
+        if not _NEGATION.match(rest):
+            return []
+        after = _CLAUSE_END.search(rest)  # "not 17; it is 18": what follows the negated clause
+        found = _working(rest[after.end() :]) if after else None
+        return [("working", found)] if found and _DIGIT.search(found) else []
+    fix = None
+    for fix in _CORRECTION.finditer(rest, 0, 10 * ANSWER_CHARS):
+        pass
+    if fix is not None:
+        found = _working(rest[fix.end() :])
+        if found and _DIGIT.search(found):
+            return [("working", found)]
+    return [("statement", clause)]
 
 
 # ---------------------------------------------------------------- normalisation: one spelling per answer
@@ -235,7 +321,7 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
 # between a digit and exactly three digits. Plain `1,000` and `1 000` are `_PLAIN_THOUSANDS`.
 _THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!\s?|\\,|\\!|\\;|\\:|\\ |~|[\u00a0\u2009\u202f])(?=\d{3}(?!\d))")
 # a whole number grouped by plain commas or spaces (`1,000,000`, `1 000`), not inside a bracket's list
-_PLAIN_THOUSANDS = re.compile(r"(?<![\d.,(\[{])\d{1,3}(?:,\d{3})+(?![\d,)\]}])(?:\.\d+)?|(?<![\d.])\d{1,3}(?: \d{3})+(?![\d ])")
+_PLAIN_THOUSANDS = re.compile(r"(?<![\d.,(\[{])[1-9]\d{0,2}(?:,\d{3})+(?![\d,)\]}])(?:\.\d+)?|(?<![\d.])\d{1,3}(?: \d{3})+(?![\d ])")
 _UNICODE = str.maketrans({"\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\u22c5": "\\cdot ", "\u03c0": "\\pi ",
                           "\u221e": "\\infty ", "\u2264": "\\le ", "\u2265": "\\ge ", "\u2260": "\\ne ",
                           "\u2248": "\\approx ", "\u2026": "\\ldots ", "\u00b0": "^\\circ ", "\u2192": "\\to ",
@@ -255,12 +341,27 @@ _WRAPPERS = re.compile(r"\\(?:boxed|fbox|text|textbf|textit|textrm|textnormal|te
 _UPRIGHT_CONST = re.compile(r"\\(?:mathrm|mathit|operatorname|text)\s*\{\s*([ei])\s*\}")
 # `normalise` makes every run of white space one space first, so a searched rule reads ` ?` where `\s*` would
 # be the same: a `\s*` a search can start inside is quadratic on a long run of spaces.
-_TEXT_UNIT = re.compile(r"(?<=[\d}).\s]) ?\\(?:text|mbox|mathrm|textrm)\s*\{\s*([A-Za-z][A-Za-z. ]*)\}"
+_TEXT_UNIT = re.compile(r"(?<=[\d}).\s]) ?\\(?:text|mbox|mathrm|textrm)\s*\{\s*([A-Za-z][A-Za-z./ ]*)\}"
                         r"(\s*\^\s*\{?\d\}?)?\s*$")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree\b|(?<=[\d}\s]) ?degrees?\b", re.I)
 _RADIANS = re.compile(r"(?<=[\d}\s]) ?(?:radians?|rad)\b", re.I)
 _PERCENT = re.compile(r"\\?%|(?<=[\d}\s]) ?percent\b", re.I)
-_UNIT_TAIL = re.compile(r"(?<=[\d}).])\s*((?:[A-Za-z]{2,}\.?(?:\^\{?\d\}?)?(?:\s*/\s*|\s+per\s+|\s+|$)){1,4})$")
+# Units by a closed list (SI and US units, time, money, data; compounds `km/h`, `m per s`); a unit of one letter
+# only after a space (`9 m/s`; `3m` is a product). Any other word of 3+ letters after a space is a count noun
+# (`5 apples`), unless it changes the value (`_VALUE_WORDS`); letters against a number (`3xy`) are the answer.
+_UNITS1 = "m g s h l L t K A V W N J B"
+_UNITS2 = ("mm cm dm km in ft yd mi mg kg lb lbs oz ms sec min hr hrs yr yrs ml mL cl dl kl gal qt pt tsp tbsp cc ha "
+           "mph kph kmh kW kWh kJ kPa Pa Hz kHz MHz GHz cal kcal KB MB GB TB usd USD EUR sq")
+_UNIT = (rf"(?:(?:{'|'.join(sorted(_UNITS2.split(), key=len, reverse=True))}|[A-Za-z]{{3,}})\.?"
+         rf"|(?<=[ /])(?:{'|'.join(_UNITS1.split())}))(?![A-Za-z])(?:\^\{{?\d\}}?)?")
+# one to four units, each after a separator (a space, `/`, ` per `): a word never splits into two
+_UNIT_TAIL = re.compile(rf"(?<=[\d}}).])( ?{_UNIT}(?:(?: ?/ ?| per | ){_UNIT}){{0,3}}) ?$")
+_VALUE_WORDS = frozenset("squared cubed square cubic dozen dozens score half halves hundred hundreds thousand thousands "
+                         "million millions billion billions trillion trillions times twice double triple factorial "
+                         "th st nd rd".split())
+_SCALE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?) ?(?:\\(?:text|mbox|mathrm)\s*\{ ?)?(thousand|million|billion|trillion)\b"
+                    r"(?: ?\})?", re.I)
+_SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
 _OR = re.compile(r"\\text\s*\{\s*(?:or|and)\s*\}|\\q?quad|(?<![A-Za-z\\])(?:or|and)(?![A-Za-z])|;")
 _COMMAS = re.compile(r" ?,(?: ?,)* ?")
 _PM = re.compile(r"\\(pm|mp)(?![A-Za-z])")
@@ -280,7 +381,10 @@ _NOT_NAMES = re.compile(r"\\(?:frac|sqrt|text|left|right|cdot|times|pm|mp|infty|
 _RELATION = re.compile(r"<=|>=|!=|:=|<|>|=|\\(?:le|ge|leq|geq|leqslant|geqslant|lt|gt|ne|neq|equiv|approx|sim|simeq|cong|"
                        r"propto|coloneqq|eqqcolon|doteq|to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|"
                        r"implies|mapsto|iff|gets|leftarrow|Leftarrow|ll|gg|subset|subseteq|supset|supseteq|in|notin|"
-                       r"ldots|dots|cdots|approxeq)(?![a-zA-Z])|\.\.\.")
+                       r"ldots|dots|cdots|approxeq|asymp|longmapsto|cancel|bcancel|xcancel|sout|not)(?![a-zA-Z])|\.\.\."
+                       # every arrow and harpoon by its name, and the Unicode arrows and relations
+                       r"|\\[a-zA-Z]{0,12}(?:arrow|harpoon)[a-zA-Z]{0,12}|[\u2190-\u21ff\u27f0-\u27ff\u2900-\u297f"
+                       r"\u2261\u2245\u2243\u224d\u223c\u221d\u2208\u2282\u2286\u2283\u2287]")
 # one name per relation; an order and its flip are one (`x \\le 5` is `5 \\ge x`: math-verify compares them)
 _SAME = {"\\leq": "\\le", "\\leqslant": "\\le", "\\geq": "\\le", "\\geqslant": "\\le", "\\ge": "\\le", "<=": "\\le",
          ">=": "\\le", "\\neq": "\\ne", "!=": "\\ne", "<": "\\lt", ">": "\\lt", "\\gt": "\\lt", "\\dots": "\\ldots",
@@ -329,25 +433,50 @@ def normalise(text: str) -> Answer:
     if n:
         angle = "deg"
     s, pct = _PERCENT.subn(" ", s)
+    s = _SCALE.sub(_scaled, s)
     unit = _TEXT_UNIT.search(s)
+    unit = unit if unit and _is_unit(unit.group(1)) else None
     units = unit.group(1) + (unit.group(2) or "") if unit else ""
     s = s[: unit.start()] if unit else s
     s = _unwrap(_OR.sub(",", s))
     s = _PLAIN_THOUSANDS.sub(lambda m: m.group().replace(",", "").replace(" ", ""), s)
     s = _COMMAS.sub(", ", s)
     s = _SPACES.sub(" ", s).strip()
+    s = _REPEATING.sub(_repeating, s)
     s = _FRAC.sub(r"\\frac", s)
     s = _FRAC_SHORT.sub(lambda m: "\\frac{" + m.group(1).strip("{}") + "}{" + m.group(2).strip("{}") + "}", s)
     s = _MIXED.sub(lambda m: f"({m.group(1)}+\\frac{{{m.group(2)}}}{{{m.group(3)}}})"
                    if int(m.group(2)) < int(m.group(3)) else m.group(), s)
     unit = _UNIT_TAIL.search(s)
-    if unit and not any(w.lower() in _MATH_WORDS for w in re.findall(r"[A-Za-z]+", unit.group(1))):
+    if unit and _is_unit(unit.group(1)):
         s, units = s[: unit.start()], unit.group(1) + units
-    s = s.strip().rstrip(".,;!").strip()
+    s = s.strip().rstrip(".,;").strip()  # not `!`: `6!` is 720
     s = _strip_braces(s)
     if s.startswith("+"):
         s = s[1:].lstrip()
     return Answer(s, pct > 0, angle, re.sub(r"[\s{}.]", "", units).lower())
+
+
+def _is_unit(words: str) -> bool:
+    """A unit, not a word that changes the value (`squared`, `dozen`) or a math name (`sin`, `pi`)."""
+    return not any(w.lower() in _MATH_WORDS or w.lower() in _VALUE_WORDS for w in re.findall(r"[A-Za-z]+", words))
+
+
+_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d{1,20})\}")
+
+
+def _repeating(m: re.Match) -> str:
+    """`0.1\\overline{6}` -> `\\frac{1}{6}`: a repeating decimal is the exact fraction it spells."""
+    whole, fixed, period = m.groups()
+    value = Fraction(int(whole or 0)) + Fraction(int(fixed or 0), 10 ** len(fixed)) + Fraction(
+        int(period), 10 ** len(fixed) * (10 ** len(period) - 1))
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+def _scaled(m: re.Match) -> str:
+    """`2.5 million` -> `2500000`: a scale word multiplies (exactly: the product of a decimal and a power of 10)."""
+    value = Fraction(m.group(1)) * 10 ** _SCALES[m.group(2).lower()]
+    return str(value.numerator) if value.denominator == 1 else m.group()
 
 
 def _split_top(s: str) -> list[str] | None:
@@ -373,12 +502,16 @@ def _named(s: str) -> tuple[str, str] | None:
     m = _NAMED.fullmatch(s)
     if m is None or _NOT_NAMES.search(m.group(1)) or not m.group(2).strip():
         return None
+    if re.search(r"\([^a-zA-Z]*\)", m.group(1)):
+        return None  # `f(3) = 7` is a value of f, not a name for 7
     return m.group(1).replace(" ", ""), m.group(2).strip()
 
 
-def _drop_names(s: str) -> str:
+def _drop_names(s: str, order: tuple | None = None) -> str:
     """The values of `x = 5`, `a + b = 5`, `(x, y) = (1, 2)`, `x = 1, x = 2` (the same unknown: the set of its
-    values), `x = 1, y = 2` (a tuple in the names' order); `\\pm` read as two values."""
+    values), `x = 1, y = 2` (a tuple: in `order`, the gold's names, when it names the same unknowns, else in the
+    names' alphabetical order: `y = 5, x = 1` is `(1, 5)`); `\\pm` read as two values. A gold passes its own
+    names as `order` (its written order)."""
     for _ in range(3):  # `x = y = 5`
         whole = _named(s)
         parts = _split_top(whole[1]) if whole else None
@@ -391,7 +524,9 @@ def _drop_names(s: str) -> str:
     named = [_named(p) for p in parts]
     if len(parts) >= 2 and all(named):
         if len({re.sub(r"_.*", "", n) for n, _ in named}) > 1:  # a system's solution: a tuple, in the names' order
-            return "(" + ", ".join(v for _, v in named) + ")"
+            names = [n for n, _ in named]
+            rank = order if order and sorted(order) == sorted(names) else sorted(names)
+            return "(" + ", ".join(v for _, v in sorted(named, key=lambda nv: rank.index(nv[0]))) + ")"
         parts = [v for _, v in named]
     out = []
     for p in parts:
@@ -403,13 +538,82 @@ def _drop_names(s: str) -> str:
     return ", ".join(p.strip() for p in out)
 
 
+def _names_of(s: str) -> tuple:
+    """The names of `x = 1, y = 2` in their written order (() when the parts are not all named)."""
+    named = [_named(p) for p in (_split_top(s) or [])]
+    return tuple(n for n, _ in named) if len(named) >= 2 and all(named) else ()
+
+
 def _last_side(s: str) -> str:
     """An assignment's value: `5 + 5 + 1 = 11` -> `11` (math-verify reads `x = a = b` as `x = b`)."""
     sides = s.split("=")
     if len(sides) < 2 or any(not p.strip() or p.rstrip()[-1:] in "<>!:" or _UNKNOWN.search(_unwrap(p))
                              for p in sides[:-1]) or _UNKNOWN.search(_unwrap(sides[-1])):
         return s  # not a chain of values (`6 = x = 5` names an unknown again)
-    return sides[-1].strip()
+    values = {_side_value(p) for p in sides}
+    return sides[-1].strip() if len(values) == 1 and None not in values else s  # `23 = 22`, `\\sqrt{5} = 2`: kept,
+    # its `=` then scores 0 (a chain is its last side only when every side is a number and all are equal)
+
+
+def _side_value(side: str) -> Fraction | None:
+    try:
+        value = _arithmetic(side)
+        return value if value is not None else exact_number(side)
+    except _TooLong:
+        return None
+
+
+_ARITH_TOKEN = re.compile(r"\s*(\d+(?:\.\d+)?|\\times|\\cdot|\\div|[-+*/()×÷])")
+
+
+def _arithmetic(side: str) -> Fraction | None:
+    """The exact value of plain arithmetic (`9 + 8`, `4 \\times 6`, `(3+1)/2`), None for anything else: the
+    sides of a chain are checked with it (at most 100 characters; one pass, a stack for brackets)."""
+    side = side.strip()
+    if not side or len(side) > 100:
+        return None
+    tokens, i = [], 0
+    while i < len(side):
+        m = _ARITH_TOKEN.match(side, i)
+        if m is None:
+            return None
+        tokens.append(m.group(1))
+        i = m.end()
+        if side[i:].strip() == "":
+            break
+    try:
+        value, rest = _sum(tokens)
+    except (ZeroDivisionError, IndexError, ValueError):
+        return None
+    return value if not rest else None
+
+
+def _sum(t):
+    value, t = _product(t)
+    while t and t[0] in "+-":
+        right, rest = _product(t[1:])
+        value, t = (value + right if t[0] == "+" else value - right), rest
+    return value, t
+
+
+def _product(t):
+    value, t = _atom(t)
+    while t and t[0] in ("*", "/", "×", "÷", "\\times", "\\cdot", "\\div"):
+        right, rest = _atom(t[1:])
+        value, t = (value / right if t[0] in ("/", "÷", "\\div") else value * right), rest
+    return value, t
+
+
+def _atom(t):
+    if t[0] == "-":
+        value, rest = _atom(t[1:])
+        return -value, rest
+    if t[0] == "(":
+        value, rest = _sum(t[1:])
+        if not rest or rest[0] != ")":
+            raise ValueError
+        return value, rest[1:]
+    return Fraction(t[0]), t[1:]
 
 
 def _relations(s: str) -> frozenset:
@@ -521,6 +725,7 @@ class Gold(NamedTuple):
     answer: Answer | None
     value: Fraction | None
     equation: bool  # the gold is itself a relation: an answer keeps its `name =`
+    names: tuple = ()  # a named tuple's names in the gold's order (`a = 1, b = 4`): an answer's names follow it
 
 
 def gold_of(answer) -> Gold:
@@ -528,6 +733,8 @@ def gold_of(answer) -> Gold:
     prose (`no`, `\\text{Evelyn}`) as words; otherwise normalised like an answer, a named value (`x = 5`) as its
     value."""
     s = str(answer).strip()
+    if re.fullmatch(r"-?0,\d+", s):
+        s = s.replace(",", ".")  # a decimal comma (`0,125`): a thousands group never follows a lone 0
     if len(s) > 10 * ANSWER_CHARS:
         raise ValueError(f"a gold of {len(s)} characters is no answer")
     boxes = [b for k, b in final_answers(s) if k in ("box", "boxes")] if _BOX.search(s) else []
@@ -544,14 +751,15 @@ def gold_of(answer) -> Gold:
         return Gold(_prose_key(words), None, None, False)
     norm = normalise(s)
     core = norm.core
-    values = _drop_names(core)
+    names = _names_of(core)
+    values = _drop_names(core, names)
     if values != core and not _relations(values) and not _UNKNOWN.search(_unwrap(values)):
         core = values  # `x = 5`, `x = 1, x = 2`: named values; `y = 2x + 3` stays an equation
     try:
         value = exact_number(core)
     except _TooLong:
         value = None
-    return Gold(None, norm._replace(core=core), value, bool(_relations(core) & {"=", "\\lt", "\\le", "\\ne"}))
+    return Gold(None, norm._replace(core=core), value, bool(_relations(core) & {"=", "\\lt", "\\le", "\\ne"}), names)
 
 
 def number_gold_error(answer) -> str | None:
@@ -575,9 +783,10 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     if gold.prose is not None:
         return float(_prose_key(_unwrap(answer)) == gold.prose)
     norm = normalise(answer)
-    core = norm.core if gold.equation and not _IN_SET.match(norm.core) else _drop_names(norm.core)
-    if not core:
-        return 0.0
+    core = norm.core if gold.equation and not _IN_SET.match(norm.core) else _last_side(_drop_names(norm.core,
+                                                                                                   gold.names))
+    if not core or _too_big(core):
+        return 0.0  # nothing, or a power tower / factorial past any gold: refused before math-verify's timeout
     if _relations(core) - _relations(gold.answer.core):
         return 0.0  # a relation, an approximation or an arrow the gold does not have: it says something else
     if norm.angle and gold.answer.angle and norm.angle != gold.answer.angle:
@@ -593,13 +802,46 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
         value = exact_number(core)
     except _TooLong:
         return 0.0
-    if numeral_only:  # the number reward: the number itself, no arithmetic left to do
+    if numeral_only:  # the number reward: the number itself, no arithmetic left to do (`(-5)` is -5 written so)
+        core = core[1:-1].strip() if core[:1] == "(" and core[-1:] == ")" and _NUMERAL.fullmatch(core[1:-1]) else core
         return float(value is not None and _NUMERAL.fullmatch(core) is not None and value == gold.value)
     if value is not None and gold.value is not None:
         return float(value == gold.value)
     if gold.value is not None and (re.search(r"[\[\]]|\\[{}]", core) or len(_split_top(core) or [core, ""]) > 1):
         return 0.0  # an interval, a set or a list is not a number
+    if {_shape(core), _shape(gold.answer.core)} == {"set", "tuple"}:
+        return 0.0  # a set is not a tuple (math-verify compares their elements)
     return core
+
+
+def _shape(core: str) -> str | None:
+    """"set" for `\\{..\\}`, "tuple" for `(a, b, ..)`, else None."""
+    if core.startswith("\\{") and core.endswith("\\}"):
+        return "set"
+    if core[:1] == "(" and core[-1:] == ")" and len(_split_top(core[1:-1]) or []) > 1:
+        return "tuple"
+    return None
+
+
+_FACTORIAL = re.compile(r"(?<!\d)(\d+) ?!")
+_TOWER = re.compile(r"(?<!\d)\d+(?:\^\d+){2,}")
+
+
+def _too_big(core: str) -> bool:
+    """A factorial or a power tower of integers with more than MAX_DIGITS digits: no gold is that long, and
+    sympy would spend math-verify's whole timeout on it."""
+    if any(len(n) > 5 or math.lgamma(int(n) + 1) / math.log(10) > MAX_DIGITS for n in _FACTORIAL.findall(core)):
+        return True
+    for tower in _TOWER.findall(re.sub(r"[{}\s]", "", core)):
+        parts = tower.split("^")
+        if any(len(p) > 6 for p in parts):
+            return True
+        exp = int(parts[-1])
+        for base in map(int, reversed(parts[:-1])):
+            if base > 1 and exp * math.log10(base) > MAX_DIGITS:
+                return True
+            exp = base ** exp
+    return False
 
 
 def _exact_decimals(core: str) -> str:
@@ -628,7 +870,7 @@ def _plan(completion, answer, numeral_only: bool) -> tuple[float | None, list[tu
     todo = []
     for kind, text in answers:
         if kind == "working" and text and not gold.equation:
-            text = text.rsplit("=", 1)[-1]  # working's last result: `12 \\times 14 = 168` -> 168
+            text = _last_side(text)  # working's last result: `12 \\times 14 = 168` -> 168 (`41 = 40` stays false)
         got = _verdict_without_sympy(text, gold, numeral_only)
         if got == 0.0:
             return 0.0, []

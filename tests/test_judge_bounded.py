@@ -17,7 +17,8 @@ LIMIT_S = 0.25  # a linear rule reads 10,000 characters in a few ms; exponential
 
 # rules the judge only ever matches from the start (fullmatch / match): a search would ask what they never do
 ANCHORED = {"_NAMED": "fullmatch", "_IN_SET": "match", "_BASE": "fullmatch", "_NUMERAL": "fullmatch",
-            "_DELIMITED": "fullmatch", "_PROSE": "fullmatch"}
+            "_DELIMITED": "fullmatch", "_PROSE": "fullmatch", "_ARITH_TOKEN": "match", "_CONNECTIVE": "match",
+            "_NEGATION": "match", "_SCALE_WORD": "match"}
 GOLD_ONLY = {"_SPANS"}  # reads a gold's math spans (trusted data, refused past 10 * ANSWER_CHARS): never policy text
 
 # each a piece of text that defeats some rule when repeated: the names' sums, symbols, separators, units,
@@ -85,6 +86,7 @@ def test_the_name_rule_still_reads_names():
     """The bounded name rule reads what the old one did: sums, angles (with `m`), subscripts, tuples, functions."""
     for text, name in [("x = 5", "x"), ("a+b = 5", "a+b"), ("m\\angle A = 30", "m\\angleA"),
                        ("\\angle ABC = 30", "\\angleABC"), ("x_1 = 2", "x_1"), ("(x, y) = (1, 2)", "(x,y)"),
-                       ("f(3) = 7", "f(3)"), ("m = 4", "m"), ("mn = 4", "mn"), ("m+n = 9", "m+n")]:
+                       ("f(x) = 7", "f(x)"), ("m = 4", "m"), ("mn = 4", "mn"), ("m+n = 9", "m+n")]:
         assert A._named(text) == (name, text.split("=", 1)[1].strip()), text
     assert A._named("\\frac{1}{2} = 5") is None
+    assert A._named("f(3) = 7") is None  # a value of f, not a name for 7

@@ -1,4 +1,4 @@
-"""Time the answer judge on 1 MB of hostile text and print a table: one judge call per text, the math reward
+"""Time the answer judge on 1 MB (and short) hostile texts and print a table: one judge call per text, the math reward
 (through its warm worker pool) and the number reward, the slowest of --repeat calls each. Target
 (docs/judge.md): every call under 50 ms. What the policy writes is untrusted: each text is built to defeat a
 step (the box scan, the statement search, the last number, the rewrites), at 1 MB.
@@ -38,6 +38,15 @@ def hostile(size: int) -> dict[str, str]:
         "box inside 1 MB of prose": fill("word ", " so \\boxed{\\frac{1}{2}}"),
         "answer 1 MB long": "\\boxed{" + fill("x+") + "1}",
         "relations": fill("= \\approx \\to "),
+        "boxed sum of names": "\\boxed{" + fill("mx+", "x}"),  # issue 59: backtracked 2^terms before
+        "sum of names, no box": fill("ab+", "ab"),
+        "answer tags": fill("<answer>"),
+        "negated statements": fill("the answer is not "),
+        "statement then corrections": "The answer is 5." + fill(" wait"),
+        "arithmetic chain": fill("1 + 1 = ", "2"),
+        "power tower (short)": "\\boxed{7^{7^{7^{7}}}}",
+        "factorial (short)": "\\boxed{100000!}",
+        "units and scale words": fill("5 km/h per thousand "),
     }
 
 

@@ -79,10 +79,12 @@ DISAGREE = [
     (r"^\$?1 \+ \\frac\{1\}\{\\mathrm\{e\}\}", "", "1 + 1/e is not 1 - 1/e (math-verify misreads \\mathrm{e} in a \\frac)"),
     (r"^.{0,40}\\approx.{0,10}$", "", "an approximation mark never equals a gold without one"),
     (r"^(?:\$?0\.0833333333333333|\$?\\begin\{pmatrix\}0\.33|\$?\(0\.6,2\.6667\]|\$\\sqrt\{17\}\$)", "", TRUNCATED),
-    (r"^(?:1000,99|1\.22|Soucis : 2,74 \$ a\.\.|0\.111)$", "",
+    (r"^(?:1000,99|1\.22|Soucis : 2,74 \$ a\.\.)$", "",
      "a comma is a list or a thousands separator, never a decimal point (MATH and GSM8K write points)"),
     (r"^Answer (?:\$|\\\() \n 9", "", "the answer is 9 (math-verify's case pins its own regex, not the answer)"),
     (r"^\$\\boxed\{1,2\}\$$", r"no no no", "several boxes in a gold are read together, as its list"),
+    (r"^(?:\$x = 5\+5\+1 = 7 =11|\$z = 3\+3 = 2|Answer \$ \\frac\{1\}\{2\} \\\$ = \\frac\{10\}\{9\} )\$$", "", "a chain whose sides differ (5+5+1 = 7, 3+3 = 2) is false, "
+                                                       "not its last side"),
     (r"^\$f\(y\)\$$", "", "variables are not renamed: f(y) is not f(x) (math-verify's strict=False case)"),
     (r"\\boxed\{255\}", r"10455", "a box followed by a different final answer is a hedge (two answers)"),
     (r"^\$-2 \\\\le x", r"^\$x \\in", "an inequality for a set gold: math-verify's default (allow_set_relation_comp=False) "
@@ -372,8 +374,151 @@ def adversarial_rows(seed: int = 0) -> list[dict]:
     return out
 
 
+# ---------------------------------------------------------------- every gold in every place (issue 59)
+
+# Where a completion puts its answer: each a template for the answer text G.
+PLACES = {
+    "box": "So the result follows.\n\n$\\boxed{%s}$",
+    "answer-tag": "<think>\nworking\n</think>\n<answer>%s</answer>",
+    "answer-tag-math": "<think>\nworking\n</think>\n<answer>$%s$</answer>",
+    "minerva": "Final Answer: The final answer is $%s$. I hope it is correct.",
+    "statement": "The answer is $%s$.",
+    "bold": "**Answer: $%s$**",
+    "bold-final": "**The final answer is $%s$.**",
+    "think-then-box": "<think>\nmaybe \\boxed{0}\n</think>\n\nThe final answer is $\\boxed{%s}$.",
+}
+NUMBER_PLACES = dict(PLACES, **{"hash": "Adding up, she has that many.\n#### %s", "bold-number": "The answer is **%s**.",
+                                "plain-statement": "The answer is %s."})
+
+
+def part(gold: str) -> str:
+    """"held-out" for a quarter of the golds (by a hash of the gold, so every spelling of one gold lands in one
+    part), "tuning" for the rest. No rule is written against the held-out part: it is read only as a score."""
+    import hashlib
+
+    return "held-out" if hashlib.sha256(str(gold).encode()).digest()[0] % 4 == 0 else "tuning"
+
+
+def _spellings(gold: str) -> list[str]:
+    """Right spellings the gold admits: as written, `\\dfrac`, `\\left(..\\right)`, the exact decimal."""
+    from nanogrpo import answer as A
+
+    out = [gold]
+    if "\\frac" in gold:
+        out.append(gold.replace("\\frac", "\\dfrac"))
+    if gold.startswith("(") and gold.endswith(")"):
+        out.append("\\left" + gold[:-1] + "\\right)")
+    g = A.gold_of(gold)
+    if g.value is not None and g.value.denominator != 1 and decimal_of(g.value):
+        out.append(decimal_of(g.value))
+    return out
+
+
+def places_rows() -> list[dict]:
+    """Every benchmark gold in every answer place, right (its spellings, rotating) and wrong (its near miss)."""
+    from nanogrpo.tasks import benchmarks
+
+    out = []
+    for name, reward in (("math500", "math"), ("amc23", "math"), ("gsm8k", "number"), ("aime24", "number")):
+        places = PLACES if reward == "math" else NUMBER_PLACES
+        for i, r in enumerate(benchmarks.load_task(name).rows):
+            gold = str(r["answer"])
+            if reward == "math" and re.search(r"[a-zA-Z]{3,}", re.sub(r"\\[a-zA-Z]+", "", gold)):
+                continue  # prose golds: their own class (`benchmark_rows`)
+            spell = _spellings(gold) if reward == "math" else [gold, with_commas(int(gold.replace(",", "")))]
+            wrong = _bump(gold) or ("(" + gold + ") + 1")
+            for j, (place, template) in enumerate(sorted(places.items())):
+                if reward == "number" and (i + j) % 4:
+                    continue  # GSM8K's 1,319 golds: each in a quarter of the places, every place over many golds
+                out.append({"class": f"place:{place}", "reward": reward, "answer": template % spell[(i + j) % len(spell)],
+                            "gold": gold, "label": 1, "source": f"data/benchmarks/{name}"})
+                if (i + j) % 3 == 0:
+                    out.append({"class": f"place:{place}", "reward": reward, "answer": template % wrong, "gold": gold,
+                                "label": 0, "source": f"data/benchmarks/{name}"})
+    return out
+
+
+# Issue 59's classes as templates over random numbers: (class, rewards, completion, gold, label); {a} a number,
+# {b} = a + 1 (a wrong answer next to it), {p}/{q} a fraction.
+ISSUE_CLASSES = [
+    ("false-chain", "mn", "\\boxed{{x = {b} = {a}}}", "{a}", 0),
+    ("false-chain", "mn", "We get ${b} = {a}$.", "{a}", 0),
+    ("false-chain", "mn", "Therefore {b} = {a}", "{a}", 0),
+    ("false-chain", "mn", "The answer is {c} + {e} = {b}.", "{b}", 0),
+    ("true-chain", "mn", "The answer is {c} + {e} = {a}.", "{a}", 1),
+    ("true-chain", "mn", "The final answer is {a} * 2 = {f}.", "{f}", 1),
+    ("relation", "mn", "\\boxed{{{b} \\Leftrightarrow {a}}}", "{a}", 0),
+    ("relation", "mn", "\\boxed{{{b} \\hookrightarrow {a}}}", "{a}", 0),
+    ("relation", "mn", "\\boxed{{{b} \\Longleftarrow {a}}}", "{a}", 0),
+    ("relation", "mn", "\\boxed{{{b} \\asymp {a}}}", "{a}", 0),
+    ("relation", "mn", "\\boxed{{{b} \\longmapsto {a}}}", "{a}", 0),
+    ("relation", "mn", "\\boxed{{{b} \u21d4 {a}}}", "{a}", 0),
+    ("relation", "mn", "\\boxed{{{b} \u2261 {a}}}", "{a}", 0),
+    ("relation", "mn", "\\boxed{{\\cancel{{{b}}} {a}}}", "{a}", 0),
+    ("relation", "mn", "\\boxed{{f({b}) = {a}}}", "{a}", 0),
+    ("after-box", "mn", "\\boxed{{{a}}}\n\n**Final Answer**\n{b}", "{a}", 0),
+    ("after-box", "mn", "\\boxed{{{a}}}. My final answer would be {b}.", "{a}", 0),
+    ("negation", "mn", "The answer is not {a}; it is {b}.", "{a}", 0),
+    ("negation", "mn", "The answer is definitely not {a}.", "{a}", 0),
+    ("negation", "mn", "The answer is not $\\boxed{{{a}}}$ but {b}.", "{a}", 0),
+    ("correction", "mn", "The answer is {a}. Wait, I forgot one, so {b} in total.", "{a}", 0),
+    ("correction", "mn", "The answer is {a}. Wait, I forgot one, so {b} in total.", "{b}", 1),
+    ("letters-after", "mn", "\\boxed{{{a}xy}}", "{a}", 0),
+    ("letters-after", "mn", "\\boxed{{{a} \\text{{ squared}}}}", "{a}", 0),
+    ("letters-after", "mn", "\\boxed{{{a} \\text{{ dozen}}}}", "{a}", 0),
+    ("factorial", "mn", "\\boxed{{{a}!}}", "{a}", 0),
+    ("set-tuple", "m", "\\boxed{{\\{{{a}, {b}\\}}}}", "({a}, {b})", 0),
+    ("set-tuple", "m", "\\boxed{{({a}, {b})}}", "\\{{{a}, {b}\\}}", 0),
+    ("power-tower", "m", "\\boxed{{{g}^{{{g}^{{{g}^{{{g}}}}}}}}}", "{a}", 0),
+    ("answer-tag", "m", "<answer>\\frac{{{p}}}{{{q}}}</answer>", "\\frac{{{p}}}{{{q}}}", 1),
+    ("answer-tag", "m", "<answer>\\sqrt{{{a}}}</answer>", "\\sqrt{{{a}}}", 1),
+    ("answer-tag", "m", "<answer>{g}\\pi</answer>", "{g}\\pi", 1),
+    ("bold", "mn", "**Answer: {a}**", "{a}", 1),
+    ("bold", "mn", "Answer: **{a}**", "{a}", 1),
+    ("bold", "mn", "The answer is **{a}**.", "{a}", 1),
+    ("bold", "mn", "**{a}**", "{a}", 1),
+    ("units", "mn", "\\boxed{{{a}\\text{{ km/h}}}}", "{a}", 1),
+    ("units", "mn", "\\boxed{{{a} \\text{{ m/s}}}}", "{a}", 1),
+    ("units", "mn", "The answer is {a} km/h.", "{a}", 1),
+    ("scale", "mn", "The answer is {a} thousand.", "{a}000", 1),
+    ("scale", "mn", "\\boxed{{{a}.5 \\text{{ million}}}}", "{a}500000", 1),
+    ("scale", "mn", "\\boxed{{{a}.5 \\text{{ million}}}}", "{a}.5", 0),
+    ("connective", "mn", "The answer is double {a}, which is {f}.", "{f}", 1),
+    ("connective", "mn", "The answer is 2 times {a}, so {f}.", "{f}", 1),
+    ("space-thousands", "mn", "She has {a} 345 coins.", "{a}345", 1),
+    ("bracketed-negative", "mn", "\\boxed{{(-{a})}}", "-{a}", 1),
+    ("repeating-decimal", "m", "\\boxed{{0.\\overline{{{h}}}}}", "\\frac{{{h}}}{{9}}", 1),
+    ("factorial", "m", "\\boxed{{{k}!}}", "{kf}", 1),
+    ("named-order", "m", "\\boxed{{b={b}, a={a}}}", "a={a}, b={b}", 1),
+    ("named-order", "m", "\\boxed{{y={b}, x={a}}}", "({a}, {b})", 1),
+    ("decimal-comma", "m", "\\boxed{{{a}}}", "0,{a}", 0),
+]
+
+
+def issue_rows(seed: int = 59, per_class: int = 12) -> list[dict]:
+    """Issue 59's classes, each template over `per_class` random numbers."""
+    import math
+
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(per_class):
+        a = rnd.randint(11, 899)
+        c = rnd.randint(1, a - 1)
+        k = rnd.randint(3, 7)
+        v = dict(a=a, b=a + 1, c=c, e=a - c, f=2 * a, g=rnd.randint(3, 9), h=rnd.randint(1, 8),
+                 p=rnd.randint(1, 6), q=rnd.choice([7, 11, 13]), k=k, kf=math.factorial(k))
+        for cls, rewards, template, gold, label in ISSUE_CLASSES:
+            for reward in [("math" if r == "m" else "number") for r in rewards]:
+                out.append({"class": f"issue59:{cls}", "reward": reward, "answer": template.format(**v),
+                            "gold": gold.format(**v), "label": label, "source": "issue 59"})
+    return out
+
+
 def build() -> list[dict]:
-    return math_verify_rows() + benchmark_rows() + adversarial_rows()
+    rows = math_verify_rows() + benchmark_rows() + adversarial_rows() + places_rows() + issue_rows()
+    for r in rows:
+        r["part"] = part(r["gold"])
+    return rows
 
 
 # ---------------------------------------------------------------- scoring
@@ -455,9 +600,10 @@ def table(rows, strict, lenient=None, qwen=None) -> str:
     for i, r in enumerate(rows):
         groups[(r["reward"], r["class"])].append(i)
     head = "| reward | class | rows | right | right -> 0 | wrong -> 1.0 | -> None | strict agrees |"
-    head += " math-verify alone agrees |" if lenient else ""
+    head += " MV alone: right -> 0 | MV alone: wrong -> 1.0 | math-verify alone agrees |" if lenient else ""
     head += " Qwen2.5-Math agrees |" if qwen else ""
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
+    summary = []
 
     def agree(v, idx):
         return f"{sum((v[i] == 1.0) == (rows[i]['label'] == 1) for i in idx) / len(idx):.1%}"
@@ -468,7 +614,10 @@ def table(rows, strict, lenient=None, qwen=None) -> str:
         w1 = sum(strict[i] == 1.0 for i in idx if rows[i]["label"] == 0)
         none = sum(strict[i] is None for i in idx)
         line = f"| {reward} | {cls} | {len(idx)} | {len(right)} | {r0} | {w1} | {none} | {agree(strict, idx)} |"
-        line += f" {agree(lenient, idx)} |" if lenient else ""
+        if lenient:
+            mv_r0 = sum(lenient[i] != 1.0 for i in right)
+            mv_w1 = sum(lenient[i] == 1.0 for i in idx if rows[i]["label"] == 0)
+            line += f" {mv_r0} | {mv_w1} | {agree(lenient, idx)} |"
         line += f" {agree(qwen, idx)} |" if qwen else ""
         return line
 
@@ -478,8 +627,16 @@ def table(rows, strict, lenient=None, qwen=None) -> str:
         idx = [i for i, r in enumerate(rows) if r["reward"] == reward]
         if idx:
             lines.append(row(f"**{reward}**", "all", idx))
+            wrong = [i for i in idx if rows[i]["label"] == 0]
+            right = [i for i in idx if rows[i]["label"] == 1]
+            rates = (f"{reward}: right -> 0 {sum(strict[i] == 0.0 for i in right) / max(1, len(right)):.2%}, "
+                     f"wrong -> 1.0 or None {sum(strict[i] != 0.0 for i in wrong) / max(1, len(wrong)):.2%}")
+            if lenient:
+                rates += (f"; math-verify alone: right -> 0 {sum(lenient[i] != 1.0 for i in right) / max(1, len(right)):.2%}"
+                          f", wrong -> 1.0 {sum(lenient[i] == 1.0 for i in wrong) / max(1, len(wrong)):.2%}")
+            summary.append(rates)
     lines.append(row("**both**", "all", list(range(len(rows)))))
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + summary)
 
 
 def targets(rows, strict) -> list[str]:
@@ -493,14 +650,17 @@ def targets(rows, strict) -> list[str]:
         bad.append(f"{len(w1)} wrong answers scored 1.0, e.g. {w1[0]}")
     if nones:
         bad.append(f"{len(nones)} answers scored None, e.g. {nones[0]}")
-    if len(r0) > 0.01 * len(right):
-        bad.append(f"{len(r0)} of {len(right)} right answers scored 0 (over 1%), e.g. {r0[0]}")
-    issue = [r for r in r0 if r["class"] != "math-verify"]
-    if issue:
-        bad.append(f"{len(issue)} right answers outside Math-Verify's cases scored 0, e.g. {issue[0]}")
-    mv = [(r, v) for r, v in zip(rows, strict) if "mv_expected" in r]
+    for reward in ("math", "number"):  # issue 59: at most 1% per reward, right -> 0 and wrong -> 1.0 or None
+        right_r = [v for r, v in right if r["reward"] == reward]
+        miss = sum(v == 0.0 for v in right_r)
+        if miss > 0.01 * len(right_r):
+            bad.append(f"{reward}: {miss} of {len(right_r)} right answers scored 0 (over 1%)")
+    named = [r for r in r0 if not r["class"].startswith(("math-verify", "place:", "math500:", "amc23:"))]
+    if named:
+        bad.append(f"{len(named)} right answers in a named class scored 0, e.g. {named[0]}")
+    mv = [(r, v) for r, v in zip(rows, strict) if "mv_expected" in r and "why" not in r]
     agree = sum((v == 1.0) == (r["mv_expected"] == 1) for r, v in mv)
-    if mv and agree < round(0.92 * len(mv)):  # 266 of 289 when the issue was filed
+    if mv and agree < round(0.92 * len(mv)):  # where the judge does not disagree on purpose (a row's "why")
         bad.append(f"the judge agrees with {agree} of {len(mv)} Math-Verify test cases (fewer than 92%)")
     return bad
 
@@ -511,6 +671,7 @@ def main(argv=None) -> int:
     ap.add_argument("--port-math-verify", metavar="DIR", help="re-port the cases of a Math-Verify checkout's tests/")
     ap.add_argument("--qwen", metavar="DIR", help="a local checkout of QwenLM/Qwen2.5-Math: also score its grader")
     ap.add_argument("--classes", default="", help="only classes matching this regex")
+    ap.add_argument("--part", default="", help="only this part: tuning or held-out")
     ap.add_argument("--no-lenient", action="store_true", help="skip math-verify alone")
     ap.add_argument("--details", type=int, default=0, help="print up to N misses")
     args = ap.parse_args(argv)
@@ -525,13 +686,19 @@ def main(argv=None) -> int:
         CORPUS.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
         print(f"{len(rows)} rows -> {CORPUS.relative_to(ROOT)}", file=sys.stderr)
     rows = [json.loads(line) for line in CORPUS.read_text().splitlines()]
-    rows = [r for r in rows if re.search(args.classes, r["class"])]
+    rows = [r for r in rows if re.search(args.classes, r["class"]) and args.part in ("", r.get("part"))]
     t0 = time.monotonic()
     strict = strict_verdicts(rows)
     took = time.monotonic() - t0
     lenient = None if args.no_lenient else lenient_verdicts(rows)
     qwen = qwen_verdicts(rows, args.qwen) if args.qwen else None
-    print(table(rows, strict, lenient, qwen))
+    for name in ("tuning", "held-out"):
+        idx = [i for i, r in enumerate(rows) if r.get("part", part(r["gold"])) == name]
+        pick = lambda v: None if v is None else [v[i] for i in idx]  # noqa: E731
+        print(f"\n## {name} part ({len(idx)} rows)\n")
+        print(table([rows[i] for i in idx], pick(strict), pick(lenient), pick(qwen)))
+        for b in targets([rows[i] for i in idx], pick(strict)):
+            print(f"MISSED ({name}): " + b[:600])
     mv = [i for i, r in enumerate(rows) if "mv_expected" in r]
     if mv:
         print(f"\nMath-Verify's own test cases: the strict judge agrees with {sum((strict[i] == 1.0) == (rows[i]['mv_expected'] == 1) for i in mv)} of {len(mv)}"

@@ -1,0 +1,135 @@
+"""Issue 59's classes, each with numbers and layouts of its own (not the issue's): wrong answers the judge scored
+1.0 and right ones it scored 0. The rules are docs/judge.md's; each case is (completion, gold, expected verdict),
+for both rewards unless the case says one. The math reward's math-verify part runs in the worker pool."""
+
+import pytest
+
+from nanogrpo import answer as A
+
+# wrong answers: 0 under both rewards
+WRONG = [
+    # a chain whose sides differ is a false statement, not its last side
+    ("\\boxed{x = 23 = 22}", "22"),
+    ("\\boxed{23 = 22}", "22"),
+    ("We get $41 = 40$.", "40"),
+    ("Therefore 41 = 40", "40"),
+    ("The answer is 9 + 14 = 24.", "24"),
+    # relations, arrows and marks the old list lacked
+    ("\\boxed{31 \\Leftrightarrow 30}", "30"),
+    ("\\boxed{31 \\hookrightarrow 30}", "30"),
+    ("\\boxed{31 \\Longleftarrow 30}", "30"),
+    ("\\boxed{31 \\asymp 30}", "30"),
+    ("\\boxed{31 \\longmapsto 30}", "30"),
+    ("\\boxed{31 \u21d2 30}", "30"),
+    ("\\boxed{31 \u27f9 30}", "30"),
+    ("\\boxed{31 \u21a6 30}", "30"),
+    ("\\boxed{31 \u2261 30}", "30"),
+    ("\\boxed{\\cancel{31} 30}", "30"),
+    ("\\boxed{f(31) = 30}", "30"),
+    # a different final answer after the box
+    ("So \\boxed{52}.\n\n**Final Answer**\n53", "52"),
+    ("\\boxed{52}\n\nMy final answer would be 53.", "52"),
+    # negations state no answer
+    ("The answer is not 64; it is 65.", "64"),
+    ("The answer is definitely not 64.", "64"),
+    ("The answer is not $\\boxed{64}$ but 65.", "64"),
+    ("The answer isn't 64.", "64"),
+    # a later correction after an unboxed statement is the answer
+    ("The answer is 71. Wait, I missed two, so 73 in total.", "71"),
+    # letters after a number are part of the answer, not a unit
+    ("\\boxed{7xy}", "7"),
+    ("\\boxed{19 \\text{ squared}}", "19"),
+    ("\\boxed{6 \\text{ dozen}}", "6"),
+    ("\\boxed{4.5 \\text{ million}}", "4.5"),
+    # `!` is factorial
+    ("\\boxed{5!}", "5"),
+]
+
+WRONG_MATH = [
+    ("\\boxed{7}", "7xy"),
+    ("\\boxed{\\{5, 9\\}}", "(5, 9)"),
+    ("\\boxed{(5, 9)}", "\\{5, 9\\}"),
+    ("\\boxed{375}", "0,375"),
+    ("\\boxed{3^{3^{3^{3}}}}", "7"),
+    ("\\boxed{9^{9^{9^{9}}}}", "9"),
+    ("\\boxed{100000!}", "7"),
+]
+
+# right answers: 1.0 under the math reward (number golds under the number reward as well)
+RIGHT = [
+    ("<answer>\\frac{3}{8}</answer>", "\\frac{3}{8}"),
+    ("<answer>\\sqrt{11}</answer>", "\\sqrt{11}"),
+    ("<answer>6\\pi</answer>", "6\\pi"),
+    ("<answer>$\\frac{3}{8}$</answer>", "\\frac38"),
+    ("<think>x</think>\n<answer>\n\\dfrac{5}{9}\n</answer>", "\\frac{5}{9}"),
+    ("Working. <answer>\\frac{3}{8}", "\\frac{3}{8}"),
+    ("**Answer: 29**", "29"),
+    ("Answer: **29**", "29"),
+    ("**The final answer is 29.**", "29"),
+    ("**Answer: $\\frac{3}{8}$**", "\\frac{3}{8}"),
+    ("The answer is **29**.", "29"),
+    ("So the final answer is **29**", "29"),
+    ("**29**", "29"),
+    ("The answer is 11 + 18 = 29.", "29"),
+    ("The final answer is 4 * 9 = 36.", "36"),
+    ("The final answer is 4 \\times 9 = 36.", "36"),
+    ("\\boxed{14\\text{ km/h}}", "14"),
+    ("\\boxed{9 \\text{ m/s}}", "9"),
+    ("The answer is 45 km/h.", "45"),
+    ("\\boxed{2.5 \\text{ million}}", "2500000"),
+    ("The answer is 7 thousand.", "7000"),
+    ("The answer is double 21, which is 42.", "42"),
+    ("The answer is 3 times 7, so 21.", "21"),
+    ("She has 3 456 coins.", "3456"),
+    ("\\boxed{(-8)}", "-8"),
+    ("\\boxed{0.\\overline{3}}", "\\frac{1}{3}"),
+    ("\\boxed{0.1\\overline{6}}", "\\frac{1}{6}"),
+    ("The answer is 71. Wait, I missed two, so 73 in total.", "73"),
+    ("\\boxed{b=6, a=2}", "a=2, b=6"),
+    ("\\boxed{y=7, x=3}", "(3, 7)"),
+    ("\\boxed{0.375}", "0,375"),
+]
+
+RIGHT_MATH_ONLY = [
+    ("\\boxed{5!}", "120"),
+]
+
+
+def _math(completion, gold):
+    return A.judge_math([completion], [gold])[0]
+
+
+@pytest.mark.parametrize("completion,gold", WRONG)
+def test_wrong_answers_score_0_under_the_number_reward(completion, gold):
+    assert A.judge_number(completion, gold) == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("completion,gold", WRONG + WRONG_MATH)
+def test_wrong_answers_score_0_under_the_math_reward(completion, gold):
+    assert _math(completion, gold) == 0.0
+
+
+def _numeric(gold):
+    return A.number_gold_error(gold) is None
+
+
+@pytest.mark.parametrize("completion,gold", [c for c in RIGHT if _numeric(c[1])])
+def test_right_answers_score_1_under_the_number_reward(completion, gold):
+    assert A.judge_number(completion, gold) == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("completion,gold", RIGHT + RIGHT_MATH_ONLY)
+def test_right_answers_score_1_under_the_math_reward(completion, gold):
+    assert _math(completion, gold) == 1.0
+
+
+def test_factorial_is_arithmetic_left_undone_for_the_number_reward():
+    assert A.judge_number("\\boxed{5!}", "120") == 0.0
+
+
+def test_a_power_tower_is_refused_before_math_verify():
+    """No pair reaches the workers: the rules decide 0 at once (math-verify took its 5 s timeout)."""
+    for tower in ("\\boxed{7^{7^{7^{7}}}}", "\\boxed{2^{2^{2^{2^{2}}}}}", "\\boxed{10^{10^{10}}}", "\\boxed{99999!}"):
+        assert A._plan(tower, "7", False) == (0.0, []), tower
