@@ -135,6 +135,17 @@ def test_a_rows_function_that_exits_is_named(tmp_path):
         tasks.load_rows(f"{path}:rows", n=4)
 
 
+def test_a_rows_function_that_exits_stops_eval_with_exit_2(tmp_path, capsys):
+    """eval.py --tasks PATH.py:NAME calls the task's rows(split, n, seed) itself: a sys.exit(0) there is named too."""
+    path = tmp_path / "quits.py"
+    path.write_text("import sys\nfrom nanogrpo.tasks import Task\n\ndef rows(split, n, seed):\n    sys.exit(0)\n\n"
+                    "task = Task(rows, lambda completions, **kw: [0.0] * len(completions))\n")
+    code, err = as_script("eval.py", ["--model", str(ROOT / "models" / "tiny-arithmetic"), "--tasks", f"{path}:task",
+                                      "--out", f"{tmp_path}/r.json"], capsys)
+    assert code == 2 and "its rows(...): it called sys.exit(0)" in err[-1], err
+    assert not (tmp_path / "r.json").exists()
+
+
 @pytest.mark.slow
 def test_a_file_that_exits_at_import_stops_train_from_the_command_line(tmp_path):
     """As a user runs it: exit 2 (was 0), one error line, out_dir not made."""

@@ -279,7 +279,10 @@ def training_task(spec: str, limit: int | None) -> Task:
         raise ValueError(str(e).replace("config key '--tasks': ", "")) from None
     if task.rows is None:
         raise ValueError(f"{spec!r} is a dataset: evaluate it as NAME={spec}")
-    rows = task.rows("test" if task.heldout else "train", limit or 500, 0)
+    from nanogrpo.usercode import contained
+
+    with contained(f"--tasks {spec}: its rows(...)", ValueError):  # a user's rows() that raises or exits is named
+        rows = task.rows("test" if task.heldout else "train", limit or 500, 0)
     meta = {"source": spec}
     if reasoning_gym.is_spec(spec):  # what fixes its held-out set, into the results
         meta.update(reasoning_gym.heldout_description(spec, len(rows)))
