@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from nanogrpo import dist, files, hub, rewards, tools, usercode
+from nanogrpo.log import LogError
 from nanogrpo.tasks import benchmarks
 from nanogrpo.tasks.reasoning_gym import split_top
 from nanogrpo import config as C
@@ -155,6 +156,9 @@ def main(argv: list[str] | None = None) -> dict:
         ap.error(f"--resume: {e}")
     except FileExistsError as e:  # another eval created the samples file meanwhile (evaluate's `exclusive`)
         ap.error(f"--out {args.out!r}: {e.filename or e} was created by another run meanwhile: nothing was generated")
+    except LogError as e:  # a full disk under the results or the samples (log.DiskFullError), named
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
     if dist.is_main():
         print(markdown_table(results))
         print(f"\nresults: {args.out}\nsamples: {samples_path(Path(args.out))}", file=sys.stderr)

@@ -446,10 +446,19 @@ class SampleFile:
         self.file = open(self.part, "a", encoding="utf-8")
 
     def append(self, records: list[dict]) -> None:
-        """One call's records: written at once, flushed and synced (a kill tears at most this write's last line)."""
-        self.file.write("".join(json.dumps(r) + "\n" for r in records))
-        self.file.flush()
-        os.fsync(self.file.fileno())
+        """One call's records: written at once, synced (a kill tears at most this write's last line). A full disk cuts
+        what it let through back off (the file holds whole calls only) and is named (log.DiskFullError)."""
+        fd = self.file.fileno()  # written below Python's buffer: nothing half-written is left to flush later
+        size = os.lseek(fd, 0, os.SEEK_END)
+        data = memoryview("".join(json.dumps(r) + "\n" for r in records).encode())
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+        except OSError as e:
+            os.ftruncate(fd, size)
+            raise files.disk_full(e, self.part, "the samples of every call before this one are kept whole: --resume "
+                                  "continues from them") from e
 
     def finish(self, records: list[dict]) -> None:
         """Rank 0, after the results: the whole file, sorted as the results; then the rank parts and the arguments

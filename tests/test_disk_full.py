@@ -144,3 +144,21 @@ def test_a_real_full_disk_exits_1_with_the_resume_command(tiny_disk, tmp_path, f
     assert steps == list(range(1, len(steps) + 1)) and steps
     if full == "log":
         assert whole_lines(logfile)[-1].startswith(f"step {len(steps) - 1}/400 |")  # the last whole line
+
+
+def test_a_full_disk_under_an_evals_samples_keeps_whole_calls_and_is_named(tmp_path, monkeypatch):
+    """evaluate.SampleFile.append (eval.py's and the run's in-run benchmarks' samples): a write the disk cuts short is
+    cut back off, so the file holds the earlier calls whole and --resume reads them; named (DiskFullError)."""
+    from nanogrpo import evaluate
+    from nanogrpo.log import DiskFullError
+
+    samples = evaluate.SampleFile(tmp_path / "r.json", {"model": "m"}, False, 0, 1)
+    samples.start([])
+    samples.append([{"task": "t", "index": 0}])
+    before = samples.part.read_text()
+    real = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real(fd, bytes(data[:7])) if len(data) > 7 else enospc())
+    with pytest.raises(DiskFullError, match="r.*samples of every call before this one are kept whole"):
+        samples.append([{"task": "t", "index": 1, "completion": "x" * 100}])
+    monkeypatch.setattr(os, "write", real)
+    assert samples.part.read_text() == before and before.endswith("\n")
