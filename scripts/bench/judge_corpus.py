@@ -487,7 +487,7 @@ ISSUE_CLASSES = [
     ("connective", "mn", "The answer is 2 times {a}, so {f}.", "{f}", 1),
     ("space-thousands", "mn", "She has {a} 345 coins.", "{a}345", 1),
     ("bracketed-negative", "mn", "\\boxed{{(-{a})}}", "-{a}", 1),
-    ("repeating-decimal", "m", "\\boxed{{0.\\overline{{{h}}}}}", "\\frac{{{h}}}{{9}}", 1),
+    ("repeating-decimal", "m", "\\boxed{{0.\\overline{{{hh}}}}}", "\\frac{{{hh}}}{{99}}", 1),
     ("factorial", "m", "\\boxed{{{k}!}}", "{kf}", 1),
     ("named-order", "m", "\\boxed{{b={b}, a={a}}}", "a={a}, b={b}", 1),
     ("named-order", "m", "\\boxed{{y={b}, x={a}}}", "({a}, {b})", 1),
@@ -505,7 +505,8 @@ def issue_rows(seed: int = 59, per_class: int = 12) -> list[dict]:
         a = rnd.randint(11, 899)
         c = rnd.randint(1, a - 1)
         k = rnd.randint(3, 7)
-        v = dict(a=a, b=a + 1, c=c, e=a - c, f=2 * a, g=rnd.randint(3, 9), h=rnd.randint(1, 8),
+        v = dict(a=a, b=a + 1, c=c, e=a - c, f=2 * a, g=rnd.randint(3, 9),
+                 hh=rnd.choice([n for n in range(10, 99) if n % 3 and n % 11]),  # hh/99 in lowest terms
                  p=rnd.randint(1, 6), q=rnd.choice([7, 11, 13]), k=k, kf=math.factorial(k))
         for cls, rewards, template, gold, label in ISSUE_CLASSES:
             for reward in [("math" if r == "m" else "number") for r in rewards]:
