@@ -113,7 +113,9 @@ def _clause(text: str, i: int) -> str | None:
     for _ in range(MAX_ANSWERS):  # "double 17, which is 34": each connective moves on to the next clause
         end = _CLAUSE_END.search(window)
         follows = _CONNECTIVE.match(window, end.start()) if end else None
-        if not follows or not _DIGIT.search(window, follows.end(), follows.end() + 200):
+        if not follows or not _has_words(window[: end.start()]) or not _DIGIT.search(window, follows.end(),
+                                                                                    follows.end() + 200):
+            # "42, which is 6 times 7": a plain answer before the connective is the answer
             break
         window = window[follows.end():]
     clause = _QUOTES_END.sub("", (window[: end.start()] if end else window).strip(), count=1)
@@ -299,8 +301,8 @@ def _stated(text: str, last: re.Match) -> list:
         if not _NEGATION.match(rest):
             return []
         after = _CLAUSE_END.search(rest)  # "not 17; it is 18": what follows the negated clause
-        found = _working(rest[after.end() :]) if after else None
-        return [("working", found)] if found and _DIGIT.search(found) else []
+        found = _last_number(rest[after.end() :]) if after else None
+        return [("working", found[1])] if found else []
     fix = None
     for fix in _CORRECTION.finditer(rest, 0, 10 * ANSWER_CHARS):
         pass

@@ -88,6 +88,10 @@ RIGHT = [
     ("\\boxed{b=6, a=2}", "a=2, b=6"),
     ("\\boxed{y=7, x=3}", "(3, 7)"),
     ("\\boxed{0.375}", "0,375"),
+    # a plain answer before a connective is the answer; what follows a negated clause is
+    ("The answer is 42, which is 6 times 7.", "42"),
+    ("The answer is 42, so 2 more than 40.", "42"),
+    ("The answer is never 41; it is 42.", "42"),
 ]
 
 RIGHT_MATH_ONLY = [
