@@ -922,6 +922,7 @@ def _mv_parse(core: str, timeout: int | None):
 
 
 _GOLDS: dict = {}  # a worker's parsed golds: a group's completions share one
+_ROUNDED_GOLD = re.compile(r"-?\d+\.(\d{8,})")  # a decimal gold to 8+ places is a rounding of an exact value
 
 
 def _sympy_equal(core: str, gold_core: str, timeout: int) -> float | None:
@@ -939,6 +940,11 @@ def _sympy_equal(core: str, gold_core: str, timeout: int) -> float | None:
         return None
     try:  # Order matters: verify is not symmetric (the gold decides how equations/intervals are read).
         pred = _mv_parse(core, timeout)
+        rounded = _ROUNDED_GOLD.fullmatch(gold_core)
+        if rounded and pred:  # a gold rounded to many places (`4.123105625617661`): an exact answer rounds to it
+            real, imag = pred[0].evalf(len(rounded.group(1)) + 10).as_real_imag()  # sympy Floats: every digit
+            half_unit = Fraction(1, 2 * 10 ** len(rounded.group(1)))
+            return float(abs(float(imag)) < 1e-12 and abs(Fraction(str(real)) - Fraction(gold_core)) <= half_unit)
         return float(bool(pred) and verify(gold, pred, timeout_seconds=timeout))
     except (KeyboardInterrupt, SystemExit):
         raise

@@ -53,6 +53,8 @@ WRONG_MATH = [
     ("\\boxed{3^{3^{3^{3}}}}", "7"),
     ("\\boxed{9^{9^{9^{9}}}}", "9"),
     ("\\boxed{100000!}", "7"),
+    ("\\boxed{\\sqrt{14}}", "3.605551275463989"),
+    ("\\boxed{3.6055512}", "3.605551275463989"),
 ]
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
@@ -96,6 +98,8 @@ RIGHT = [
 
 RIGHT_MATH_ONLY = [
     ("\\boxed{5!}", "120"),
+    # an exact answer against a gold rounded to many places rounds to it (the number reward wants the numeral)
+    ("\\boxed{\\sqrt{13}}", "3.605551275463989"),
 ]
 
 
