@@ -288,7 +288,9 @@ def worker_cmd(python: str, mode: str, spec: dict, work: Path, name: str) -> tup
 def run_nanogrpo(a, repo: Path, argv: list[str], steps: int, seed: int, work: Path) -> dict:
     out_dir = work / f"nanogrpo-s{seed}"
     cmd = [a.python, str(repo / "train.py"), *argv, f"steps={steps}", f"seed={seed}", f"out_dir={out_dir}",
-           "eval_every=0", "save_final=true", "keep_checkpoints=1", "resume=false"]
+           # no evaluation in the timed loop; the eval knobs back at their defaults (a knob with no effect is refused)
+           "eval_every=0", "eval_size=500", "eval_temperature=1.0", "save_final=true", "keep_checkpoints=1",
+           "resume=false"]
     if out_dir.exists():
         subprocess.run(["rm", "-rf", str(out_dir)], check=True)
     log = work / f"nanogrpo-s{seed}.log"
