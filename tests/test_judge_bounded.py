@@ -18,7 +18,7 @@ LIMIT_S = 0.25  # a linear rule reads 10,000 characters in a few ms; exponential
 # rules the judge only ever matches from the start (fullmatch / match): a search would ask what they never do
 ANCHORED = {"_NAMED": "fullmatch", "_IN_SET": "match", "_BASE": "fullmatch", "_NUMERAL": "fullmatch",
             "_DELIMITED": "fullmatch", "_PROSE": "fullmatch", "_ARITH_TOKEN": "match", "_CONNECTIVE": "match",
-            "_NEGATION": "match", "_SCALE_WORD": "match"}
+            "_NEGATION": "match", "_SCALE_WORD": "match", "_ROUNDED_GOLD": "fullmatch"}
 GOLD_ONLY = {"_SPANS"}  # reads a gold's math spans (trusted data, refused past 10 * ANSWER_CHARS): never policy text
 
 # each a piece of text that defeats some rule when repeated: the names' sums, symbols, separators, units,
@@ -36,18 +36,25 @@ def _rules():
     return found
 
 
+def _once(pattern: re.Pattern, how: str, text: str) -> float:
+    t0 = time.perf_counter()
+    if how == "search":
+        for _ in pattern.finditer(text):
+            pass
+    else:
+        getattr(pattern, how)(text)
+    return time.perf_counter() - t0
+
+
 def _slowest(pattern: re.Pattern, how: str) -> tuple[float, str]:
     worst = (0.0, "")
     for unit in UNITS:
         for tail in TAILS:
             text = unit * (N // len(unit)) + tail
-            t0 = time.perf_counter()
-            if how == "search":
-                for _ in pattern.finditer(text):
-                    pass
-            else:
-                getattr(pattern, how)(text)
-            worst = max(worst, (time.perf_counter() - t0, repr(unit + "..." + tail)))
+            took = _once(pattern, how, text)
+            if took >= LIMIT_S:  # a loaded shared machine can stall one call: the better of two decides
+                took = min(took, _once(pattern, how, text))
+            worst = max(worst, (took, repr(unit + "..." + tail)))
     return worst
 
 
