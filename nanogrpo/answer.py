@@ -113,16 +113,23 @@ def _clause(text: str, i: int) -> str | None:
     for _ in range(MAX_ANSWERS):  # "double 17, which is 34": each connective moves on to the next clause
         end = _CLAUSE_END.search(window)
         follows = _CONNECTIVE.match(window, end.start()) if end else None
-        if not follows or not _has_words(window[: end.start()]) or not _DIGIT.search(window, follows.end(),
-                                                                                    follows.end() + 200):
-            # "42, which is 6 times 7": a plain answer before the connective is the answer
-            break
+        if not follows or not _worked(window[: end.start()]) or not _DIGIT.search(window, follows.end(),
+                                                                                  follows.end() + 200):
+            break  # "42, which is 6 times 7": a plain answer before the connective is the answer
         window = window[follows.end():]
     clause = _QUOTES_END.sub("", (window[: end.start()] if end else window).strip(), count=1)
     if _STATEMENT.search(clause) or _NEGATION.match(clause):
         return None  # "Final Answer: The final answer is X": the inner statement gives X; "not X" gives none
     found = _working(clause)
     return found if found and re.search(r"[\d\\$]", found) else None
+
+
+_OPERATION = re.compile(r"(?i)\b(?:double|twice|triple|half|times|of|plus|minus|sum|product|difference|total)\b")
+
+
+def _worked(clause: str) -> bool:
+    """A clause that is working, not an answer: two numbers or an operation word (`double 17`, `1/2 of 10`)."""
+    return len(_WORKING_NUMBER.findall(clause)) >= 2 or _OPERATION.search(clause) is not None
 
 
 def _working(text: str) -> str | None:

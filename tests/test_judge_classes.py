@@ -94,6 +94,8 @@ RIGHT = [
     ("The answer is 42, which is 6 times 7.", "42"),
     ("The answer is 42, so 2 more than 40.", "42"),
     ("The answer is never 41; it is 42.", "42"),
+    ("The answer is 1/2 of 84, which is 42.", "42"),
+    ("The answer is 42 apples, which is 6 times 7.", "42"),
 ]
 
 RIGHT_MATH_ONLY = [
