@@ -7,7 +7,7 @@ answer: every box, a final-answer statement after them, else the last statement 
 the comparison (`_plan`: relations and approximations, exact rationals for numbers, math-verify for the rest).
 A verdict is 1.0 / 0.0, or None when it could not be computed (the gold cannot be read, the checker broke):
 an infrastructure verdict, never the model's fault; a wrong answer is always 0.
-About 1,200 lines because it is that one procedure whole (the extraction rule's five steps, the unit and value
+Over 500 lines (about 1,200) because it is that one procedure whole (the extraction rule's five steps, the unit and value
 word lists, the chain check, the worker pool), held to one labelled corpus (data/judge/corpus.jsonl) and its
 held-out part: split, a step could be changed without the others that the corpus tests with it.
 

@@ -2,6 +2,8 @@
 
 `python train.py [CONFIG.toml] [key=value ...]`: the TOML file first, then the overrides.
 An unknown key or a value of the wrong type stops the run before any compute, naming the key.
+Over 500 lines because every key lives here with its default, range and comment (the `Config` a reader looks keys up
+in), beside the one table of which knob applies where (`APPLIES`) and the checks that read them.
 """
 
 from __future__ import annotations
@@ -124,10 +126,10 @@ class Config:
     dual_clip: float = ranged(0.0, "[0, inf)")  # clip loss: with a negative advantage a token's loss is capped at -dual_clip x A (dual-clip PPO, verl: 3); 0 = off
     kl_clamp: float = ranged(10.0, "[0, inf)")  # the per-token KL estimate capped at this value (verl, NeMo-RL: 10); 0 = off
     log_ratio_clamp: float = ranged(20.0, "(0, 700]")  # log pi/pi_old (and the KL's log pi_ref/pi) clamped to +-this before exp: no inf, no 1e10 gradient from a token whose probability ran away
-    exact_logprobs: bool = False  # sampler=torch: recompute the sampler's log-probs with its own weights through the trainer's forward in the update's micro-batches: bit-equal to the trainer's (logprob_gap exactly 0) while the weights are (nanogrpo/parity.py)
+    exact_logprobs: bool = False  # sampler=torch: recompute the sampler's log-probs with its own weights through the trainer's forward in the update's micro-batches: bit-equal to the trainer's (logprob_gap exactly 0) while the weights are (nanogrpo/checks)
     max_logprob_gap: float = ranged(-1.0, "[-1, -1] | [0, inf)")  # a step whose logprob_gap is above this warns, gap_patience such steps in a row stop the run naming the likely cause (stale weights, dtype, kernels); 0 = off; -1 = by precision: 1e-3 at float32, 0.1 at bfloat16 / float16, and any gap > 0 with exact_logprobs (measured gaps and why: docs/precision.md)
     gap_patience: int = ranged(5, "[1, inf)")  # steps in a row above max_logprob_gap before the run stops
-    max_sample_z: float = ranged(6.0, "[0, inf)")  # the sampler's calibration check: a CUSUM of sample_z (the step's sampled tokens' log p against its expectation under the trainer's distribution at temperature / top_p, a z-score: nanogrpo/parity.py) above this stops the run; 0 = off (not computed)
+    max_sample_z: float = ranged(6.0, "[0, inf)")  # the sampler's calibration check: a CUSUM of sample_z (the step's sampled tokens' log p against its expectation under the trainer's distribution at temperature / top_p, a z-score: nanogrpo/checks) above this stops the run; 0 = off (not computed)
 
     # --- LoRA (lora_rank = 0: full fine-tuning) ---
     lora_rank: int = ranged(0, "[0, inf)")  # rank r of the adapters; > 0 trains only them (base frozen), see nanogrpo/lora.py
@@ -338,9 +340,6 @@ APPLIES = (
     Applies(("tool_open", "tool_close", "tool_output_open", "tool_output_close", "max_tool_calls",
              "tool_output_tokens", "tool_timeout_s", "tools_file"), "tools = true", lambda c: c.tools, ("tools",),
             "set tools = true to run the model's code blocks"),
-    Applies(("eval_task", "eval_size", "eval_temperature", "eval_benchmarks", "eval_benchmarks_n",
-             "sft_stop_accuracy"), "eval_every > 0", lambda c: c.eval_every > 0, ("eval_every",),
-            "with eval_every = 0 nothing is evaluated: set eval_every > 0"),
     Applies(("eval_benchmarks_n",), "eval_benchmarks set", lambda c: bool(c.eval_benchmarks), ("eval_benchmarks",),
             "it is the samples per problem of eval_benchmarks: name the benchmarks"),
     Applies(("lora_alpha", "lora_targets"), "lora_rank > 0", lambda c: c.lora_rank > 0, ("lora_rank",),
@@ -467,7 +466,7 @@ def _check_task_and_rewards(cfg: Config) -> None:
 
 
 def _check_exact(cfg: Config) -> None:
-    """Settings lm_head_fp32 and exact_logprobs cannot work with (nanogrpo/parity.py says why)."""
+    """Settings lm_head_fp32 and exact_logprobs cannot work with (nanogrpo/checks says why)."""
     if cfg.async_steps and cfg.sampler != "torch":
         raise ConfigError("async_steps > 0 needs sampler=torch: the gap gate compares with the weights that sampled, "
                           "run through the trainer's forward (nanogrpo/pipeline.py); vLLM holds no torch module for "

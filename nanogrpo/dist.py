@@ -15,6 +15,8 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
+from nanogrpo import files
+
 
 class Split(NamedTuple):
     """Split placement (`sampler_ranks`): torchrun's ranks [0, trainers) train, [trainers, world) only sample."""
@@ -296,11 +298,9 @@ def is_main() -> bool:
 
 
 def print0(*args, **kwargs) -> None:
-    """print on rank 0, flushed; a full disk under a redirected log is named (log.echo)."""
+    """print on rank 0, flushed; a full disk under a redirected log is named (files.echo)."""
     if is_main():
-        from nanogrpo.log import echo  # log.py imports this file
-
-        echo(*args, **kwargs)
+        files.echo(*args, **kwargs)
 
 
 def barrier() -> None:

@@ -54,7 +54,6 @@ from dataclasses import dataclass
 import torch
 
 from nanogrpo import dist, packing
-from nanogrpo.config import CHOICES
 
 
 @dataclass
@@ -90,6 +89,9 @@ class Rollout:
 # Advantages
 
 
+SCALES = ("group", "batch", "none", "rloo")  # config key `scale`'s choices (tests/test_grpo.py holds them equal)
+
+
 def advantages(
     rewards: list[float | None] | torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-4
 ) -> torch.Tensor:
@@ -103,7 +105,7 @@ def advantages(
         r = torch.tensor([math.nan if x is None else float(x) for x in rewards], dtype=torch.float64)
     if r.numel() % group_size:
         raise ValueError(f"{r.numel()} rewards do not split into groups of {group_size}")
-    if scale not in CHOICES["scale"]:  # the choices are stated once, beside the knob
+    if scale not in SCALES:
         raise ValueError(f"unknown advantage scale {scale!r}")
     r = r.view(-1, group_size)  # (groups, G)
     valid = ~torch.isnan(r)
@@ -328,8 +330,7 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     sampler's log-probs are then recomputed by it, in these same micro-batches with this same forward,
     instead of taken from the sampler's decode: bit-equal to the trainer's while the weights are.
 
-    `observe`: what else reads the first pass's forward (the checks layer's calibration statistic,
-    nanogrpo/checks): its `sampling` asks the forward for the moments of log p, and it is handed them."""
+    `observe` (the checks' calibration, nanogrpo/checks) reads the first pass's forward: its `sampling`'s moments."""
     device = next(policy.parameters()).device
     z = normaliser(rollouts, cfg.loss_norm, cfg.mask_truncated)
     # A completion with advantage 0 adds exactly 0 to the gradient when there is no KL term (both arms

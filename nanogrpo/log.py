@@ -6,69 +6,17 @@ Only rank 0 writes. Values are already reduced over ranks by the caller.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import shlex
-import stat
 import sys
 import time
 from pathlib import Path
 from time import monotonic
 
 from nanogrpo import dist, files
+from nanogrpo.files import DiskFullError, LogError, echo, resume_command  # noqa: F401 (log.LogError: train.py names it)
 
-
-class LogError(RuntimeError):
-    """metrics.jsonl could not be written (a full disk): the message holds the line that was not, and the file keeps
-    every line before it whole."""
-
-
-class DiskFullError(LogError):
-    """A file of the run's own (metrics.jsonl, the printed log, config.toml, an evaluation's results and samples)
-    could not be written for a full disk or quota: what was written before is whole; the message ends with the
-    command that resumes the run once there is space (train.py exits 1 with it, no traceback)."""
-
-    def __init__(self, what: str):
-        super().__init__(f"{what}. Free some space, then resume with: {resume_command()}")
-
-
-def resume_command() -> str:
-    """The command this process runs, with the resume flag added (resume=true; eval.py: --resume)."""
-    argv = [Path(sys.argv[0]).name if sys.argv and sys.argv[0].endswith(".py") else "train.py", *sys.argv[1:]]
-    flag = "--resume" if argv[0] == "eval.py" else "resume=true"
-    argv += [] if flag in argv else [flag]
-    world = os.environ.get("LOCAL_WORLD_SIZE")
-    launcher = ["torchrun", f"--nproc_per_node={world}"] if world else ["python"]
-    return " ".join(shlex.quote(a) for a in launcher + argv)
-
-
-def echo(*args, file=None, **kwargs) -> None:
-    """print(*args, flush=True), a full disk named (DiskFullError): a line torn in a log file is cut back off, and
-    the stream then points at /dev/null (nothing more is written to it, and the exit's flush cannot fail again)."""
-    stream = file if file is not None else sys.stdout
-    try:
-        fd = stream.fileno()
-        size = os.fstat(fd).st_size if stat.S_ISREG(os.fstat(fd).st_mode) else None
-    except (OSError, ValueError, AttributeError):  # not a file (a test's capture): nothing to cut
-        fd = size = None
-    try:
-        print(*args, file=stream, flush=True, **kwargs)
-    except OSError as e:
-        if not files.full(e):
-            raise
-        name = getattr(stream, "name", "the printed log")
-        if fd is not None:
-            if size is not None:
-                os.ftruncate(fd, size)  # the printed log ends with the line before
-                with contextlib.suppress(OSError):
-                    name = os.readlink(f"/proc/self/fd/{fd}")  # the file, not "<stdout>"
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, fd)
-            os.close(null)
-        raise DiskFullError(f"{e.strerror} writing the printed log ({name}): every line before this one is whole; "
-                            f"this one was not written: {' '.join(map(str, args))[:200]}") from None
 
 # what the printed line shows (the jsonl gets everything)
 LINE = [

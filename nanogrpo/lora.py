@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nanogrpo.config import ConfigError  # a bad lora_targets / lora_rank is named as any bad config value
+from nanogrpo import ConfigError  # a bad lora_targets / lora_rank is named as any bad config value
 
 ADAPTERS_FILE = "lora/adapters.safetensors"  # in a sub-directory: vLLM loads every *.safetensors at the top
 

@@ -37,7 +37,7 @@ def test_the_whole_corpus_meets_the_targets():
 @pytest.mark.slow
 @pytest.mark.parametrize("part", ["tuning", "held-out"])
 def test_each_part_meets_the_targets(part):
-    """Issue 59's targets on each part alone: the held-out part is a quarter of the golds, in every place and
+    """The targets on each part alone: the held-out part is a quarter of the golds, in every place and
     spelling, that the rules were not written against."""
     rows = [r for r in _rows() if r["part"] == part]
     assert len(rows) > 4000 and {r["reward"] for r in rows} == {"math", "number"}

@@ -1,6 +1,6 @@
 """A task's own rows without an `answer`, judged by a verifier that compares with it (exact, number, math: named in
 `rewards`, or the task's own reward), stop the run as the rows load, naming the task and the row (exit 2, before
-the model), not after ALL_NONE_STEPS steps of every reward None (issue 58.9). Rows judged as a dataset's (by_row)
+the model), not after ALL_NONE_STEPS steps of every reward None . Rows judged as a dataset's (by_row)
 may go without one: they have no verdict (docs/data.md)."""
 
 import runpy

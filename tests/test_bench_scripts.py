@@ -110,7 +110,7 @@ def test_bench_async_speed_and_learning_tables(tmp_path):
 def test_reading_path_counts_a_middle_step_by_role():
     """scripts/bench/reading_path.py counts the loop itself and what runs in its middle step (no evaluation, no save),
     the data types it works with, a fast path with a plain reading the tests hold it to as that reading, each line by
-    role, and says what it leaves out; the core a reader follows stays within 10 files and 800 lines (issue 58)."""
+    role, and says what it leaves out; the core a reader follows stays within 10 files and 800 lines."""
     import inspect
 
     from nanogrpo import sampler

@@ -153,7 +153,7 @@ def test_keep_checkpoints_prunes_the_oldest_complete_ones_and_leaves_a_damaged_o
     assert checkpoint.problem(damaged)
 
 
-# -- round 6: a checkpoint is trusted only with its manifest (issue 60 item 2) -----------------------------------
+# -- round 6: a checkpoint is trusted only with its manifest -----------------------------------
 # Each failed on the code before: a checkpoint without manifest.json (or with a manifest that sizes but does not
 # hash its files) was taken as one from before manifests, unverified; a save of a step already there replaced it.
 

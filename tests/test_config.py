@@ -124,7 +124,6 @@ OFF_ON = {
     ("dynamic_metric", "dynamic_sampling = true"): ([], ["dynamic_sampling=true"]),
     ("gap_patience", "max_logprob_gap != 0"): (["max_logprob_gap=0"], []),
     ("tool_open", "tools = true"): ([], ["tools=true"]),
-    ("eval_task", "eval_every > 0"): (["eval_every=0"], ["eval_benchmarks=gsm8k"]),
     ("eval_benchmarks_n", "eval_benchmarks set"): ([], ["eval_benchmarks=gsm8k"]),
     ("lora_alpha", "lora_rank > 0"): ([], ["lora_rank=4"]),
     ("min_lr_ratio", "lr_schedule=cosine or linear (or min_lr_ratio = 1: no decay, as constant)"): (

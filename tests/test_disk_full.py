@@ -1,6 +1,6 @@
 """Round 6: a full disk on the run's own files (metrics.jsonl, the printed log, config.toml, an evaluation's results)
 is a named error (log.DiskFullError, a LogError: train.py exits 1 with one `error:` line) that ends with the command
-resuming the run, never a traceback; nothing written before it is torn (issue 60 item 5).
+resuming the run, never a traceback; nothing written before it is torn.
 
 Each failed on the code before: the printed log and config.toml raised a bare OSError (a traceback), and a
 metrics.jsonl that could not be opened too; no message said how to resume.
@@ -19,6 +19,13 @@ from nanogrpo import files, log
 
 ROOT = Path(__file__).resolve().parent.parent
 ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.fixture(autouse=True)
+def not_under_torchrun(monkeypatch):
+    """The resume command names torchrun when LOCAL_WORLD_SIZE is set, as torchrun sets it; an earlier test of the same
+    worker can leave it set (in-process launches), so each test here starts without it."""
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
 
 
 def enospc(*a, **k):

@@ -623,3 +623,9 @@ def test_kl_clamp_caps_the_estimate(est):
     k_small = {"k2": 0.5 * 0.2**2}.get(est, math.exp(0.2) - 0.2 - 1)
     assert kls[10.0] == pytest.approx(10.0 + k_small)
     assert grads[10.0][0, 0] == 0 and grads[0.0][0, 0] != 0 and grads[10.0][0, 1] == grads[0.0][0, 1]
+
+
+def test_the_advantage_scales_are_the_configs_choices():
+    from nanogrpo import config as C
+
+    assert grpo.SCALES == C.CHOICES["scale"]

@@ -1,4 +1,4 @@
-"""Issue 59's classes, each with numbers and layouts of its own (not the issue's): wrong answers the judge scored
+"""The review's classes of judge errors, each with numbers and layouts of its own (not the review's): wrong answers the judge scored
 1.0 and right ones it scored 0. The rules are docs/judge.md's; each case is (completion, gold, expected verdict),
 for both rewards unless the case says one. The math reward's math-verify part runs in the worker pool."""
 

@@ -62,7 +62,7 @@ def test_a_reward_that_is_no_finite_number_is_named(user_reward, value, said):
     (lambda b: [1.0], "gave 1 values for 2 completions"),
 ])
 def test_a_reward_that_returns_no_list_of_numbers_is_named(user_reward, returns, said):
-    """Issue 60: what a reward returns is checked as a value, each wrong shape named (RewardError: exit 2), not a
+    """What a reward returns is checked as a value, each wrong shape named (RewardError: exit 2), not a
     TypeError or OverflowError traceback from the sum."""
     name = user_reward(returns)
     with pytest.raises(RewardError, match=rf"'rewards': reward 'mine' {said}"):
@@ -82,7 +82,7 @@ def test_a_reward_that_exits_is_named_and_a_class_is_refused_at_load(tmp_path):
 
 
 def test_rewards_whose_spread_overflows_a_float_are_named(user_reward):
-    """A finite reward of 1e300 (issue 60): its square overflows in the group statistics; named, not an OverflowError."""
+    """A finite reward of 1e300: its square overflows in the group statistics; named, not an OverflowError."""
     name = user_reward(lambda b: [1e300, -1e300])
     with pytest.raises(RewardError, match="rewards as large as .*1e\\+300.* sum or spread overflows a float"):
         score_batch(["1", "2"], [{"answer": "2"}, {"answer": "4"}], [name])

@@ -28,7 +28,10 @@ HELPER = Path(__file__).parent / "helpers" / "collectives_check.py"
 # rounding flips; fp16 1.5e-4; with lm_head_fp32 bf16 7.0e-4, fp16 8.0e-5), and above every step of the 600-step
 # sweep in docs/precision.md (3 seeds each: fp32 1.6e-6, bf16 9.4e-4, fp16 4.5e-4). Each is far below the gate's
 # default limit for the dtype (1e-3 / 0.1).
-GAP_TOL = {"float32": 1e-5, "bfloat16": 1e-2, "float16": 2e-3}
+# bf16 re-measured 2026-11-28 (6 seeds x 3 steps, lm_head_fp32 off and on, the same `small` run): 3.0e-3 to 1.27e-2 per
+# step, on the code before this round's changes too (5.5e-3 to 7.3e-3 for seed 0); the 1e-2 it had was hit by one
+# step once the sampler's random stream changed (sampler.uniforms), so 3e-2: still a third of the gate's 0.1.
+GAP_TOL = {"float32": 1e-5, "bfloat16": 3e-2, "float16": 2e-3}
 
 
 def small(out_dir, *extra):

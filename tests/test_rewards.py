@@ -83,7 +83,7 @@ def test_unparseable_gold_is_none(gold):
 @pytest.mark.slow
 def test_pathological_expression_times_out_as_zero_and_pool_recovers():
     # sympy evaluates this factorial in C; SIGALRM inside the worker cannot stop it, the hard kill must (a power tower
-    # of literals no longer gets there: the rules refuse it before math-verify, issue 59).
+    # of literals no longer gets there: the rules refuse it before math-verify).
     t0 = time.monotonic()
     assert math_reward("\\boxed{(10^{100000})!}", "3", timeout_s=2.0) == 0.0
     assert time.monotonic() - t0 < 10

@@ -22,7 +22,7 @@ def test_a_one_node_job_listens_on_loopback_only(case, tmp_path):
     assert not escaped, text
 
 
-# -- round 6: the run's store signed (issue 60 item 7) ----------------------------------------------------------
+# -- round 6: the run's store signed ----------------------------------------------------------
 # Any process of the node can connect to 127.0.0.1, list the store's keys and set its own (measured: the "trust"
 # case "a local process that is not a rank sets a key"); every value a rank reads carries an HMAC under the run's
 # token, which only the run's ranks hold. Each failed on the code before (no SignedStore: the outsider's value read).

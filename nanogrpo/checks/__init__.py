@@ -30,7 +30,7 @@ from nanogrpo import dist, grpo
 from nanogrpo import model as M
 from nanogrpo.checks.sampler import (Calibration, CheckedSampler, LogprobGapError, SamplerPolicy,  # noqa: F401
                                      StaleSamplerError, fingerprint, sampled_gap)
-from nanogrpo.config import ConfigError
+from nanogrpo import ConfigError
 from nanogrpo.sampler import unwrap
 
 

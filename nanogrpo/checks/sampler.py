@@ -55,7 +55,7 @@ import torch.nn as nn
 
 from nanogrpo import dist, grpo
 from nanogrpo import model as M
-from nanogrpo.config import ConfigError
+from nanogrpo import ConfigError
 from nanogrpo.sampler import hash64, unwrap
 
 

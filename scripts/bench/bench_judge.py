@@ -38,7 +38,7 @@ def hostile(size: int) -> dict[str, str]:
         "box inside 1 MB of prose": fill("word ", " so \\boxed{\\frac{1}{2}}"),
         "answer 1 MB long": "\\boxed{" + fill("x+") + "1}",
         "relations": fill("= \\approx \\to "),
-        "boxed sum of names": "\\boxed{" + fill("mx+", "x}"),  # issue 59: backtracked 2^terms before
+        "boxed sum of names": "\\boxed{" + fill("mx+", "x}"),  # backtracked 2^terms before the rules were bounded
         "sum of names, no box": fill("ab+", "ab"),
         "answer tags": fill("<answer>"),
         "negated statements": fill("the answer is not "),

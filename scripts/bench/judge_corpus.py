@@ -374,7 +374,7 @@ def adversarial_rows(seed: int = 0) -> list[dict]:
     return out
 
 
-# ---------------------------------------------------------------- every gold in every place (issue 59)
+# ---------------------------------------------------------------- every gold in every place
 
 # Where a completion puts its answer: each a template for the answer text G.
 PLACES = {
@@ -438,7 +438,7 @@ def places_rows() -> list[dict]:
     return out
 
 
-# Issue 59's classes as templates over random numbers: (class, rewards, completion, gold, label); {a} a number,
+# The review's classes as templates over random numbers: (class, rewards, completion, gold, label); {a} a number,
 # {b} = a + 1 (a wrong answer next to it), {p}/{q} a fraction.
 ISSUE_CLASSES = [
     ("false-chain", "mn", "\\boxed{{x = {b} = {a}}}", "{a}", 0),
@@ -496,7 +496,7 @@ ISSUE_CLASSES = [
 
 
 def issue_rows(seed: int = 59, per_class: int = 12) -> list[dict]:
-    """Issue 59's classes, each template over `per_class` random numbers."""
+    """The review's classes, each template over `per_class` random numbers."""
     import math
 
     rnd = random.Random(seed)
@@ -511,7 +511,7 @@ def issue_rows(seed: int = 59, per_class: int = 12) -> list[dict]:
         for cls, rewards, template, gold, label in ISSUE_CLASSES:
             for reward in [("math" if r == "m" else "number") for r in rewards]:
                 out.append({"class": f"issue59:{cls}", "reward": reward, "answer": template.format(**v),
-                            "gold": gold.format(**v), "label": label, "source": "issue 59"})
+                            "gold": gold.format(**v), "label": label, "source": "review classes"})
     return out
 
 
@@ -651,7 +651,7 @@ def targets(rows, strict) -> list[str]:
         bad.append(f"{len(w1)} wrong answers scored 1.0, e.g. {w1[0]}")
     if nones:
         bad.append(f"{len(nones)} answers scored None, e.g. {nones[0]}")
-    for reward in ("math", "number"):  # issue 59: at most 1% per reward, right -> 0 and wrong -> 1.0 or None
+    for reward in ("math", "number"):  # the targets: at most 1% per reward, right -> 0 and wrong -> 1.0 or None
         right_r = [v for r, v in right if r["reward"] == reward]
         miss = sum(v == 0.0 for v in right_r)
         if miss > 0.01 * len(right_r):

@@ -78,6 +78,7 @@ METRICS = {  # what the step reports, in files the core also reads
     "train.py": {"evaluates", "rank_rollouts", "step_metrics", "async_metrics"},
     "nanogrpo/grpo.py": {"group_stats", "loss_stats", "record", "step_metrics"},
     "nanogrpo/rollout.py": {"mean_valid", "tally"},
+    "nanogrpo/files.py": {"echo"},  # the printed line (dist.print0 prints through it)
 }
 ROLES = ("core", "checks", "metrics", "save")
 LOOP_SECTIONS = {"6": "metrics", "7": "save"}  # the loop's numbered sections (`# 6. ...`) that are not core
