@@ -34,6 +34,7 @@ import torch
 
 from nanogrpo import dist
 from nanogrpo.config import ConfigError
+from nanogrpo.rollout import rank_state
 
 
 class Rollouts:
@@ -75,8 +76,7 @@ class Rollouts:
         all sampled (it waits for them), and its place in the prompt stream (with dynamic sampling each rank draws as
         many rounds as it needs)."""
         self.drain()
-        return {"rollouts": [self.jobs[j].result() for j in sorted(self.jobs)], "async_steps": self.ahead,
-                "world": dist.world_size(), "data": stream.state_dict()}
+        return rank_state([self.jobs[j].result() for j in sorted(self.jobs)], self.ahead, stream.state_dict())
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

@@ -35,6 +35,7 @@ import torch
 
 from nanogrpo import dist
 from nanogrpo.checks import fingerprint
+from nanogrpo.rollout import rank_state
 from nanogrpo.sampler import unwrap
 
 
@@ -152,7 +153,7 @@ class Remote:
         async_steps), and where its prompt stream, on the sampler rank, stands after them."""
         queued = range(self.version, min(self.version + self.ahead + 1, self.end)) if self.ahead else ()
         rollouts = [self._peek(Rollouts, j).batch for j in queued]
-        return {"rollouts": rollouts, "async_steps": self.ahead, "world": dist.world_size(), "data": self.data}
+        return rank_state(rollouts, self.ahead, self.data)
 
     def close(self) -> None:
         """The trainers' loop is over: the sampler ranks stop, and what they sent meanwhile is received."""

@@ -219,7 +219,7 @@ class Worker:
 
     def state(self, stream) -> dict:
         """This rank's part of a checkpoint (as pipeline.Rollouts.state, with nothing queued)."""
-        return {"rollouts": [], "async_steps": 0, "world": dist.world_size(), "data": stream.state_dict()}
+        return rank_state([], 0, stream.state_dict())
 
     def close(self) -> None:
         pass
@@ -261,6 +261,12 @@ class Worker:
         return [(rows[i], prompts[i], groups[i], total[i * g:(i + 1) * g],
                  {k: v[i * g:(i + 1) * g] for k, v in parts.items()}, correct[i * g:(i + 1) * g])
                 for i in range(len(groups))]
+
+
+def rank_state(queued: list, async_steps: int, data: dict) -> dict:
+    """A rank's part of a checkpoint (checkpoint.save's rank_state), whichever schedule sampled: the steps sampled
+    ahead, oldest first, the async_steps and world size they were sampled for, and its place in the prompt stream."""
+    return {"rollouts": queued, "async_steps": async_steps, "world": dist.world_size(), "data": data}
 
 
 def tally(out: StepRollouts, groups: list, t0: float, t1: float, tool_stats: dict) -> None:
