@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.tmpfs import tmpfs
 from nanogrpo import files, log
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,13 +110,8 @@ def test_a_full_disk_writing_a_file_whole_is_named_and_the_old_file_stays(tmp_pa
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A 1 MiB tmpfs, or a skip where mounting is not permitted."""
-    d = tmp_path / "disk"
-    d.mkdir()
-    if shutil.which("mount") is None or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)],
-                                                       capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
-    yield d
-    subprocess.run(["umount", "-l", str(d)], check=False)
+    with tmpfs(tmp_path / "disk", "1m") as d:
+        yield d
 
 
 def fill(disk: Path, left: int) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 import sft
 import train
+from helpers.tmpfs import tmpfs
 from nanogrpo import checkpoint, rollout
 from nanogrpo.config import ConfigError, load
 
@@ -270,13 +271,8 @@ def test_a_full_disk_while_checkpointing_is_named_and_earlier_checkpoints_stay(t
 def tiny_disk(tmp_path):
     """A 16 MiB tmpfs (room for one checkpoint of the tiny model, not two), or a skip where mounting is
     not permitted."""
-    d = tmp_path / "disk"
-    d.mkdir()
-    if shutil.which("mount") is None or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(d)],
-                                                       capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
-    yield d
-    subprocess.run(["umount", str(d)], check=False)
+    with tmpfs(tmp_path / "disk", "16m") as d:
+        yield d
 
 
 @pytest.mark.slow
