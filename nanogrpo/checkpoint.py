@@ -14,17 +14,10 @@ Weights are written in fp32 (the trainer's master copy), so a resumed run contin
 that is not finite (NaN, inf) is never written: the save stops with a CheckpointError naming it.
 A checkpoint is written to `.tmp_step_N/` and renamed to `step_N/` only when every rank has
 finished: a crash mid-write leaves the previous checkpoints untouched, and `latest()` never sees a
-partial one. A write that fails (a full disk) removes `.tmp_step_N/` and raises CheckpointError on
-every rank, naming the file and the checkpoint still intact. A checkpoint whose files no longer match
-its manifest (truncated, missing, or bytes changed since it was saved: `open_run` checks every file's
-SHA-256, each rank its own share) is skipped, with a warning naming the file: the run resumes from the
-one before it. A checkpoint is trusted only with its manifest: one without it (or whose manifest does not hash
-every file) is skipped the same way, unless config key `resume_without_manifest` takes it unverified. A save of a
-step that is already there (the run resumed from an older checkpoint) moves the old one to
-`checkpoints/replaced/` and says so: never over it. The hashes find damage (a disk, a copy, an edit), not an adversary: whoever can write the
-checkpoint can write its manifest too, and trainer_state.pt and rng_rank{r}.pt are pickles (docs/sandbox.md,
-"Trust boundaries"). The manifest, its checks and every rank's agreement on a failed write are
-nanogrpo/manifest.py. `check_resume` refuses a resume whose `model` or `steps` do not fit the checkpoint.
+partial one; a failed write (a full disk) raises CheckpointError on every rank. A save of a step that is
+already there is never written over (`_publish`). Whether a checkpoint is whole (its manifest, the hashes, the
+ranks' agreement on a failure, and what the hashes do not protect against) is nanogrpo/manifest.py;
+`check_resume` refuses a resume whose `model` or `steps` do not fit the checkpoint.
 
 The stop signals (config key `stop_signal`, StopSignals) end a run cleanly: the step finishes, a
 checkpoint is saved, and the process exits with EXIT_STOPPED (75) so a wrapper can requeue it.

@@ -82,17 +82,11 @@ def _init_split(backend: str, samplers: int, device_id) -> None:
 
 def loopback_store() -> dist.Store | None:
     """A job on one node (torchrun's LOCAL_WORLD_SIZE = WORLD_SIZE): the store every process group of the run meets
-    on, a TCPStore of rank 0's listening on 127.0.0.1 only, behind a SignedStore (every value a rank reads was set
-    by a rank of this run), and gloo's and NCCL's sockets on the loopback interface (GLOO_SOCKET_IFNAME /
-    NCCL_SOCKET_IFNAME, where not set). None on more nodes: torchrun's store, as env:// has it.
-
-    Why: torchrun's TCPStore listens on every interface, --standalone too (torch offers no address to bind it to;
-    `master_listen_fd` lets the process that creates one choose), and the groups' gloo pairs on the host's address:
-    a process on another machine could set the keys the ranks read, the addresses of the pairs over which the split
-    placement's bridge receives what it unpickles. Any process of the node can still connect to 127.0.0.1, list
-    the keys and set its own: the signatures make the ranks refuse them. The port of this store reaches the other
-    ranks through torchrun's store, signed too (or is MASTER_PORT itself when torchrun does not share its store).
-    What stays open, and what trusts whom: docs/sandbox.md, "Trust boundaries"."""
+    on, a TCPStore of rank 0's listening on 127.0.0.1 only (`master_listen_fd`), behind a SignedStore, and gloo's and
+    NCCL's sockets on the loopback interface (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, where not set). Its port
+    reaches the other ranks through torchrun's store, signed too (or is MASTER_PORT when torchrun does not share
+    its store). None on more nodes: torchrun's store, as env:// has it. Why, and what stays open: docs/sandbox.md,
+    "Trust boundaries"."""
     import socket
     from datetime import timedelta
 
@@ -170,10 +164,8 @@ class StoreError(RuntimeError):
 
 class SignedStore(dist.Store):
     """A store whose every value carries an HMAC-SHA256 of its key and value under the run's token (`run_token`),
-    checked at every get: a value that a process other than this run's ranks set (any process of the node can
-    connect to 127.0.0.1, list the keys and set its own) is refused with StoreError, never read. Counters (`add`,
-    barriers) are not signed: one changed can stall or break the rendezvous, not hand a rank an address or an
-    object. Every process group of a one-node run is built on one (`loopback_store`)."""
+    checked at every get: a value no rank of this run set is refused with StoreError, never read. Counters (`add`,
+    barriers) are not signed (docs/sandbox.md, "Trust boundaries", says what that leaves)."""
 
     def __init__(self, store: dist.Store, token: bytes):
         super().__init__()
@@ -218,16 +210,11 @@ class SignedStore(dist.Store):
 
 
 def huge_pages() -> bool:
-    """Back every CPU tensor of 2 MiB or more with transparent huge pages (torch's THP_MEM_ALLOC_ENABLE).
-
-    Why: a large tensor (activations, a logits chunk, a gradient) is a fresh mmap from glibc, and its
-    first write faults in every page: 8,400 faults of 4 KiB for a 34 MB tensor, which made an
-    elementwise op 5-10x slower than the arithmetic (37-59 ms against 7-9 ms with huge pages, 512x fewer
-    faults). Unlike `keep_freed_memory`, freed memory still goes back to the OS at once, so the peak RSS
-    stays what the tensors need. torch reads the variable once, at its first allocation of 2 MiB or more, so
-    this must run before any: True when a probe allocation was faulted in as huge pages. The variable is
-    then removed again (unless the user had set it): child processes (torchrun workers, a test's probe)
-    inherited it and ran with huge pages whatever allocator they asked for."""
+    """Back every CPU tensor of 2 MiB or more with transparent huge pages (torch's THP_MEM_ALLOC_ENABLE): 512x fewer
+    page faults than glibc's fresh mmap per large tensor, and freed memory still goes back to the OS at once (why
+    and the figures: docs/throughput.md). torch reads the variable once, at its first allocation of 2 MiB or more,
+    so this must run before any: True when a probe allocation was faulted in as huge pages. The variable is then
+    removed again (unless the user had set it): child processes would run with huge pages whatever they asked."""
     import resource
 
     ours = "THP_MEM_ALLOC_ENABLE" not in os.environ
@@ -241,14 +228,8 @@ def huge_pages() -> bool:
 
 
 def keep_freed_memory() -> bool:
-    """Make glibc's malloc keep freed memory for the next allocation instead of returning it to the OS.
-
-    Why: glibc serves every allocation over 32 MiB with a fresh mmap and unmaps it on free, so each
-    large tensor of a CPU update (activations, logits chunks, gradients) starts as untouched pages and
-    the first write page-faults through all of them: a [16, 350, 1536] fp32 multiply took 12-21 ms into
-    a fresh tensor against 3 ms into a reused one. With mmap off and trimming off, freed blocks go back
-    to malloc's heap and the next tensor of that size reuses them (measured: scripts/bench/bench_memory.py,
-    docs/results.md "Memory"). The cost is a higher peak RSS (freed memory is held, and the heap fragments).
+    """Make glibc's malloc keep freed memory for the next allocation instead of returning it to the OS (mmap and
+    trimming off): no page faults into fresh tensors, at the cost of a higher peak RSS (docs/throughput.md).
     Process-wide, from this call on; glibc only (returns False and changes nothing elsewhere)."""
     import ctypes
     import ctypes.util

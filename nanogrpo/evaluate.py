@@ -381,14 +381,10 @@ def complete_calls(task: Task, n: int, rank: int, world: int, recorded: dict) ->
 
 
 class SampleFile:
-    """OUT's .samples.jsonl, written as the eval goes, so a stopped eval keeps every finished generate call.
-
-    Each rank appends each call's records to its part as the call ends (one write, flushed and synced): rank 0
-    to the samples file itself, rank R > 0 to OUT.samples.rankR.jsonl. At the end rank 0 writes the whole
-    file again, sorted (tmp + rename), and removes the other parts. OUT.samples.args.json holds the arguments
-    the records were made with (run_args), until the eval ends. A new run replaces the samples file (and parts);
-    a resumed one reads them all, raises ResumeMismatch when the arguments differ, and keeps the records of the
-    calls that finished (`start`): a call cut short by the stop is generated again, with its own seed."""
+    """OUT's .samples.jsonl, written as the eval goes, so a stopped eval keeps every finished generate call: each
+    rank appends each call's records to its part (rank R > 0: OUT.samples.rankR.jsonl), rank 0 merges them at the
+    end; OUT.samples.args.json holds the arguments (run_args) until then. A resumed run reads them all, raises
+    ResumeMismatch when the arguments differ, and keeps the finished calls' records (docs/eval.md, "--resume")."""
 
     def __init__(self, out: Path, args: dict, resume: bool, rank: int, world: int, exclusive: bool = False):
         self.path, self.args, self.rank, self.world = samples_path(out), args, rank, world

@@ -125,18 +125,11 @@ class Logger:
 class ProgressLine:
     """One evaluation task's progress: problems and samples done of `problems` / `samples`, tokens/s, elapsed
     and an ETA, on stderr (nanogrpo/evaluate.py's run_task drives it; pass it to a sampler as its `progress`).
-
-    On a terminal it is one line redrawn in place (`\\r`) at most every `tty_every` s; anywhere else (a log
-    file, CI) plain lines, every `plain_every` s and at each `call_done`, so a log never holds a `\\r`. The
-    samplers call it every decode step, so between lines it only adds and reads the clock.
-
-    tokens/s are counted from the sampler's first report on: before it the first prompts were prefilled (no
-    new tokens), which says little of the decoding speed. The ETA counts
-    tokens: (samples left) x (mean tokens of the samples of the calls done) at that rate; before the first
-    call is done it is the worst case, every sample at `budget`, shown as `eta <= ...`. Once the rate was
-    measured for `measure_s` seconds (or a call ended), the worst case is checked once: over `warn_s`
-    seconds, one WARNING names it and `hint` (how to shorten the run).
-    Calls recorded before (a resumed eval, `skip`) count as done but not in the rate."""
+    On a terminal one line redrawn in place at most every `tty_every` s, elsewhere plain lines every
+    `plain_every` s and at each `call_done`; once the rate was measured for `measure_s` s, a worst case over
+    `warn_s` s is warned about once, naming `hint` (what each shows and why: docs/eval.md, "Progress"). The
+    samplers call it every decode step, so between lines it only adds and reads the clock. Calls recorded
+    before (a resumed eval, `skip`) count as done but not in the rate."""
 
     def __init__(self, label: str, problems: int, samples: int, budget: int, *, hint: str = "", stream=None,
                  tty: bool | None = None, clock=None, tty_every: float = 0.5, plain_every: float = 30.0,

@@ -1,28 +1,17 @@
 """Rollouts ahead of the update (`async_steps = k`): the next steps' rollouts are generated while this step trains.
 
-The sampler and the trainer hold separate weights (nanogrpo/sampler.py), so the sampler can generate while the
-trainer updates. With k = 0 nothing overlaps and this file is not used: train.py's loop calls rollout.Worker itself
-(`take` samples the step's rollouts when asked, `sync_weights` syncs the new weights right after the update), and
-`Rollouts` is the same interface with the rollouts sampled ahead.
+With k = 0 this file is not used: train.py's loop calls rollout.Worker itself; `Rollouts` is the same interface
+with the rollouts sampled ahead. With k >= 1 one background thread (`rollouts`) owns the sampler and runs jobs in
+step order; step j is sampled with weight version max(start, j - k), and every batch is trained, in order (the
+schedule, and the objective that corrects the staleness: docs/grpo.md, "Async GRPO"). After the update of step t
+`sync_weights` copies the new weights and queues step t + 1 + k on the copy, which the thread syncs into the
+sampler just before generating: the trainer goes on updating its own weights meanwhile, and on FSDP the gather is
+a collective only the main thread may run (one model in the trainer's dtype per queued job).
 
-With k >= 1 one background thread (`rollouts`) owns the sampler and runs jobs in step order. The rollouts of
-step j are sampled with the weights of version max(start, j - k) (version = updates applied), so a batch trains at
-most k versions after it was sampled, and every batch is trained, in order: none is dropped for being late (which
-would favour short answers, whose rollouts finish first). At the start jobs start..start+k are queued on the
-weights the sampler loaded; after the update of step t `sync_weights` copies the new weights (version t + 1) and queues
-step t + 1 + k on them: the thread syncs that copy into the sampler just before generating it. Copying is needed
-because the trainer goes on updating its own weights while the job waits, and on FSDP the gather of the full
-weights is a collective that only the main thread may run. The copy costs one model in the trainer's dtype per
-queued job (k at most), in the trainer's memory.
-
-The thread runs nothing collective (the sampler check's ruling and every gather stay on the main thread), reads
-the prompt stream only from inside its jobs (in step order, so the stream's position is that of the jobs queued),
-and on a 2-core CPU gets half the intra-op threads (`split_threads`): two phases on two cores with two threads
-each run 6x slower than either alone. Before an evaluation or a checkpoint the main thread waits for the queue
-(`drain`): an evaluation then finds the sampler holding the newest weights (the last job synced them), and a
-checkpoint saves the queued steps' rollouts (`state`), so a resumed run trains exactly those (docs/grpo.md,
-"Async GRPO"). The staleness is corrected in the update (grpo.py's c_it with `tis_cap`, the decoupled objective):
-the ratio is clipped against the trainer's current weights and weighted by min(π_current / π_sampler, tis_cap).
+The thread runs nothing collective, reads the prompt stream only from inside its jobs (in step order), and on a
+CPU gets half the intra-op threads (`split_threads`: two phases on two cores with two threads each run 6x slower).
+Before an evaluation or a checkpoint the main thread waits for the queue (`drain`): an evaluation then finds the
+newest weights in the sampler, and a checkpoint saves the queued steps' rollouts (`state`) for an exact resume.
 """
 
 from __future__ import annotations

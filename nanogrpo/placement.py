@@ -1,15 +1,8 @@
 """Split placement (`sampler_ranks = s`): the last s torchrun ranks only sample, the others only train.
 
-Colocated (s = 0, the default), every rank holds a sampler beside its shard of the trainer and the two phases take
-turns on its device (or overlap on its cores: async_steps, nanogrpo/pipeline.py). Split, each side has its own
-devices: trainer rank r gets its rollouts from sampler rank r % s, which generates them with rank r's prompt stream
-and sampling seeds, so the rollouts are those a colocated run on the same trainer ranks would have sampled (the
-tests compare bits). The schedule is pipeline.py's: step j is sampled with weight version max(start, j - k),
-k = async_steps; at k = 0 the sampler waits for each update (one phase at a time, on two devices), at k >= 1 it
-samples the next steps while the trainers update.
-
-dist.init gives each side its own default group (the trainers' FSDP, metrics and checkpoints run among trainer
-ranks as at any world size) and two gloo groups over every rank between them (dist.SPLIT):
+Trainer rank r gets its rollouts from sampler rank r % s, sampled with rank r's prompt stream and seeds, on
+pipeline.py's schedule, so a split run equals the colocated one bit for bit (docs/grpo.md, "Placement"). dist.init
+gives each side its own default group and two gloo groups over every rank between them (dist.SPLIT):
 - to_samplers: `Start` from each trainer rank first; after an update whose weights some sampled step or evaluation
   will use, trainer rank 0 sends each sampler rank `Weights` (the version, names, shapes and fingerprints: the
   sampler side's check covers the wire as well as its own copy), then the tensors (gathered one at a time,
@@ -17,13 +10,10 @@ ranks as at any world size) and two gloo groups over every rank between them (di
 - to_trainers: `Rollouts` to the trainer they are for; `Evals` from sampler rank 0 to trainer rank 0; `End` after
   the stop.
 Every send is asynchronous and waited for only at the end (a trainer waits for its previous weights' send before
-the next), so neither side waits on the other in a cycle: a trainer waits only for rollouts, a sampler only for
-weights. The sampler side judges each batch with the sampler check (its findings travel with the batch; the
-trainers rule on them, as colocated) and measures the gap against the version that sampled (checks.sampled_gap).
-Evaluations run on the sampler ranks, with the version after the step they follow; trainer rank 0 logs them.
-
-What is GPU-only and untested (no GPU here): the sampler ranks on their own GPUs; the weights go over gloo from
-the CPU (a copy through host memory per update), not over NCCL.
+the next), so neither side waits on the other in a cycle. The sampler side judges each batch with the sampler check
+(its findings travel with the batch; the trainers rule on them) and measures the gap against the version that
+sampled (checks.sampled_gap). Evaluations run on the sampler ranks; trainer rank 0 logs them. Untested (no GPU
+here): sampler ranks on their own GPUs; the weights go over gloo through host memory, not NCCL.
 """
 
 from __future__ import annotations

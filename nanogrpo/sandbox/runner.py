@@ -358,17 +358,10 @@ BASE_NICE = os.getpriority(os.PRIO_PROCESS, 0)  # what every execution starts wi
 
 
 def starved_by_load(uid, launcher, elapsed, cpu_limit):
-    """At the wall deadline: was the program kept from the CPU by other work, rather than idle (sleeping,
-    blocked) or starving itself (nice, SCHED_IDLE, its own processes)? Then its deadline is stretched instead of
-    a timeout.
-
-    Judged on the program's own account over its whole run, never on how busy the machine looks at this
-    instant (a bursty hog can pause exactly then): one of its threads was runnable (on a CPU or waiting for
-    one) for at least STARVED of the time, yet the program, its ended processes included, has not used its CPU
-    limit. Without other work, that thread's wait would have been the program's own CPU time, past the limit
-    (wall_s is at least twice cpu_s). The threads' waits are not added up: 55 of its own processes queued on
-    one CPU just before each deadline wait for each other, not for other work; an endless loop alone on the
-    machine runs rather than waits."""
+    """At the wall deadline: was the program kept from the CPU by other work, rather than idle or starving itself?
+    Then its deadline is stretched instead of a timeout. Judged on its own account over its whole run, never on
+    how busy the machine looks now: one of its threads runnable for at least STARVED of the time, yet its CPU limit
+    not used (docs/sandbox.md, "Time", says why each part of the rule is there)."""
     me = confine.program_sched(uid, exclude=(os.getpid(), launcher.pid), base_nice=BASE_NICE)
     if not me["threads"]:  # every thread has ended and its account is on the way (its supervisor may be starved too)
         return True
@@ -762,13 +755,16 @@ def end_job(job, uid):
 
 
 def handle(req, uid, launcher=None):
-    op = req.get("op")
-    if op == "exec":
-        return run_exec(req, uid, launcher)
-    if op == "end":
-        return end_job(req["job"], uid)
-    if op == "probe":
-        return probe(uid, launcher)
+    try:
+        op = req.get("op")
+        if op == "exec":
+            return run_exec(req, uid, launcher)
+        if op == "end":
+            return end_job(req["job"], uid)
+        if op == "probe":
+            return probe(uid, launcher)
+    except Exception as e:  # noqa: BLE001  a runner bug is an infra error, never a verdict
+        return {"infra_error": f"runner: {e!r}"}
     return {"infra_error": f"unknown op {op!r}"}
 
 
@@ -788,11 +784,7 @@ def serve(uid):
         req = read_msg(inp)
         if req is None:
             return
-        try:
-            rep = handle(req, uid, launcher)
-        except Exception as e:  # noqa: BLE001  a runner bug is an infra error, never a verdict
-            rep = {"infra_error": f"runner: {e!r}"}
-        write_msg(out, rep)
+        write_msg(out, handle(req, uid, launcher))
 
 
 def main():
@@ -804,11 +796,7 @@ def main():
             req = json.load(f)
         os.unlink(sys.argv[3])  # the next execution's program must not find it (assert mode's checks are in one)
         os.makedirs(JOBS_ROOT, mode=0o755, exist_ok=True)
-        try:
-            rep = handle(req, uid)
-        except Exception as e:  # noqa: BLE001
-            rep = {"infra_error": f"runner: {e!r}"}
-        print(json.dumps(rep))
+        print(json.dumps(handle(req, uid)))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -1,42 +1,14 @@
 """Reasoning Gym (the `reasoning-gym` package, Apache-2.0) as a task source: `task = "reasoning_gym:NAME"`.
 
-Any of its ~100 procedural datasets, by name, with its own verifier and its own prompt convention:
-
-    task = "reasoning_gym:leg_counting"                                   # one dataset, RG's default settings
-    task = "reasoning_gym:leg_counting(max_animals=3, max_instances=4)"   # its config's fields (difficulty)
     task = "reasoning_gym:leg_counting(weight=2, max_animals=3), basic_arithmetic(max_terms=2)"  # a weighted mix
-    python eval.py --model DIR --tasks "reasoning_gym:leg_counting(max_animals=3)"
 
-Inside the parentheses, `KEY=VALUE` are the fields of the dataset's config class (a TOML value: 3, 0.5, true,
-"text", ["+", "-"]; a bare word is a string); `weight` (default 1) is the share of the mix, as RG's composite
-dataset weighs its datasets; `system_prompt` names one of RG's SYSTEM_PROMPTS (default "default"; "direct" asks for
-the answer alone); `partial` (default true) keeps RG's partial scores, false pays only a right answer (below). An
-unknown name or field is an error naming the valid ones, before any compute.
-
-Rows. Reasoning Gym makes item i of a dataset with seed s from `Random(s + i)`. Held-out rows come from the
-seeds HELDOUT_SEED.. and train rows from a range below it (`train_seed_base`, by the run's seed), so the two never
-share a seed. A tiny setting can still draw one question from two seeds, so the question itself is split too: a
-question whose hash falls in the held-out quarter (`is_heldout`) is only ever a held-out row, every other only a
-train row. The held-out set is fixed by (spec, size): its first n distinct held-out questions in seed order, the
-same for every run and seed.
-
-Prompts follow Reasoning Gym's own training and evaluation scripts: the system message is one of its
-SYSTEM_PROMPTS (the spec's `system_prompt`; the config's `system_prompt` text, when set, replaces it), the user
-message is the question as it is, the chat template around them; the answer is what the last
-`<answer>...</answer>` holds (RG's `extract_answer`).
-
-The verdict is the dataset's own `score_answer(answer, entry)` (`score`): 1.0 right, 0.0 wrong, and in between a
-partial score where RG gives one (many datasets give len(gold) / len(answer) to an answer that contains the gold;
-countdown 0.05 to a wrong expression that uses the right numbers). The trainer's reward is that score; `correct`
-and pass@k count only 1.0, as RG's evaluation does. A policy can learn to hedge for the partial score: on
-letter_counting one GRPO seed of SmolLM2 went to answers that contain the count and more (only those earn a partial
-score), reward up and accuracy 0 (docs/results.md); `partial=false` scores anything below 1.0 as 0.
-
-Bounded on hostile text: the extraction is one linear scan, an answer longer than MAX_ANSWER_CHARS (or 4x the gold)
-is wrong without being read, and `score_answer` runs in worker processes killed past a timeout (several call sympy's
-parse_expr, which evaluates the text: `9**9**9**9` would never return), as math-verify does (nanogrpo/answer.py
-MathPool). Past the timeout: 0.0 (the model wrote it); a worker that died: None (infrastructure), as everywhere.
-reasoning_gym is imported only when a spec is used.
+The spec's settings (`weight`, `system_prompt`, `partial` and the dataset's config fields), how train and held-out
+rows are kept apart (seeds from HELDOUT_SEED, and the held-out quarter of questions by hash: `is_heldout`), the
+prompt and the verdict (the dataset's own `score_answer` on the last `<answer>...</answer>`, partial scores and
+why `partial=false` exists) are docs/data.md's "Reasoning Gym". Bounded on hostile text: one linear scan, an
+answer over MAX_ANSWER_CHARS (or 4x the gold) wrong unread, and `score_answer` (several call sympy's parse_expr,
+which evaluates the text) in confined worker processes killed past a timeout, as answer.py's MathPool. reasoning_gym
+is imported only when a spec is used.
 """
 
 from __future__ import annotations
