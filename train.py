@@ -68,12 +68,12 @@ def train(cfg: C.Config, stop: checkpoint.StopSignals, closing: contextlib.ExitS
         rollouts = batch.for_update(adv[run.rank * n : (run.rank + 1) * n].tolist())
 
         # 4. the update; first the checks rule on the rollouts (nanogrpo/checks: a sampler that did not generate with
-        # the trainer's weights and settings stops the run here) and pass what observes the update's forward
-        observe = run.checks.before_update(step, batch, rollouts)
+        # the trainer's weights and settings stops the run here)
+        run.checks.before_update(step, batch, rollouts)
         t0 = time.time()
         lr = run.scheduler.get_last_lr()[0]
         update = {**grpo.step(run.policy, run.ref, run.optimizer, run.scheduler, rollouts, cfg, run.tokenizer.pad_token_id,
-                              run.behaviour, observe), "lr": lr}
+                              run.behaviour), "lr": lr}
         times["time_train"] = time.time() - t0
 
         # 5. the sampler gets the new weights (streamed, never the whole model at once): now, or (async_steps)
@@ -375,7 +375,8 @@ def serve_samples(cfg: C.Config, closing: contextlib.ExitStack, device: torch.de
     sampler = trainer_sampler(cfg, cfg.model, device, dtype)  # the trainers send their weights before the first step
     closing.callback(sampler.close)
     hf = unwrap(sampler).model
-    checked = checks.CheckedSampler(sampler, dtype, hf, hf.named_parameters())  # its findings travel with the batches
+    checked = checks.CheckedSampler(sampler, dtype, hf, hf.named_parameters(),  # its findings travel with the batches
+                                    moments=bool(cfg.max_sample_z))
     evals = run_evals(cfg, inputs, sampler, cfg.model)
     streams = {r: data.PromptStream(inputs.train_rows, cfg.prompts_per_step, r, split.trainers, cfg.seed)
                for r in range(split.rank - split.trainers, split.trainers, split.samplers)}

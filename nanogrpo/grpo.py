@@ -322,15 +322,13 @@ def micro_batches(rollouts: list[Rollout], cfg, pad_id: int) -> list[packing.Bat
 
 
 def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg, pad_id: int,
-         behaviour=None, observe=None) -> dict[str, float]:
+         behaviour=None) -> dict[str, float]:
     """One GRPO update on this rank's rollouts: mu passes, each a full pass over the micro-batches
     followed by one optimizer step. Ranks may hold different numbers of rollouts and tokens.
 
     `behaviour` (exact_logprobs, nanogrpo/checks/sampler.py): a Policy over the sampler's own weights. The
     sampler's log-probs are then recomputed by it, in these same micro-batches with this same forward,
-    instead of taken from the sampler's decode: bit-equal to the trainer's while the weights are.
-
-    `observe` (the checks' calibration, nanogrpo/checks) reads the first pass's forward: its `sampling`'s moments."""
+    instead of taken from the sampler's decode: bit-equal to the trainer's while the weights are."""
     device = next(policy.parameters()).device
     z = normaliser(rollouts, cfg.loss_norm, cfg.mask_truncated)
     # A completion with advantage 0 adds exactly 0 to the gradient when there is no KL term (both arms
@@ -340,8 +338,7 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
     skip = cfg.beta == 0 and cfg.skip_zero_advantage
     batches = micro_batches([r for r in rollouts if not skip or r.advantage != 0], cfg, pad_id)
     to = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
-    logprobs = lambda model, b, entropy=False, sampling=None: batch_logprobs(model, b, cfg.temperature, device,  # noqa: E731
-                                                                             entropy, sampling)
+    logprobs = lambda model, b, entropy=False: batch_logprobs(model, b, cfg.temperature, device, entropy)  # noqa: E731
     sums = {k: torch.zeros((), dtype=torch.float64) for k in ("tokens", "clip_low", "clip_high", "kl", "is_weight",
                                                                "is_capped", "entropy", "gap", "loss")}
     with torch.no_grad():  # fixed targets: reference (beta > 0) and old (mu > 1) log-probs, taken once
@@ -350,20 +347,17 @@ def step(policy, ref_policy, optimizer, scheduler, rollouts: list[Rollout], cfg,
         t0 = time.perf_counter()
         behaved = [logprobs(behaviour, b)[0] for b in batches] if behaviour is not None else [None] * len(batches)
         t_recompute = time.perf_counter() - t0
-    sampling = observe.sampling if observe is not None else None
     grad_norms, skipped = [], 0
     for p in range(cfg.mu):
         nonfinite = torch.zeros((), device=device)  # micro-batches of this pass whose loss is not finite (this rank)
         for i, b in dist.syncing_grads(policy, batches, cfg.grad_accumulation):
-            logp, ent = logprobs(policy, b, entropy=p == 0, sampling=sampling if p == 0 else None)
+            logp, ent = logprobs(policy, b, entropy=p == 0)
             old_logp = old[i] if old[i] is not None else logp.detach()
             mask = to(b.loss_mask)
             sampler_logp = to(b.sampler_logp) if behaved[i] is None else behaved[i]
             loss, st = policy_loss(logp, old_logp, ref[i], to(b.advantages), mask, cfg, sampler_logp, to(b.seq_weight), z)
             (loss * dist.world_size()).backward()  # FSDP averages gradients over ranks; z already counts every rank's tokens
             nonfinite += ~torch.isfinite(loss.detach())
-            if p == 0 and sampling:
-                ent = observe(logp.detach(), ent, mask)  # the moments to the observer, the entropy back
             if p == 0:  # metrics describe the rollouts under the weights that sampled them
                 record(sums, st, loss, logp, ent, sampler_logp, mask)
         norm, applied = apply_update(policy, optimizer, scheduler, cfg.grad_clip, nonfinite.item() == 0)

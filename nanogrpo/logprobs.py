@@ -120,24 +120,36 @@ def sampling_moments(z: torch.Tensor, e: torch.Tensor, total: torch.Tensor, mean
     nucleus top_p (the tokens whose mass ranked above them is short of top_p, as nanogrpo/sampler.py draws), and
     renormalised. e = exp(z - max), total = its row sums and mean = E_p[z], as the kernel has them. Var_q[log p] =
     Var_q[z] and E_q[log p] = E_q[z] - logz. Untruncated: three passes over z and e, which it overwrites (scratch
-    buffers), the variance taken about the mean (no E[z^2] - E[z]^2 cancellation); truncated: a sort, 64 rows at a
-    time."""
+    buffers), the variance taken about the mean (no E[z^2] - E[z]^2 cancellation); truncated: the top 1,024 tokens
+    of 64 rows at a time (a full sort only for a nucleus past them, as the PyTorch sampler draws)."""
     if top_p >= 1.0 and top_k <= 0:
         d = z.sub_(mean[:, None])
         return mean, _rowdot(e.mul_(d), d) / total
     mean, var = torch.empty_like(total), torch.empty_like(total)
+    k = min(z.shape[1], top_k if top_k > 0 else 1024)
     for r in range(0, z.shape[0], 64):
-        p, order = e[r : r + 64].sort(dim=-1, descending=True)  # (b, V)
+        p, order = e[r : r + 64].topk(k, dim=-1)  # (b, k), descending
+        if top_k <= 0 and k < z.shape[1] and bool((p.sum(-1, dtype=torch.float64) < top_p * total[r : r + 64]).any()):
+            p, order = e[r : r + 64].sort(dim=-1, descending=True)
         p = p.double() / total[r : r + 64, None]
-        keep = (p.cumsum(-1) - p) < top_p  # the most likely token is always kept
-        if top_k > 0:
-            keep[:, top_k:] = False
-        q = torch.where(keep, p, 0.0)
+        q = torch.where((p.cumsum(-1) - p) < top_p, p, 0.0)  # the most likely token is always kept
         q = q / q.sum(-1, keepdim=True)
         zs = z[r : r + 64].gather(-1, order).double()
         mu = (q * zs).sum(-1)
         mean[r : r + 64], var[r : r + 64] = mu, (q * (zs - mu[:, None]) ** 2).sum(-1)
     return mean, var
+
+
+def logp_moments(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(E_q[log p], Var_q[log p]), each (n,) fp32, of log p = log_softmax(logits / temperature) under q, the
+    distribution the sampler draws from (`sampling_moments`), for (n, V) fp32 logits left unchanged: what the
+    PyTorch sampler reports with each draw (SamplingParams.moments) for the checks' calibration test."""
+    z = logits / temperature  # a new tensor: sampling_moments overwrites it
+    top = z.amax(-1, keepdim=True)
+    e = (z - top).exp_()
+    total = e.sum(-1)
+    mean, var = sampling_moments(z, e, total, _rowdot(e, z) / total, top_p)
+    return mean - top[:, 0] - total.log(), var
 
 
 def chunked_logprobs(lm_head: nn.Module, h: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,

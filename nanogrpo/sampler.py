@@ -31,6 +31,7 @@ class SamplingParams:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()  # stop strings; EOS always stops
     seed: int | None = None  # None: drawn from torch's global RNG (reproducible under torch.manual_seed)
+    moments: bool = False  # also sum each draw's log p - E[log p] and Var[log p] (Completion.calibration), if it can
 
     def check(self) -> None:
         if self.max_new_tokens < 1:
@@ -58,6 +59,10 @@ class Completion:
     timeouts: int = 0
     tool_seconds: float = 0.0  # sandbox execution time of this rollout's cells
     failed: bool = False  # the sandbox itself failed: the reward must be None
+    # (Σ log p - E_q[log p], Σ Var_q[log p]) over every token it drew, q the distribution drawn from (temperature,
+    # top_p), when asked (SamplingParams.moments) and the sampler computes them (the PyTorch one): the checks'
+    # calibration test reads them (nanogrpo/checks SampleGate); None: not computed
+    calibration: tuple[float, float] | None = None
 
     @property
     def answer_text(self) -> str:

@@ -157,6 +157,7 @@ class _Rollout:
     timeouts: int = 0
     seconds: float = 0.0
     failed: bool = False
+    calibration: tuple[float, float] | None = (0.0, 0.0)  # its segments' (Completion.calibration), cut tokens too: draws
 
 
 class ToolSampler:
@@ -229,6 +230,7 @@ class ToolSampler:
         ids, lps = seg.token_ids[: budget - len(r.tokens)], seg.logprobs[: budget - len(r.tokens)]
         r.tokens += ids
         r.logprobs += lps
+        r.calibration = seg.calibration and r.calibration and tuple(map(sum, zip(r.calibration, seg.calibration)))
         r.mask += [1] * len(ids)
         r.pending += ids
         if ids and ids[-1] in self.eos_ids:
@@ -287,7 +289,8 @@ class ToolSampler:
     def _completion(self, r: _Rollout) -> Completion:
         text, final = decode(self.tokenizer, [r.tokens, r.tokens[r.final_start :]], self.eos_ids)
         return Completion(r.tokens, r.logprobs, text, r.reason or "stop", mask=r.mask, final_text=final, calls=r.calls,
-                          errors=r.errors, timeouts=r.timeouts, tool_seconds=r.seconds, failed=r.failed)
+                          errors=r.errors, timeouts=r.timeouts, tool_seconds=r.seconds, failed=r.failed,
+                          calibration=r.calibration)
 
 
 def rollout_stats(c: Completion) -> tuple:

@@ -31,7 +31,9 @@ Sampling (nanogrpo/sampler.py says what is drawn): one uniform per row from the 
 generator walks over the vocabulary (torch.multinomial drew one exponential per vocabulary entry: 48 ms a step at
 64 x 49,152); `sample_next` inverts the CDF in two levels. The log-probs come from the decode's kernels, which
 round differently from the trainer's whole-sequence forward (~5e-7 per token in fp32); `exact_logprobs` has the
-trainer recompute them with this sampler's weights instead (nanogrpo/checks). In bf16 / fp16 the weights are
+trainer recompute them with this sampler's weights instead (nanogrpo/checks). Asked (SamplingParams.moments), it
+also sums each draw's log p - E_q[log p] and Var_q[log p] from the same logits, apart from the draw (logprobs.
+logp_moments): the checks' calibration test, with no forward of its own. In bf16 / fp16 the weights are
 in that dtype; `lm_head_fp32` computes the logits in fp32 from them, as the trainer does with the same key.
 """
 
@@ -48,7 +50,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.masking_utils import AttentionMaskInterface
 
-from nanogrpo.logprobs import fp32_head
+from nanogrpo.logprobs import fp32_head, logp_moments
 from nanogrpo.sampler import Completion, Progress, SamplingParams, Used, check_request, decode, eos_ids, uniforms
 
 # Model types whose forward is embed_tokens -> rotary_emb -> layers -> norm -> lm_head, each layer taking
@@ -285,6 +287,7 @@ class _Row:
     tokens: list[int]
     logprobs: list[float]
     reason: str = ""  # "" while running, then "stop" | "length"
+    calibration: tuple[float, float] = (0.0, 0.0)  # SamplingParams.moments: Σ log p - E[log p], Σ Var[log p]
 
 
 class TorchSampler:
@@ -403,6 +406,10 @@ class TorchSampler:
             counters = torch.tensor([len(r.tokens) for r in rows], device=dev)
             tok, lp = sample_next(logits, params.temperature, params.top_p, uniforms(seed, streams, counters))
             tok_list, lp_list = tok.tolist(), lp.tolist()
+            if params.moments and params.temperature:  # of the distribution asked for, apart from the draw
+                mean, var = (x.tolist() for x in logp_moments(logits, params.temperature, params.top_p))
+                for r, l, m, v in zip(rows, lp_list, mean, var):
+                    r.calibration = (r.calibration[0] + l - m, r.calibration[1] + v)
             for r, t, l in zip(rows, tok_list, lp_list):
                 r.tokens.append(t)
                 r.logprobs.append(l)
@@ -435,7 +442,8 @@ class TorchSampler:
 
         results: list[list[Completion | None]] = [[None] * n for _ in prompts]
         for r, text in zip(done, decode(self.tokenizer, [r.tokens for r in done], self.eos_ids)):
-            results[r.prompt][r.sample] = Completion(r.tokens, r.logprobs, text, r.reason)
+            results[r.prompt][r.sample] = Completion(r.tokens, r.logprobs, text, r.reason,
+                                                     calibration=r.calibration if params.moments else None)
         return results  # type: ignore[return-value]
 
     def _hit_stop(self, rows: list[_Row], stops: tuple[str, ...], window: int) -> None:

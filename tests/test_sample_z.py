@@ -8,16 +8,20 @@ than it reports (tests/helpers/sampler_faults.py's HIDDEN: the sampler check and
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 import train
+from helpers import update_check
 from helpers.sampler_faults import HIDDEN, inject_hidden
 from nanogrpo import checks as parity  # the checks layer (nanogrpo/checks)
 from nanogrpo import grpo
 from nanogrpo import model as M
-from nanogrpo.logprobs import chunked_logprobs
+from nanogrpo.logprobs import chunked_logprobs, logp_moments
+from nanogrpo.sampler import SamplingParams
+from nanogrpo.torch_sampler import TorchSampler
 
 
 def naive_moments(logits: torch.Tensor, temperature: float, top_p: float, top_k: int):
@@ -81,31 +85,63 @@ def test_the_update_forward_gives_the_moments_in_the_loss_layout(warm_model_dir,
                    for k in range(len(got) - len(want) + 1)), "a completion's moments are not in the layout"
 
 
-@pytest.mark.slow
-def test_the_check_reads_the_rollouts_it_is_given(warm_model_dir):
-    """The check's own reading (dynamic sampling's first draw, `first`): sample_z is that of those completions, as if
-    the update had trained them, and not that of the update's own rollouts."""
-    from helpers import update_check
+@pytest.mark.parametrize("temperature, top_p, vocab", [(1.0, 1.0, 300), (0.7, 0.9, 300), (1.3, 0.95, 3000),
+                                                       (1.0, 0.999, 3000)])
+def test_the_samplers_moments_equal_a_naive_per_token_computation(temperature, top_p, vocab):
+    """logprobs.logp_moments, what the PyTorch sampler reports with each draw: E_q[log p] and Var_q[log p] against
+    one row at a time, also where the nucleus reaches past the top 1,024 tokens (a flat 3,000-token row at top_p
+    0.999); the logits it is given stay unchanged."""
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(70, vocab, generator=g) * torch.linspace(0.1, 4, 70)[:, None]  # flat to peaked rows
+    before = logits.clone()
+    mean, var = logp_moments(logits, temperature, top_p)
+    want = naive_moments(logits, temperature, top_p, 0)
+    torch.testing.assert_close(torch.stack([mean, var], -1), want[:, 1:].float(), atol=2e-5, rtol=1e-4)
+    assert torch.equal(logits, before)
 
-    from nanogrpo import dist
 
-    def z(rollouts, first=None):
-        dist.init("cpu")
-        torch.manual_seed(0)
-        policy = M.make_policy(str(warm_model_dir), torch.device("cpu"), torch.float32, 3, False)
-        opt = torch.optim.SGD(policy.parameters(), lr=0.0)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
-        cfg = update_check.config(max_sample_z=6.0, skip_zero_advantage=False, max_logprob_gap=0.0, gap_patience=3,
-                                  sampler="torch", exact_logprobs=False)
-        checked = parity.Checks(cfg, torch.float32, policy, 1)
-        checked.observed = checked.calibrate(first, rollouts)  # what before_update does, the ruling aside
-        grpo.step(policy, None, opt, sched, rollouts, cfg, 1, observe=checked.observed)
-        return checked.statistics()["sample_z"]
+def drawn_rollouts(model_dir, temperature, top_p, moments=True):
+    """48 completions of the tiny model, 24 tokens at most, with the sampler's calibration sums when `moments`."""
+    sampler = TorchSampler(str(model_dir))
+    prompts = [sampler.tokenizer.encode(q) for q in ("12+7=", "What is 30 + 45?", "3 4 5")]
+    groups = sampler.generate(prompts, 16, SamplingParams(24, temperature, top_p, seed=3, moments=moments))
+    return [(p, c) for p, g in zip(prompts, groups) for c in g]
 
-    update, first = update_check.fixed_rollouts(seed=0), update_check.fixed_rollouts(seed=1)
-    as_trained = z(first)
-    assert z(update, first=first) == pytest.approx(as_trained, rel=1e-5, abs=1e-6)
-    assert abs(z(update) - as_trained) > 0.1  # the update's own rollouts give another value
+
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.8, 0.9)])
+def test_the_samplers_sums_equal_the_trainers_forward(warm_model_dir, temperature, top_p):
+    """The sampler against the trainer: the calibration sums the PyTorch sampler reports with its draws
+    (Completion.calibration, no forward in the step) equal those of the trainer's forward over the same completions
+    (checks.forward_sums: what a sampler that reports none gets), up to the decode's rounding; without the ask
+    (SamplingParams.moments false) it reports none."""
+    drawn = drawn_rollouts(warm_model_dir, temperature, top_p)
+    batch = SimpleNamespace(first_draw=drawn)
+    dev, var = parity.drawn_sums(batch)
+    cfg = update_check.config(temperature=temperature, top_p=top_p)
+    rollouts = [grpo.Rollout(p, c.token_ids, c.logprobs, 1.0, False, 1.0) for p, c in drawn]
+    policy = M.Policy(M.load_model(warm_model_dir), chunk_size=64)
+    with torch.no_grad():
+        _, tokens, want_dev, want_var = parity.forward_sums(policy, grpo.make_batches(rollouts, 4, 0, cfg), cfg,
+                                                            torch.device("cpu"))
+    assert tokens == sum(len(c.token_ids) for _, c in drawn) > 100 and var > 10
+    assert dev == pytest.approx(want_dev, abs=1e-3) and var == pytest.approx(want_var, rel=1e-4)
+    assert all(c.calibration is None for _, c in drawn_rollouts(warm_model_dir, temperature, top_p, False))
+
+
+def test_the_check_reads_every_draw_of_the_step():
+    """What before_update sums: every completion the step drew (not the update's own, which skips the groups whose
+    rewards came out equal), and with dynamic sampling its first draw, kept or dropped."""
+    done = lambda cal: SimpleNamespace(calibration=cal)  # noqa: E731
+    flat = [([1], {}, done((1.0, 2.0))), ([1], {}, done((-3.0, 4.0)))]
+    batch = SimpleNamespace(problems=[], version=0, first_draw=[], flat=lambda: flat, for_check=lambda: None)
+    cfg = update_check.config(max_sample_z=6.0, max_logprob_gap=0.0, gap_patience=3, sampler="torch", exact_logprobs=False)
+    checked = parity.Checks(cfg, torch.float32, SimpleNamespace(hf=None), 1)
+    checked.before_update(0, batch, rollouts=[])
+    assert checked.sums == (-2.0, 6.0)
+    batch.first_draw = [([1], done((0.5, 1.0)))] * 3
+    checked.before_update(0, batch, rollouts=[])
+    assert checked.sums == (1.5, 3.0)
+    assert checked.statistics()["sample_z"] == pytest.approx(1.5 / math.sqrt(3.0))
 
 
 def test_the_gate_accumulates_shifts_and_not_noise():

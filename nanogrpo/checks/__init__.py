@@ -6,9 +6,9 @@ the run's (nanogrpo/checks/sampler.py). Every check is on by default; none chang
   the trainer asked for and pushed, exactly; the trainer rules on every rank's findings before the update (`rule`).
 - The gap gate (`GapGate`, `max_logprob_gap`): `gap_patience` steps in a row whose sampler/trainer log-prob gap is
   above the limit stop the run, naming the likely cause (`GapGate.cause`: precision, kernels or stale weights).
-- The calibration gate (`SampleGate`, `max_sample_z`): are the sampled tokens draws from the trainer's distribution?
-  Its statistic observes the update's forward (grpo.step's `observe`, a `Calibration`); the completions the update
-  skips are run forward here, without backward, before the update.
+- The calibration gate (`SampleGate`, `max_sample_z`): are the sampled tokens draws from the distribution the sampler
+  reports? The PyTorch sampler sums each draw's statistic as it draws (Completion.calibration: no forward here);
+  for a sampler that does not (vLLM) the step's completions are run forward here, without backward.
 - Reward values (`reward_values`): what a reward function returns, as the trainer may use it (rewards.py calls it).
 - Rewards alive (`ALL_NONE_STEPS`), a start with no signal (`NO_SIGNAL_STEPS`, a warning), updates that stayed
   non-finite (`NONFINITE_PATIENCE`), and the rollout queue's staleness invariant (nanogrpo/pipeline.py).
@@ -28,15 +28,15 @@ from torch.distributed.fsdp import FSDPModule
 
 from nanogrpo import dist, grpo
 from nanogrpo import model as M
-from nanogrpo.checks.sampler import (Calibration, CheckedSampler, LogprobGapError, SamplerPolicy,  # noqa: F401
-                                     StaleSamplerError, fingerprint, sampled_gap)
+from nanogrpo.checks.sampler import (CheckedSampler, LogprobGapError, SamplerPolicy, StaleSamplerError,  # noqa: F401
+                                     drawn_sums, fingerprint, forward_sums, sampled_gap)
 from nanogrpo import ConfigError
 from nanogrpo.sampler import unwrap
 
 
 class Checks:
-    """The run's checks, as the loop reaches them (train.py): `before_update` rules on the rollouts and returns the
-    update's observer, `statistics` is the step's check metrics (logged with the others), `after_step` stops a run
+    """The run's checks, as the loop reaches them (train.py): `before_update` rules on the rollouts and takes the
+    calibration sums, `statistics` is the step's check metrics (logged with the others), `after_step` stops a run
     that went wrong. Every rank calls each at the same place: they run collectives."""
 
     def __init__(self, cfg, dtype: torch.dtype, policy, pad_id: int, sampler=None, verdict: str = "the task's reward"):
@@ -44,7 +44,8 @@ class Checks:
         own): wrapped now in the sampler check, `self.sampler`, which the run generates with. `verdict`: the name of
         the reward that judges the answers (what an all-None run names)."""
         self.cfg, self.policy, self.pad_id, self.verdict = cfg, policy, pad_id, verdict
-        self.sampler = None if sampler is None else CheckedSampler(sampler, dtype, policy.hf, M.iter_full_params(policy))
+        self.sampler = None if sampler is None else CheckedSampler(sampler, dtype, policy.hf, M.iter_full_params(policy),
+                                                                   moments=bool(cfg.max_sample_z))
         self.gap_gate = GapGate(cfg.max_logprob_gap, cfg.gap_patience, dtype, cfg.sampler,
                                 sampler and sampler_dtype(sampler), cfg.exact_logprobs,
                                 sampler is None or self.sampler.on)  # split: the sampler ranks check theirs
@@ -52,53 +53,43 @@ class Checks:
         self.none_history: list[float] = []  # none_frac per step (ALL_NONE_STEPS)
         self.signal: list[float] = []  # zero_std_frac of this process's first steps (NO_SIGNAL_STEPS)
         self.skipped: list[int] = []  # updates_skipped per step (NONFINITE_PATIENCE)
-        self.observed: Calibration | None = None  # this step's calibration sums
+        self.sums: tuple[float, float] | None = None  # this step's calibration sums (Σ log p - E, Σ Var)
         self.seconds = 0.0  # this step's time in the checks (the sampler check's is in time_generate / time_sync)
         self.variance = math.inf  # this step's Σ Var[log p] (statistics), what the calibration gate divides by
 
-    def before_update(self, step: int, batch, rollouts: list) -> Calibration | None:
+    def before_update(self, step: int, batch, rollouts: list) -> None:
         """Before step `step`'s update of `rollouts` (sampled as `batch`): the sampler check's ruling over every rank
-        (`rule`), the queue's invariant, and the observer the update's forward feeds (None: the check is off, or
-        async_steps, whose rollout thread measures it with the weights that sampled: checks.sampled_gap)."""
+        (`rule`), the queue's invariant, and the calibration sums of the step's draws (async_steps: its rollout
+        thread takes them with the gap, checks.sampled_gap)."""
         t0, cfg = time.time(), self.cfg
         rule(step, batch.problems + (self.sampler.take_findings() if self.sampler else []))
         if step - batch.version > cfg.async_steps:  # the queue's invariant (nanogrpo/pipeline.py)
             raise RuntimeError(f"step {step + 1} got rollouts of weights version {batch.version}")
-        self.observed = None
+        self.sums = None
         if cfg.max_sample_z and not cfg.async_steps:
-            self.observed = self.calibrate(batch.for_check(), rollouts)
+            self.sums = drawn_sums(batch) or self.calibrate(batch.for_check() or rollouts)
         self.seconds = time.time() - t0
-        return self.observed
 
-    def calibrate(self, first: list | None, rollouts: list) -> Calibration:
-        """The observer of the update's forward, with what that forward will not see already added: the check reads
-        the draws unselected. The update skips the completions with A = 0 (`skip_zero_advantage`), those of groups
-        whose rewards came out equal: leaving them out selects the groups by what was sampled, and the rest look
-        flatter than draws (sample_z drifted to -0.5 per step on the default run). Dynamic sampling selects the
-        update's groups themselves, so the check then reads `first`, the step's first draw, and none of the update.
-        Their forward here, no backward, with the weights that sampled them (before the update)."""
-        cfg = self.cfg
-        sampling = (cfg.top_p, 0)
-        skip = cfg.beta == 0 and cfg.skip_zero_advantage
-        unrun = first if first is not None else [r for r in rollouts if skip and r.advantage == 0]
-        observer = Calibration(sampling if first is None else None)
+    def calibrate(self, drawn: list) -> tuple[float, float]:
+        """The calibration sums of a sampler that reports none with its draws (vLLM): a forward of all the step's
+        `drawn` completions, no backward, with the weights that sampled them (before the update). All of them: the
+        update's own are selected by what was sampled (it skips groups whose rewards came out equal, dynamic
+        sampling drops them), and the rest look flatter than draws (sample_z drifted to -0.5 per step)."""
         device = next(self.policy.parameters()).device
         with torch.no_grad():
-            looked = grpo.micro_batches(unrun, cfg, self.pad_id)
-            for b in looked:
-                lp, moments = grpo.batch_logprobs(self.policy, b, cfg.temperature, device, sampling=sampling)
-                observer(lp, moments, b.loss_mask.to(device))
+            looked = grpo.micro_batches(drawn, self.cfg, self.pad_id)
+            sums = forward_sums(self.policy, looked, self.cfg, device)[2:]
             if looked and isinstance(self.policy, FSDPModule):
                 self.policy.reshard()  # FSDP2's root stays gathered after a forward, for a backward that may not come
-        return observer
+        return sums
 
     def statistics(self) -> dict:
         """The step's check metrics: `sample_z` over every rank (a collective; async_steps: train.async_metrics's) and
-        `time_checks` (the ruling and the calibration forward)."""
+        `time_checks` (the ruling and the calibration sums)."""
         t0, out = time.time(), {}
         self.variance = math.inf
-        if self.observed is not None:
-            dev, self.variance = dist.all_reduce(torch.stack([self.observed.dev, self.observed.var])).tolist()
+        if self.sums is not None:
+            dev, self.variance = dist.all_reduce(torch.tensor(self.sums, dtype=torch.float64)).tolist()
             out["sample_z"] = dev / math.sqrt(self.variance) if self.variance > 0 else math.nan  # Σ log p - E / sqrt(Σ Var)
         elif not self.cfg.async_steps:
             out["sample_z"] = math.nan  # off: not computed

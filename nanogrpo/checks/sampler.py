@@ -49,6 +49,7 @@ is not. A mismatch stops the run at that step with `StaleSamplerError` naming th
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import torch
 import torch.nn as nn
@@ -98,51 +99,49 @@ class SamplerPolicy(nn.Module):
 @torch.no_grad()
 def sampled_gap(behaviour: SamplerPolicy, batch, cfg, pad_id: int, weights=None) -> tuple[float, ...]:
     """(sum, tokens, dev, var): |trainer forward - sampler| log-prob summed over the counted completion tokens of a
-    batch (async_steps, nanogrpo/pipeline.py), and their calibration sums (`SampleGate`: log p - E[log p] and Var[log p]
-    under the distribution the sampler draws from; 0, 0 with max_sample_z = 0), the forward run over `weights`: the
-    (name, tensor) copy of the trainer's weights this batch was sampled with (None: the ones both sides loaded). The gap
-    the gate reads then measures what it measures without async: what the sampler holds and computes against what the
-    trainer pushed, and not the updates made since the batch was sampled; so does the calibration. `behaviour` lends
-    the forward its modules (the sampler's). One micro-batch of the batch is enough for a gate whose limits are orders
-    of magnitude apart, and keeps the forward, which runs beside the update, a fraction of it."""
+    batch (async_steps, nanogrpo/pipeline.py), and its calibration sums (`SampleGate`: 0, 0 with max_sample_z = 0),
+    the sampler's own (`drawn_sums`) or else this forward's, run over `weights`: the (name, tensor) copy of the
+    trainer's weights this batch was sampled with (None: the ones both sides loaded). The gap the gate reads then
+    measures what it measures without async: what the sampler holds and computes against what the trainer pushed,
+    and not the updates made since the batch was sampled. `behaviour` lends the forward its modules (the
+    sampler's). One micro-batch of the batch is enough for a gate whose limits are orders of magnitude apart, and
+    keeps the forward, which runs beside the update, a fraction of it."""
     model = behaviour
     if weights is not None:
         dtype = next(behaviour.parameters()).dtype
         params = {f"policy.hf.{name}": t.to(dtype) for name, t in weights}
         model = lambda *a, **kw: torch.func.functional_call(behaviour, params, a, kw)  # noqa: E731
     rollouts = batch.for_check() or batch.for_update([0.0] * len(batch.total))  # dynamic sampling: the first draw
-    total = tokens = 0.0
-    calibration = Calibration((cfg.top_p, 0) if cfg.max_sample_z else None)
-    device = next(behaviour.parameters()).device
-    for b in grpo.make_batches(rollouts, cfg.micro_batch_size, pad_id, cfg, cfg.micro_batch_tokens)[:1]:
-        lp, moments = grpo.batch_logprobs(model, b, cfg.temperature, device, sampling=calibration.sampling)
+    b = grpo.make_batches(rollouts, cfg.micro_batch_size, pad_id, cfg, cfg.micro_batch_tokens)[:1]
+    drawn = drawn_sums(batch) if cfg.max_sample_z else (0.0, 0.0)
+    sums = forward_sums(model, b, cfg, next(behaviour.parameters()).device, with_moments=drawn is None)
+    return sums[:2] + (drawn or sums[2:])
+
+
+def drawn_sums(batch) -> tuple[float, float] | None:
+    """(Σ log p - E_q[log p], Σ Var_q[log p]) over every token the sampler drew for the step's completions (dynamic
+    sampling: its first draw, kept or dropped), as it reported them with each draw (Completion.calibration: the
+    PyTorch sampler's, of the distribution it was asked to draw from); None when it did not report them (vLLM)."""
+    drawn = [c.calibration for _, c in batch.first_draw] if batch.first_draw else [c.calibration for *_, c in batch.flat()]
+    return None if None in drawn else (sum(d for d, _ in drawn), sum(v for _, v in drawn))
+
+
+def forward_sums(model, batches: list, cfg, device, with_moments: bool = True) -> tuple[float, ...]:
+    """(gap sum, tokens, dev, var) of the micro-`batches` through `model`'s forward (no backward): the |model -
+    sampler| log-prob gap over their counted tokens and, `with_moments`, the calibration sums under the trainer's
+    distribution at the sampling settings (logprobs.sampling_moments), for a sampler that reports none."""
+    sums = torch.zeros(4, dtype=torch.float64)
+    for b in batches:
+        lp, moments = grpo.batch_logprobs(model, b, cfg.temperature, device,
+                                          sampling=(cfg.top_p, 0) if with_moments else None)
         mask = b.loss_mask.to(device)
-        total += ((lp - b.sampler_logp.to(device)).abs() * mask).sum().item()
-        tokens += mask.sum().item()
-        if calibration.sampling:
-            calibration(lp, moments, mask)
-    return total, tokens, calibration.dev.item(), calibration.var.item()
-
-
-class Calibration:
-    """The sums of the sampler's calibration statistic over a step's draws (nanogrpo/checks SampleGate): log p - E[log p]
-    and Var[log p] of each sampled token under the distribution the sampler draws from (`sampling` = (top_p, top_k):
-    what a forward computes the moments for, logprobs.sampling_moments). grpo.step passes it each first-pass
-    forward's log-probs and moments when it is given one (the observer of the update's forward); the checks layer
-    runs what the update does not run itself (nanogrpo/checks `Checks.before_update`)."""
-
-    def __init__(self, sampling: tuple[float, int] | None):
-        self.sampling = sampling  # None: the update's forward computes nothing for it
-        self.dev = torch.zeros((), dtype=torch.float64)
-        self.var = torch.zeros((), dtype=torch.float64)
-
-    def __call__(self, logp: torch.Tensor, moments: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Add a forward's sampled tokens (`moments` (..., 3): the entropy, E, Var; `mask` the counted tokens);
-        returns the entropy, what the forward gives without the check."""
-        ent, expected, var = moments.unbind(-1)
-        self.dev += ((logp - expected) * mask).sum().double().cpu()
-        self.var += (var * mask).sum().double().cpu()
-        return ent
+        sums[0] += ((lp - b.sampler_logp.to(device)).abs() * mask).sum().double().cpu()
+        sums[1] += mask.sum().double().cpu()
+        if with_moments:
+            _, expected, var = moments.unbind(-1)
+            sums[2] += ((lp - expected) * mask).sum().double().cpu()
+            sums[3] += (var * mask).sum().double().cpu()
+    return tuple(sums.tolist())
 
 
 # ---- the sampler check: what the sampler holds and used, against what the trainer pushed and asked for ----
@@ -192,8 +191,10 @@ class CheckedSampler:
     the wrapped sampler's. Off for a sampler that cannot report (no `held_weights` / `used`: a user's own); the gap
     gate then reads the gap's history instead."""
 
-    def __init__(self, sampler, dtype: torch.dtype, hf: nn.Module, weights):
+    def __init__(self, sampler, dtype: torch.dtype, hf: nn.Module, weights, moments: bool = False):
+        """`moments`: ask the sampler for each draw's calibration sums (SamplingParams.moments: max_sample_z)."""
         self.sampler = sampler  # what it wraps: sampler.unwrap sees through it
+        self.moments = moments
         self.inner = unwrap(sampler)
         self.tools = self.inner is not sampler  # its later rounds extend the prompts: the trainer's must start them
         self.on = hasattr(self.inner, "held_weights") and hasattr(self.inner, "used")
@@ -216,7 +217,7 @@ class CheckedSampler:
     def generate(self, prompts: list[list[int]], n: int, params, *progress):
         """The wrapped sampler's completions; what it used and held that the trainer did not ask for or push is
         kept in `findings` (this rank only, no collective: the rollout thread of async_steps may call it)."""
-        groups = self.sampler.generate(prompts, n, params, *progress)
+        groups = self.sampler.generate(prompts, n, replace(params, moments=self.moments), *progress)
         self.findings += self.problems_after(prompts, n, params)
         return groups
 

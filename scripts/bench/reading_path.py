@@ -70,7 +70,7 @@ CHECKS = {  # what validates or checks, in files the core also reads
     "nanogrpo/sampler.py": {"SamplingParams.check", "check_request", "Used"},
     "nanogrpo/torch_sampler.py": {"TorchSampler.held_weights"},
     "nanogrpo/grpo.py": {"Rollout.__post_init__"},
-    "nanogrpo/logprobs.py": {"sampling_moments"},
+    "nanogrpo/logprobs.py": {"sampling_moments", "logp_moments"},
     "nanogrpo/rewards.py": {"check_user_calls"},
     "nanogrpo/rollout.py": {"StepRollouts.for_check"},
 }
