@@ -70,9 +70,7 @@ def save(out_dir: str, step: int, policy, optimizer, scheduler, tokenizer, train
          rank_state: dict | None = None, model: str = "") -> Path:
     """Write checkpoint `step` (all ranks call this). `trainer_state` holds small picklable state (rank 0's);
     `rank_state` this rank's own (async_steps: its queued rollouts), beside its RNG state (read by `rank_state`);
-    `model`: the model directory the run was started from (config key `model`), for `check_resume`.
-    A failed write (a full disk) or a weight that is not finite raises CheckpointError on every rank and leaves
-    no partial checkpoint (each write below is agreed on by every rank: nanogrpo/manifest.py)."""
+    `model`: the model directory the run was started from (config key `model`), for `check_resume`."""
     root = Path(out_dir) / "checkpoints"
     final, tmp = root / f"step_{step:06d}", root / f".tmp_step_{step:06d}"
     writing = Writing(out_dir, step, tmp)
@@ -257,12 +255,8 @@ def rank_state(ckpt: Path | None) -> dict:
 
 
 def resume(ckpt: Path | None, policy, optimizer, scheduler, stream) -> int:
-    """Restore optimizer, scheduler, RNG and the prompt stream's position into objects built from the
-    checkpoint's weights; returns the step to continue from (0 when there is no checkpoint).
-
-    The model weights themselves are loaded by building the policy from `ckpt` (an HF directory).
-    train.py and sft.py both resume through here.
-    """
+    """Restore optimizer, scheduler, RNG and the prompt stream's position into objects built from the checkpoint's
+    weights (the policy is built from `ckpt`, an HF directory); returns the step to continue from (0: none)."""
     if ckpt is None:
         return 0
 

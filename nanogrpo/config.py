@@ -289,10 +289,6 @@ class Applies:
     instead: str  # what to set instead
 
 
-def _float32(c: Config) -> bool:  # dtype = auto is float32 on the CPU (torch_dtype)
-    return c.dtype == "float32" or (c.dtype == "auto" and c.device == "cpu")
-
-
 # Which knob applies in which configuration: a knob set away from its default that the chosen configuration ignores
 # is refused (principle: a user porting a recipe must not believe a knob is in force). Generated into docs/grpo.md
 # ("Knobs that need another knob", `applies_markdown`); tests/test_config.py refuses every row. Keys not listed act
@@ -323,7 +319,8 @@ APPLIES = (
     Applies(("lm_head_fp32",), "sampler=torch", lambda c: c.sampler == "torch", ("sampler",),
             "vLLM computes its lm_head in the model dtype: the two sides would differ by more than without it; "
             "set sampler=torch"),
-    Applies(("lm_head_fp32",), "dtype=bfloat16 or float16", lambda c: not _float32(c), ("dtype", "device"),
+    Applies(("lm_head_fp32",), "dtype=bfloat16 or float16",  # dtype = auto is float32 on the CPU (torch_dtype)
+            lambda c: c.dtype != "float32" and (c.dtype, c.device) != ("auto", "cpu"), ("dtype", "device"),
             "in float32 the lm_head already runs in fp32, and dtype = auto is float32 on the CPU: set dtype=bfloat16"),
     Applies(("vllm_gpu_memory_utilization", "vllm_kv_cache_gb"), "sampler=vllm", lambda c: c.sampler == "vllm",
             ("sampler",), "they size vLLM's memory; the PyTorch sampler has no such budget: set sampler=vllm"),

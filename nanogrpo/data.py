@@ -21,8 +21,7 @@ from nanogrpo import files
 from nanogrpo.answer import closing_brace
 
 
-# ----------------------------------------------------------------------------------------------
-# Loading files and normalising rows.
+# ---- loading files and normalising rows
 
 
 class DataError(ValueError):
@@ -241,8 +240,7 @@ def load_rows(source: str, kind: str = "math", split: str = "train", n: int | No
     return rows[:n] if n is not None else rows
 
 
-# ----------------------------------------------------------------------------------------------
-# Prompt text.
+# ---- prompt text
 
 DEFAULT_MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 # code rows (they have tests): the reward runs the last fenced block of the row's language
@@ -263,11 +261,8 @@ def default_instruction(row: dict) -> str:
         return DEFAULT_CODE_INSTRUCTION.format(language=row.get("language") or "python")
     return DEFAULT_MATH_INSTRUCTION
 
-# eval.py's math prompt (aime24, math500, amc23, gsm8k; nanogrpo/tasks/benchmarks.py takes it from here).
-# Source: lighteval's MATH query template, which open-r1 uses for its AIME 2024 / MATH-500 evaluations
-# of DeepSeek-R1-style models (lighteval `math_500`/`aime24` tasks, originally the template of OpenAI's
-# simple-evals). We use it for GSM8K and AMC 2023 too (our choice:
-# lighteval's own gsm8k task is a few-shot base-model prompt, which chat models answer poorly).
+# eval.py's math prompt (aime24, math500, amc23, gsm8k; nanogrpo/tasks/benchmarks.py takes it from here), word for
+# word. Source: lighteval's MATH query template (its `math_500` / `aime24` tasks); why GSM8K and AMC too: docs/eval.md.
 MATH_TEMPLATE = (
     "Solve the following math problem efficiently and clearly.  The last line of your response should be "
     "of the following format: 'Therefore, the final answer is: $\\boxed{ANSWER}$. I hope it is correct' "
@@ -321,8 +316,7 @@ def encode_prompt(row: dict, tokenizer, template: str = "raw", **kw) -> list[int
     return tokenizer(text, add_special_tokens=(template == "raw"))["input_ids"]
 
 
-# ----------------------------------------------------------------------------------------------
-# Per-step, per-rank prompt batches that resume exactly.
+# ---- per-step, per-rank prompt batches that resume exactly
 
 
 @dataclass

@@ -45,8 +45,7 @@ class ContextError(ValueError):
     """A task whose longest prompt leaves the model no room to answer (raised before the model is loaded)."""
 
 
-# ----------------------------------------------------------------------------------------------
-# The trainers' held-out accuracy (train.py, sft.py): a Config's prompts, rewards and sampler
+# ---- the trainers' held-out accuracy (train.py, sft.py): a Config's prompts, rewards and sampler
 
 
 def heldout_rows(cfg) -> list[dict]:
@@ -94,23 +93,20 @@ def heldout_accuracy(sampler, tokenizer, rows: list[dict], cfg, prefilled_think:
 def prompt_ids(task: Task, row: dict, tokenizer, tool_cfg: tools.ToolConfig | None = None) -> tuple[list[int], bool]:
     """Token ids of the prompt, and whether the chat template ended it with `<think>` (R1-Distill).
     With tools, a chat model's system message also says how to run code (tools.system_prompt)."""
+    chat = bool(getattr(tokenizer, "chat_template", None))
     if task.template:  # a training task: the trainer's prompt, in its template (raw without a chat template)
-        template = task.template if getattr(tokenizer, "chat_template", None) else "raw"
+        template = task.template if chat else "raw"
         system = tools.system_prompt(tool_cfg) if tool_cfg is not None and template != "raw" else None
-        text = data.format_prompt(row, tokenizer, template, system_prompt=system)
-        return tokenizer(text, add_special_tokens=template == "raw")["input_ids"], text.rstrip().endswith("<think>")
-    system = task.system_prompt or ""  # the task's system message, if any, then the user prompt
-    if tool_cfg is not None and getattr(tokenizer, "chat_template", None):
-        system = tools.system_prompt(tool_cfg, system)
-    messages = [{"role": "system", "content": system}] if system else []
-    messages.append({"role": "user", "content": task.user_prompt(row)})
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    else:  # a base model: system and user text, one after the other
-        text = "\n\n".join(m["content"] for m in messages)
-        ids = tokenizer(text)["input_ids"]
-    return ids, text.rstrip().endswith("<think>")
+        text, special = data.format_prompt(row, tokenizer, template, system_prompt=system), template == "raw"
+    else:  # the task's system message, if any, then the user prompt (a base model: one text after the other)
+        system = task.system_prompt or ""
+        if tool_cfg is not None and chat:
+            system = tools.system_prompt(tool_cfg, system)
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": task.user_prompt(row)})
+        text, special = (tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) if chat
+                         else "\n\n".join(m["content"] for m in messages)), not chat
+    return tokenizer(text, add_special_tokens=special)["input_ids"], text.rstrip().endswith("<think>")
 
 
 def context_length(model_dir: str) -> int:

@@ -120,8 +120,7 @@ def write_new(path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-# ----------------------------------------------------------------------------------------------
-# Files a run owns: the first line says so
+# ---- files a run owns: the first line says so
 
 
 MARK = "# written by nanogrpo"  # the first line of a config.toml a run writes; a file without it is the user's
@@ -154,8 +153,7 @@ def write_owned(path, text: str, what: str) -> None:
     write_atomic(path, f"{MARK}: {what}\n{text}")
 
 
-# ----------------------------------------------------------------------------------------------
-# JSON within bounds
+# ---- JSON within bounds
 
 
 MAX_JSON_DEPTH = 100  # arrays and objects inside each other; deeper data is refused (nothing here nests that far)

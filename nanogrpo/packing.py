@@ -1,11 +1,6 @@
-"""The micro-batches of an update: which sequences go together, and their tensors (`Batch`).
-
-Padded (`micro_batch_tokens = 0`): right-padded rows, `micro_batch_size` sequences each. Packed
-(`micro_batch_tokens > 0`): one row holding several prompt+completion sequences back to back (no
-padding), position ids restarting at 0 at every sequence start, which is how the attention (the
-trainer's per-sequence SDPA, flash-attn varlen; nanogrpo/model.py) keeps sequences apart; `plan`
-decides the grouping. Which completions count and their weights are the algorithm's (grpo.make_batches
-passes them in); this file only lays them out. sft.py packs its examples with `plan` too.
+"""The micro-batches of an update: which sequences go together (`plan`, sft.py's packing too), and their tensors
+(`Batch`, padded or packed). Which completions count and their weights are the algorithm's (grpo.make_batches
+passes them in); this file only lays them out.
 """
 
 from __future__ import annotations
@@ -16,13 +11,9 @@ import torch
 
 
 def plan(lengths: list[int], budget: int) -> list[list[int]]:
-    """Group sequence indices into micro-batches of at most `budget` tokens each (first-fit decreasing).
-
-    Longest first, each into the first micro-batch with room: few micro-batches, filled evenly. A
-    sequence longer than the budget gets a micro-batch of its own (a sequence is never split: its
-    tokens attend to each other). Indices keep their original order inside each micro-batch, so the
-    layout is deterministic for a given list of lengths.
-    """
+    """Group sequence indices into micro-batches of at most `budget` tokens each (first-fit decreasing: few
+    micro-batches, filled evenly). A sequence longer than the budget gets one of its own (a sequence is never split:
+    its tokens attend to each other). Indices keep their order inside each, so the layout is deterministic."""
     if budget < 1:
         raise ValueError(f"token budget must be >= 1, got {budget}")
     if any(n < 1 for n in lengths):
@@ -49,8 +40,8 @@ class Batch:
     Padded (`micro_batch_tokens = 0`): one right-padded prompt + completion row per rollout; the loss
     tensors are (B, T-1) and index t is the prediction of token t+1.
     Packed (`micro_batch_tokens > 0`): a single row (B = 1) holding N sequences back to back, no
-    padding, `position_ids` restarting at 0 per sequence and no attention mask (the model then keeps
-    attention inside each sequence); the loss tensors are (N, L), one row per completion.
+    padding, `position_ids` restarting at 0 per sequence and no attention mask (the model's per-sequence
+    attention keeps them apart: nanogrpo/model.py); the loss tensors are (N, L), one row per completion.
     In both, only the K completion tokens go through the lm_head (prompt and padding positions need
     no log-prob): `positions` says where they are predicted in the model's flattened (B*(T-1))
     outputs, `dest` where each lands in the flattened loss layout.

@@ -1,20 +1,13 @@
 """A tool session's cells, run through the sandbox pool (nanogrpo/tools.py runs the tool loop).
 
-One session per rollout, kept by replay on either backend of the pool (local bubblewrap or E2B): each
-call runs, in a fresh sandboxed interpreter, the tools file and every earlier cell of the rollout with
-their output discarded, then the new cell with its output kept. Replay needs no long-lived process per
-rollout (none to leak or kill; the pool stays the one place that runs untrusted code, and its one E2B
-client and event loop the only ones), and it is exact for deterministic code: `random` is seeded the
-same way in every replay, and str hashes (set order) by a PYTHONHASHSEED fixed per rollout. What does
-not carry over: wall-clock time, files written outside the job directory, cells that timed out (not
-replayed, or every later call would time out too) and a cell that ended its interpreter (the session
-restarts, as a notebook kernel does, and the model is told). The cost is CPU growing with the number of
-calls (at most `max_tool_calls`). Each cell it runs has `tool_timeout_s` of wall clock (a cell past it is a
-timeout, shown to the model), and the call `tool_timeout_s` of CPU per cell. The wall clock is the replay's
-SIGALRM, and the runner's (the parent's): the replay announces each cell on its stderr, and the runner ends the
-execution STEP_GRACE_S past a cell's limit, so a cell that ignores, handles or blocks SIGALRM is a timeout too.
-After a timeout of either kind the next call replays the cells that did not time out: what the timed-out cell
-did is gone.
+One session per rollout, kept by replay on either backend of the pool (local bubblewrap or E2B): each call runs,
+in a fresh sandboxed interpreter, the tools file and every earlier cell of the rollout with their output
+discarded, then the new cell with its output kept (why replay, what does not carry over, and the cost:
+docs/tools.md). Exact for deterministic code: `random` is seeded the same way in every replay, and str hashes by
+a PYTHONHASHSEED fixed per rollout. A cell that ended its interpreter restarts the session, as a notebook kernel
+does, and the model is told. Each cell has `tool_timeout_s` of wall clock, by the replay's SIGALRM and by the
+runner (STEP_GRACE_S later, for a cell that dodges its SIGALRM); the next call replays the cells that did not
+time out.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """Per-execution confinement, applied by runner.py in the forked child before it drops to the untrusted uid
 (stdlib only: it runs inside the sandbox next to runner.py).
 
-The slot's bwrap namespaces live as long as the slot; these live as long as one execution:
-
-- a fresh IPC namespace: SysV shm / message queues / semaphores and POSIX message queues start empty and
-  are destroyed with the execution's last process, so nothing passes from one execution to the next;
-- a fresh mount namespace with a private, size-capped tmpfs on /dev/shm (multiprocessing's semaphores and
-  shared memory live there), gone with the execution;
-- SysV limits in that IPC namespace, so memory pinned there (which RLIMIT_AS does not see once unmapped)
-  is capped too;
-- a fresh pid namespace: pids start afresh (the counter carries nothing to the next execution), the
-  program sees no other process, and when the execution ends every process left in it dies;
-- its own /proc, showing only the program's own processes and none of the machine-wide files (kernel
-  command line, load, memory, mounts of other processes).
-
-The system-call filters are in seccomp.py.
+The slot's bwrap namespaces live as long as the slot; these live as long as one execution: fresh IPC, mount and
+pid namespaces, a private size-capped /dev/shm, SysV limits, and its own /proc (what each keeps from the next
+execution: docs/sandbox.md, "per execution"). The system-call filters are in seccomp.py.
 """
 import ctypes
 import errno

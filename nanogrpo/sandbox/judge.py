@@ -45,10 +45,6 @@ TIME_LIMIT_S = (0.0, 600.0)
 MEMORY_LIMIT_MB = (16, 1 << 20)
 
 
-def _number_in(v, lo, hi) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and lo < v <= hi)
-
-
 def _problem_defects(p: dict) -> list[str]:
     defects = []
     lang, mode = p.get("language", "python"), p.get("mode", "stdio")
@@ -61,7 +57,9 @@ def _problem_defects(p: dict) -> list[str]:
     if mode in ("call", "assert") and not (isinstance(p.get("fn_name"), str) and p.get("fn_name")):
         defects.append(f"mode {mode!r} needs 'fn_name'" + (" (the entry point)" if mode == "assert" else ""))
     for key, (lo, hi) in (("time_limit_s", TIME_LIMIT_S), ("memory_limit_mb", MEMORY_LIMIT_MB)):
-        if p.get(key) is not None and not _number_in(p[key], lo, hi):
+        v = p.get(key)
+        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                  and lo < v <= hi):
             defects.append(f"'{key}' must be a number in ({lo:g}, {hi:g}], got {p[key]!r}")
     tests = p.get("tests")
     if not isinstance(tests, list) or not tests:
@@ -209,12 +207,6 @@ def _kept(res: ExecResult, opts: JudgeOptions) -> ExecResult:
 
 
 # -- running ---------------------------------------------------------------------------------
-def _limits(problem: dict, opts: JudgeOptions) -> Limits:
-    tl = float(problem.get("time_limit_s") or 6)
-    return Limits(cpu_s=tl, wall_s=opts.wall_factor * tl + 1, mem_mb=int(problem.get("memory_limit_mb") or 1024),
-                  out_bytes=opts.out_bytes)
-
-
 def _graded(res: ExecResult, ok: bool) -> ExecResult:
     if res.status != "ok":
         return res
@@ -241,11 +233,7 @@ async def _prepare(session, code: str, problem: dict, opts: JudgeOptions, lim: L
 def _reward(results: list[ExecResult], n_tests: int, opts: JudgeOptions) -> Verdict:
     passed = sum(r.status == "passed" for r in results)
     first_bad = next((r.status for r in results if r.status != "passed"), "passed")
-    if opts.binary:
-        reward = 1.0 if passed == n_tests else 0.0
-    else:
-        reward = passed / n_tests
-    return Verdict(reward, results, first_bad)
+    return Verdict(float(passed == n_tests) if opts.binary else passed / n_tests, results, first_bad)
 
 
 async def judge(session, code: str | None, problem: dict, opts: JudgeOptions | None = None) -> Verdict:
@@ -254,12 +242,13 @@ async def judge(session, code: str | None, problem: dict, opts: JudgeOptions | N
     tests = problem["tests"]
     if not code:  # no code block in the completion: a real 0
         return Verdict(0.0, [], "no_code")
-    lim = _limits(problem, opts)
+    tl = float(problem.get("time_limit_s") or 6)
+    lim = Limits(cpu_s=tl, wall_s=opts.wall_factor * tl + 1, mem_mb=int(problem.get("memory_limit_mb") or 1024),
+                 out_bytes=opts.out_bytes)
     mode = problem.get("mode", "stdio")
     results: list[ExecResult] = []
     if mode == "assert":
-        results.append(_kept(await _judge_assert(session, code, problem, lim, opts), opts))
-        return _reward(results, 1, opts)
+        return _reward([_kept(await _judge_assert(session, code, problem, lim, opts), opts)], 1, opts)
     if mode == "stdio":
         prep = await _prepare(session, code, problem, opts, lim)
         if isinstance(prep, ExecResult):

@@ -417,7 +417,10 @@ class Supervised:
 
     def finish(self):
         """(wait status, CPU seconds, reported), once the program has ended; the supervisor exits right after."""
-        got = read_report(self.report)
+        try:
+            got = os.read(self.report, REPORT.size)
+        finally:
+            os.close(self.report)
         _, status, ru = os.wait4(self.pid, 0)
         if len(got) == REPORT.size:
             return *REPORT.unpack(got), True
@@ -558,13 +561,6 @@ def run_program(spec, fds, uid):
         os.execve(exe, argv, spec["env"])
     except OSError as e:
         report_exec_error(exc_w, e, sandbox=not argv[0].startswith("./"))
-
-
-def read_report(fd):
-    try:
-        return os.read(fd, REPORT.size)
-    finally:
-        os.close(fd)
 
 
 class Direct:

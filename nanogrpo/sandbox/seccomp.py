@@ -2,14 +2,12 @@
 
 Two classic-BPF filters, x86_64 and aarch64 only (elsewhere: none, see docs/sandbox.md):
 
-- the deny filter (`seccomp_program`, installed by the program's process itself just before it execs):
-  calls that would take memory no limit sees, open a channel through the files every slot shares, or leave
-  the execution's namespaces fail with an errno; every other call runs. Not an allow-list.
+- the deny filter (`seccomp_program`, installed by the program's process itself just before it execs): the
+  RULES' calls fail with an errno; every other call runs. Not an allow-list.
 - the budget (`Budget`, installed by the execution's supervisor before it forks the program): every pipe and
-  socket the execution creates, in any of its processes, is counted against `Limits.pipes` / `Limits.sockets`
-  by the supervisor (SECCOMP_RET_USER_NOTIF), which lets it through or answers EMFILE. Per-object caps (a pipe
-  stays at 64 KB, a socket's buffer at the kernel's default) times these counts bound the kernel buffers an
-  execution can fill, whatever it does with its file descriptors (RLIMIT_NOFILE is per process).
+  socket the execution creates is counted by the supervisor (SECCOMP_RET_USER_NOTIF), which lets it through or
+  answers EMFILE; with the per-object caps this bounds the kernel buffers an execution can fill.
+What each refuses and why: docs/sandbox.md, "per execution" and "system-call filter".
 """
 import ctypes
 import errno

@@ -85,15 +85,9 @@ class Task:
 # Default n as open-r1 reports (AIME 64, MATH-500 4, LiveCodeBench 16). AMC 2023: 16, its 40 problems are
 # as noisy as AIME's 30. GSM8K and HumanEval: 1 (large or easy enough that one sample per problem is stable).
 DEFAULT_N = {"aime24": 64, "math500": 4, "amc23": 16, "gsm8k": 1, "humaneval": 1, "lcb": 16}
-# max_new_tokens on CPU when none is asked for (on GPU: the reference budget, nanogrpo/evaluate.py's
-# MAX_NEW_TOKENS_CAP, which reasoning models need). From the reference solutions in the committed files, in
-# SmolLM2's tokens: the 99th percentile x 1.5 (a model spends more words on the same steps: SmolLM2-135M-Instruct's
-# GSM8K answers average 196 tokens where the references average 127, docs/eval.md), rounded up to a multiple
-# of 256. p99: gsm8k 287, math500 875, aime24 4283, humaneval 472 (the canonical solution with its signature
-# and docstring, as the EvalPlus prompt asks for a whole script). amc23's file has no solutions: MATH-500's
-# level-5 problems (competition problems of that level) have p99 875, so math500's value. lcb exports carry no
-# solutions: 2048 is a judgement (longer programs than HumanEval's), not a measurement. Checked by
-# tests/test_eval_progress.py where the SmolLM2 tokenizer is present; docs/eval.md "Sampling defaults".
+# max_new_tokens on CPU when none is asked for (on GPU: evaluate.MAX_NEW_TOKENS_CAP): the reference solutions'
+# 99th percentile in SmolLM2's tokens x 1.5, rounded up to a multiple of 256 (each figure and its source:
+# docs/eval.md "Sampling defaults"; checked by tests/test_eval_progress.py where the SmolLM2 tokenizer is present).
 CPU_MAX_NEW_TOKENS = {"aime24": 6656, "math500": 1536, "amc23": 1536, "gsm8k": 512, "humaneval": 768, "lcb": 2048}
 CUSTOM_CPU_MAX_NEW_TOKENS = 1536  # NAME=PATH / NAME=hub sets of other names: general math, as math500
 # Benchmarks whose answers are whole numbers are scored as the `number` reward scores them: the number itself,

@@ -212,12 +212,8 @@ def heldout_rows(spec: str, n: int) -> list[dict]:
             raise ValueError(f"{spec!r}: {src.name} gave {len(got)} distinct held-out questions in "
                              f"{want * HELDOUT_SCAN} draws, {want} asked: its settings leave too few questions "
                              "(ask for fewer held-out rows, or widen the settings)")
-    taken = {s.name: 0 for s in sources}
-    rows = []
-    for k, src in enumerate(picks):
-        rows.append(_row(src, out_of[src.name][taken[src.name]], "test", k))
-        taken[src.name] += 1
-    return rows
+    taken = {name: iter(got) for name, got in out_of.items()}  # each dataset's rows in seed order
+    return [_row(src, next(taken[src.name]), "test", k) for k, src in enumerate(picks)]
 
 
 def rows(spec: str, split: str, n: int, seed: int = 0) -> list[dict]:
