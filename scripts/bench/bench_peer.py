@@ -29,7 +29,7 @@ What is the same on both sides (a recipe is a config file plus overrides; both r
 - group size, prompts per step, max new tokens, temperature, top_p, seed, fp32 on CPU, attention sdpa.
 What differs, by design of each system: nanogrpo samples with its own sampler (`sampler` in the config: the PyTorch
 KV-cache sampler on CPU), TRL with transformers' `generate` (its CPU path; `--trl-vllm` where vLLM runs); nanogrpo
-runs its checks (the sampler check after every generate, the calibration forward), TRL has none; nanogrpo's update
+runs its checks (the sampler check after every generate, the calibration sums), TRL has none; nanogrpo's update
 skips completions whose advantage is 0 (the same gradient). Dynamic sampling is off on both sides (TRL has none).
 The sampled tokens differ (two random streams), so held-out accuracy is compared over seeds, not per step.
 
