@@ -1,10 +1,6 @@
-"""E2B backend: the same worker interface as local.py, on long-lived E2B cloud sandboxes.
-
-One E2B sandbox per pool slot, created once and reused (creating one per program is rate-limited);
-the pool closes and recreates it after any error. Each execution uploads a request and runs
-runner.py `once` in it as root, which drops the program to a non-root uid with the same rlimits,
-timeouts and verdict rules as the local backend. The only file that imports e2b (lazily).
-Tested here only at its boundary, with a fake client: see docs/sandbox.md.
+"""E2B backend: the same worker interface as local.py, on long-lived E2B cloud sandboxes (one per pool slot),
+each execution `runner.py once` in it as root. The only file that imports e2b (lazily). How it runs and what was
+tested (its boundary only, with a fake client): docs/sandbox.md, "E2B backend".
 """
 import asyncio
 import itertools

@@ -201,9 +201,8 @@ MAX_NEED_CHARS, MAX_PENDING_OPS = 4 << 20, 100_000
 
 
 class Pending:
-    """What an unanswered call returns while discovering: equal to, less and greater than anything, true,
-    empty, zero as a number, itself under arithmetic, indexing, attributes and calls. Only what the checks do
-    with it decides which calls they make next; no verdict is ever read from a run that used one."""
+    """What an unanswered call returns while discovering (what it equals and does: docs/sandbox.md, `assert`). Only
+    what the checks do with it decides which calls they make next; no verdict is ever read from a run that used one."""
     ops = 0
 
     def _op(self, *args, **kwargs):

@@ -336,10 +336,8 @@ def _left(lim: Limits, used_s: float, opts: JudgeOptions) -> Limits:
 
 
 async def _judge_assert(session, code, problem, lim, opts) -> ExecResult:
-    """The checks never run next to the program: each turn runs the program on the calls the checks need, then
-    the checks on every answer so far; passed when they run to the end on answers alone. Every execution starts
-    in an emptied directory, so the program never finds the test file or anything the checks left. The
-    program's turns share one time limit, as its calls did in one execution; so do the checks' turns."""
+    """The program and the checks take turns, each execution in an emptied directory; passed when the checks run to
+    the end on answers alone. The program's turns share one time limit; so do the checks' (docs/sandbox.md)."""
     checks = {"harness.py": HARNESS_SRC, "starter.py": problem.get("starter_code") or "",
               "test.py": problem["tests"][0]["input"], "entry.json": json.dumps({"entry_point": problem["fn_name"]})}
     runs, need = await _first_turn(session, checks, lim, opts)

@@ -314,12 +314,9 @@ def run_exec(req, uid, launcher=None):
 
 
 class Steps:
-    """A program that announces its steps (limits `step_mark`, `step_s`, `steps`): each line on its stderr that
-    starts with step_mark starts a step, which gets step_s of wall clock from the moment the runner reads the
-    line; past it the program is stopped as at the wall deadline (a timeout). The replayed tool cells
-    (nanogrpo/sandbox/cells.py) announce each cell: a cell that ignores or blocks its own SIGALRM is ended here,
-    not at the wall backstop. Only the first `steps` announcements count, so a program that writes more of them
-    itself gets at most steps x step_s."""
+    """A program that announces its steps (limits `step_mark`, `step_s`, `steps`; the replayed tool cells do):
+    each stderr line starting with step_mark starts a step with step_s of wall clock from when the runner reads it,
+    past which the program is stopped as a timeout. Only the first `steps` count (docs/tools.md, "Time")."""
 
     def __init__(self, lim):
         self.step_s = float(lim.get("step_s") or 0)
