@@ -175,9 +175,7 @@ class SandboxPool:
             return
         self._closed = True
         if self._started:
-            workers = []
-            while not self._free.empty():
-                workers.append(self._free.get_nowait())
+            workers = [self._free.get_nowait() for _ in range(self._free.qsize())]
 
             async def close_all():
                 await asyncio.gather(*[w.close() for w in workers], return_exceptions=True)
