@@ -158,6 +158,15 @@ def test_bench_checkpoint_prints_its_row():
     assert row[1].strip() == "tiny-arithmetic" and float(row[4]) > 0 and float(row[5]) > 0
 
 
+@pytest.mark.slow  # two generate calls and a fingerprint pass of the tiny model, ~5 s
+def test_bench_checks_prints_the_checks_cost_beside_what_they_ride_on():
+    """The sums on and off draw the same tokens (the script asserts it), and the table has its row."""
+    r = run_script("scripts/bench/bench_checks.py", "models/tiny-arithmetic", "--rounds", "2")
+    assert r.returncode == 0, r.stderr[-2000:]
+    row = [float(x) for x in r.stdout.strip().splitlines()[-1].strip("| ").split(" | ")]
+    assert len(row) == 6 and all(x > 0 for x in row) and row[5] == pytest.approx(2 * row[4], abs=2e-3)
+
+
 @pytest.mark.slow
 def test_bench_learning_tables_the_runs_that_finished_when_one_fails(tiny_model_dir, tmp_path):
     """A failed run (here a seed past the config's range, refused at once) stops new runs, but the ones already going
