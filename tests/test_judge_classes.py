@@ -43,6 +43,20 @@ WRONG = [
     ("\\boxed{4.5 \\text{ million}}", "4.5"),
     # `!` is factorial
     ("\\boxed{5!}", "5"),
+    # letters after a number are the answer unless a listed unit or a spaced word (a count noun)
+    ("\\boxed{8pq}", "8"),
+    ("\\boxed{8 pq}", "8"),
+    ("\\boxed{8xyz}", "8"),
+    ("\\boxed{8 pencils}", "9"),
+    # a correction that is only operands ("3 more than 53") states no new answer: the statement stands
+    ("The answer is 56. Actually, 3 more than 53.", "53"),
+    ("\\boxed{9 x 4 = 35}", "35"),
+    ("The answer is triple 15, i.e. 45.", "15"),
+    ("\\boxed{31 \\longleftrightarrow 30}", "30"),
+    ("The answer is 20. Actually, 24.", "20"),
+    # a number gold is written with numeric commands only (`\\because` between two numbers says something else)
+    ("\\boxed{9 \\because 8}", "8"),
+    ("\\boxed{\\alpha}", "8"),
 ]
 
 WRONG_MATH = [
@@ -54,6 +68,9 @@ WRONG_MATH = [
     ("\\boxed{9^{9^{9^{9}}}}", "9"),
     ("\\boxed{100000!}", "7"),
     ("\\boxed{\\sqrt{14}}", "3.605551275463989"),
+    ("\\boxed{(10^{70000})!}", "7"),
+    ("\\boxed{2^{(3^{90})}}", "7"),
+    ("\\boxed{\\sqrt{(10^{900})!}}", "7"),
     ("\\boxed{3.6055512}", "3.605551275463989"),
 ]
 
@@ -96,12 +113,35 @@ RIGHT = [
     ("The answer is never 41; it is 42.", "42"),
     ("The answer is 1/2 of 84, which is 42.", "42"),
     ("The answer is 42 apples, which is 6 times 7.", "42"),
+    # a true chain with `x` / `X` / `\times` / `*` answers its last side
+    ("The answer is 9 x 4 = 36.", "36"),
+    ("\\boxed{8 X 5 = 40}", "40"),
+    ("So 12 x 3 = 36 marbles in all.", "36"),
+    ("The answer is 56. Actually, 3 more than 53.", "56"),
+    ("The answer is 56. Actually, it should be 59.", "59"),
+    # prose count nouns outside math, `\text{}` labels and listed units inside it
+    ("Tom has 23 marbles.", "23"),
+    ("The answer is 23 marbles.", "23"),
+    ("\\boxed{23 \\text{ marbles}}", "23"),
+    ("\\boxed{23 marbles}", "23"),
+    ("\\boxed{31 \\text{ square feet}}", "31"),
+    ("\\boxed{64 L/min}", "64"),
+    ("\\boxed{27\\,\\text{m}^2}", "27"),
+    # two-letter prose words make a sentence, not a bare answer; "i.e." is a connective; `( -31 )` a numeral
+    ("we get 58 = 58", "58"),
+    ("so 604", "604"),
+    ("The answer is triple 15, i.e. 45.", "45"),
+    ("\\boxed{( -31 )}", "-31"),
+    ("The answer is 20. Actually, 24.", "24"),
+    ("The answer is (12 + 3) x 4 = 60.", "60"),
+    ("\\boxed{7\\ \\text{thousand}}", "7000"),
 ]
 
 RIGHT_MATH_ONLY = [
     ("\\boxed{5!}", "120"),
     # an exact answer against a gold rounded to many places rounds to it (the number reward wants the numeral)
     ("\\boxed{\\sqrt{13}}", "3.605551275463989"),
+    ("\\boxed{\\sqrt{206}}", "14.352700094407323"),  # a float's repr: its last digit is one off the rounding
 ]
 
 
@@ -141,5 +181,6 @@ def test_factorial_is_arithmetic_left_undone_for_the_number_reward():
 
 def test_a_power_tower_is_refused_before_math_verify():
     """No pair reaches the workers: the rules decide 0 at once (math-verify took its 5 s timeout)."""
-    for tower in ("\\boxed{7^{7^{7^{7}}}}", "\\boxed{2^{2^{2^{2^{2}}}}}", "\\boxed{10^{10^{10}}}", "\\boxed{99999!}"):
+    for tower in ("\\boxed{7^{7^{7^{7}}}}", "\\boxed{2^{2^{2^{2^{2}}}}}", "\\boxed{10^{10^{10}}}", "\\boxed{99999!}",
+                  "\\boxed{(10^{70000})!}", "\\boxed{x^{(10^{500})!}}", "\\boxed{\\frac{3}{(2^{90})!}}"):
         assert A._plan(tower, "7", False) == (0.0, []), tower
