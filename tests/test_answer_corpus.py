@@ -41,8 +41,8 @@ def test_each_part_meets_the_targets(part):
     spelling, that the rules were not written against."""
     rows = [r for r in _rows() if r["part"] == part]
     assert len(rows) > 4000 and {r["reward"] for r in rows} == {"math", "number"}
-    assert {r["class"] for r in rows if r["class"].startswith("issue59:")} == {
-        "issue59:" + c for c, *_ in J.ISSUE_CLASSES}
+    assert {r["class"] for r in rows if r["class"].startswith("review:")} == {
+        "review:" + c for c, *_ in J.ISSUE_CLASSES}
     assert J.targets(rows, J.strict_verdicts(rows)) == []
 
 

@@ -325,7 +325,7 @@ def adversarial_rows(seed: int = 0) -> list[dict]:
         add("percent", "number", f"The answer is {pct} percent.", str(pct), 1)
         add("percent", "number", f"\\boxed{{{decimal_of(Fraction(pct, 100))}}}", str(pct), 0)
         m = rnd.randint(2, 9999)
-        for ans in (f"{m} \\text{{ cm}}", f"{m} apples", f"\\textbf{{{m}}}", f"x = {m}", f"k = {m}",
+        for ans in (f"{m} \\text{{ cm}}", f"{m} \\text{{ apples}}", f"{m} miles", f"{m} apples", f"\\textbf{{{m}}}", f"x = {m}", f"k = {m}",
                     f"{m}^\\circ", f"\\${m}"):
             add("number-spellings", "number", f"\\boxed{{{ans}}}", str(m), 1)
         add("number-spellings", "number", f"\\boxed{{\u2212{m}}}", f"-{m}", 1)
@@ -334,6 +334,7 @@ def adversarial_rows(seed: int = 0) -> list[dict]:
         add("number-spellings", "math", f"\\boxed{{{big // 1000} {big % 1000:03d}}}", str(big), 1)
         add("number-spellings", "number", f"\\boxed{{{m} \\text{{ cm}}}}", str(m + 1), 0)
         add("number-spellings", "number", f"\\boxed{{{m}.5 apples}}", str(m), 0)
+        add("number-spellings", "number", f"\\boxed{{{m}abc}}", str(m), 0)  # letters against the number: the answer
         r = rnd.randint(2, 9)
         approx = truncated(3.141592653589793 / r)
         gold = f"\\frac{{\\pi}}{{{r}}}"
@@ -392,11 +393,13 @@ NUMBER_PLACES = dict(PLACES, **{"hash": "Adding up, she has that many.\n#### %s"
 
 
 def part(gold: str) -> str:
-    """"held-out" for a quarter of the golds (by a hash of the gold, so every spelling of one gold lands in one
-    part), "tuning" for the rest. No rule is written against the held-out part: it is read only as a score."""
+    """"held-out" for a quarter of the golds, "tuning" for the rest: by a hash of the gold (spaced, `\\dfrac`,
+    `\\left(` or not: one gold), never of the row or its layout, so every row of one gold lands in one part. No rule
+    is written against the held-out part: it is read only as a score."""
     import hashlib
 
-    return "held-out" if hashlib.sha256(str(gold).encode()).digest()[0] % 4 == 0 else "tuning"
+    key = re.sub(r"\s+|\\(?:left|right)(?![a-zA-Z])", "", re.sub(r"\\[dt]frac", r"\\frac", str(gold)))
+    return "held-out" if hashlib.sha256(key.encode()).digest()[0] % 4 == 0 else "tuning"
 
 
 def _spellings(gold: str) -> list[str]:
@@ -447,6 +450,8 @@ ISSUE_CLASSES = [
     ("false-chain", "mn", "The answer is {c} + {e} = {b}.", "{b}", 0),
     ("true-chain", "mn", "The answer is {c} + {e} = {a}.", "{a}", 1),
     ("true-chain", "mn", "The final answer is {a} * 2 = {f}.", "{f}", 1),
+    ("true-chain", "mn", "The answer is {a} x 2 = {f}.", "{f}", 1),
+    ("true-chain", "mn", "\\boxed{{2 \\times {a} = {f}}}", "{f}", 1),
     ("relation", "mn", "\\boxed{{{b} \\Leftrightarrow {a}}}", "{a}", 0),
     ("relation", "mn", "\\boxed{{{b} \\hookrightarrow {a}}}", "{a}", 0),
     ("relation", "mn", "\\boxed{{{b} \\Longleftarrow {a}}}", "{a}", 0),
@@ -463,13 +468,20 @@ ISSUE_CLASSES = [
     ("negation", "mn", "The answer is not $\\boxed{{{a}}}$ but {b}.", "{a}", 0),
     ("correction", "mn", "The answer is {a}. Wait, I forgot one, so {b} in total.", "{a}", 0),
     ("correction", "mn", "The answer is {a}. Wait, I forgot one, so {b} in total.", "{b}", 1),
+    ("correction", "mn", "The answer is {f}. Actually, {a} more than {a}.", "{f}", 1),
+    ("correction", "mn", "The answer is {f}. Actually, {a} more than {a}.", "{a}", 0),
     ("letters-after", "mn", "\\boxed{{{a}xy}}", "{a}", 0),
     ("letters-after", "mn", "\\boxed{{{a} \\text{{ squared}}}}", "{a}", 0),
     ("letters-after", "mn", "\\boxed{{{a} \\text{{ dozen}}}}", "{a}", 0),
+    ("letters-after", "mn", "\\boxed{{{a} pq}}", "{a}", 0),
+    ("count-noun", "mn", "So she has {a} pencils.", "{a}", 1),
+    ("count-noun", "mn", "\\boxed{{{a} \\text{{ pencils}}}}", "{a}", 1),
+    ("count-noun", "mn", "\\boxed{{{a} pencils}}", "{a}", 1),
     ("factorial", "mn", "\\boxed{{{a}!}}", "{a}", 0),
     ("set-tuple", "m", "\\boxed{{\\{{{a}, {b}\\}}}}", "({a}, {b})", 0),
     ("set-tuple", "m", "\\boxed{{({a}, {b})}}", "\\{{{a}, {b}\\}}", 0),
     ("power-tower", "m", "\\boxed{{{g}^{{{g}^{{{g}^{{{g}}}}}}}}}", "{a}", 0),
+    ("power-tower", "m", "\\boxed{{(10^{{{g}0000}})!}}", "{a}", 0),
     ("answer-tag", "m", "<answer>\\frac{{{p}}}{{{q}}}</answer>", "\\frac{{{p}}}{{{q}}}", 1),
     ("answer-tag", "m", "<answer>\\sqrt{{{a}}}</answer>", "\\sqrt{{{a}}}", 1),
     ("answer-tag", "m", "<answer>{g}\\pi</answer>", "{g}\\pi", 1),
@@ -495,7 +507,7 @@ ISSUE_CLASSES = [
 ]
 
 
-def issue_rows(seed: int = 59, per_class: int = 12) -> list[dict]:
+def issue_rows(seed: int = 7, per_class: int = 12) -> list[dict]:
     """The review's classes, each template over `per_class` random numbers."""
     import math
 
@@ -510,7 +522,7 @@ def issue_rows(seed: int = 59, per_class: int = 12) -> list[dict]:
                  p=rnd.randint(1, 6), q=rnd.choice([7, 11, 13]), k=k, kf=math.factorial(k))
         for cls, rewards, template, gold, label in ISSUE_CLASSES:
             for reward in [("math" if r == "m" else "number") for r in rewards]:
-                out.append({"class": f"issue59:{cls}", "reward": reward, "answer": template.format(**v),
+                out.append({"class": f"review:{cls}", "reward": reward, "answer": template.format(**v),
                             "gold": gold.format(**v), "label": label, "source": "review classes"})
     return out
 
