@@ -1,9 +1,11 @@
-"""Time the answer judge on 1 MB (and short) hostile texts and print a table: one judge call per text, the math reward
-(through its warm worker pool) and the number reward, the slowest of --repeat calls each. Target
-(docs/judge.md): every call under 50 ms. What the policy writes is untrusted: each text is built to defeat a
-step (the box scan, the statement search, the last number, the rewrites), at 1 MB.
+"""Time the answer judge on 1 MB and short hostile texts and on the labelled corpus, and print the max and p99 ms per
+call. Hostile texts: one judge call per text, the math reward (through its warm worker pool) and the number reward,
+the slowest of --repeat calls each. The corpus (data/judge/corpus.jsonl): the rules alone (`_plan`, what runs in the
+caller) on every row, and the whole math reward on --sample rows. Target (docs/judge.md): every call under 50 ms,
+with the verdict unchanged. What the policy writes is untrusted: each hostile text is built to defeat a step (the
+box scan, the statement search, the last number, the rewrites, the chain and size checks).
 
-    python scripts/bench/bench_judge.py [--repeat 3] [--size 1000000]
+    python scripts/bench/bench_judge.py [--repeat 3] [--size 1000000] [--sample 300]
 """
 from __future__ import annotations
 
@@ -46,6 +48,12 @@ def hostile(size: int) -> dict[str, str]:
         "arithmetic chain": fill("1 + 1 = ", "2"),
         "power tower (short)": "\\boxed{7^{7^{7^{7}}}}",
         "factorial (short)": "\\boxed{100000!}",
+        "factorial of a power (short)": "\\boxed{(10^{100000})!}",
+        "factorial in an exponent (short)": "\\boxed{x^{(10^{500})!}}",
+        "tower in brackets (short)": "\\boxed{2^{(3^{90})}}",
+        "sum of 40 names (short)": "\\boxed{" + "+".join(["ab"] * 40) + "}",
+        "names, no box (short)": "+".join(["ab"] * 60),
+        "chain of products (short)": "The answer is " + " x ".join(["9"] * 60) + " = 1.",
         "units and scale words": fill("5 km/h per thousand "),
     }
 
@@ -54,12 +62,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--size", type=int, default=1_000_000)
+    ap.add_argument("--sample", type=int, default=300, help="corpus rows timed through the whole math reward")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from nanogrpo import rewards
 
     rewards.math_reward("\\boxed{\\sqrt{4}}", "2")  # start the worker pool (not timed: startup, not judging)
-    rows, worst = [], 0.0
+    rows, worst, every = [], 0.0, []
     for name, text in hostile(args.size).items():
         times = {}
         for reward, call in (("math", lambda: rewards.math_reward(text, "\\frac{1}{2}")),
@@ -69,6 +78,7 @@ def main(argv=None) -> int:
                 t0 = time.perf_counter()
                 got = call()
                 took.append(time.perf_counter() - t0)
+            every += took
             times[reward] = (max(took), got)
             worst = max(worst, max(took))
         rows.append((name, len(text), times))
@@ -77,8 +87,45 @@ def main(argv=None) -> int:
     for name, n, t in rows:
         print(f"| {name} | {n:,} | {1000 * t['math'][0]:.1f} | {t['math'][1]} | {1000 * t['number'][0]:.1f} | "
               f"{t['number'][1]} |")
-    print(f"\nslowest call: {1000 * worst:.1f} ms (target: under 50 ms); the slowest of {args.repeat} calls each")
+    print(f"\nhostile texts: slowest call {1000 * worst:.1f} ms, p99 {p99(every):.1f} ms (target: under 50 ms); the "
+          f"slowest of {args.repeat} calls each")
+    worst = max(worst, corpus(args.sample))
     return 0 if worst < 0.05 else 1
+
+
+def p99(times: list[float]) -> float:
+    return 1000 * sorted(times)[min(len(times) - 1, int(0.99 * len(times)))]
+
+
+def corpus(sample: int) -> float:
+    """The rules (`_plan`) on every corpus row, and the whole math reward on `sample` rows: max and p99 ms per call,
+    and how many verdicts differ from the label (the corpus' targets: docs/judge.md). The slowest rules call."""
+    import json
+    import random
+
+    from nanogrpo import answer as A, rewards
+
+    rows = [json.loads(x) for x in (Path(__file__).resolve().parents[2] / "data/judge/corpus.jsonl").open()]
+    times, off = [], 0
+    for r in rows:
+        t0 = time.perf_counter()
+        try:
+            verdict, todo = A._plan(r["answer"], r["gold"], r["reward"] == "number")
+        except Exception:  # a gold the rules cannot read: None, as the rewards say
+            verdict, todo = None, []
+        times.append(time.perf_counter() - t0)
+        off += not todo and verdict != float(r["label"])
+    print(f"corpus, rules alone ({len(rows)} rows): max {1000 * max(times):.1f} ms, p99 {p99(times):.1f} ms; "
+          f"{off} rules verdicts differ from the label")
+    whole = []
+    for r in random.Random(0).sample([r for r in rows if r["reward"] == "math"], sample):
+        t0 = time.perf_counter()
+        rewards.math_reward(r["answer"], r["gold"])
+        whole.append(time.perf_counter() - t0)
+    if whole:
+        print(f"corpus, whole math reward ({sample} rows, math-verify in the pool): max {1000 * max(whole):.1f} ms, "
+              f"p99 {p99(whole):.1f} ms")
+    return max(times)
 
 
 if __name__ == "__main__":
