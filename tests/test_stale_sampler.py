@@ -82,6 +82,25 @@ def test_fingerprint_is_exact_and_order_free():
     assert fp(torch.tensor([-0.0, 1.0])) == fp(torch.tensor([0.0, 1.0]))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_a_fingerprint_does_not_depend_on_how_much_is_read_at_a_time(monkeypatch, dtype):
+    """A GPU reads 64 blocks at a time, a CPU one: the same tensor gets the same fingerprint either way (a trainer
+    on one device and its sampler on another compare them), partial last blocks included; and it is not the plain
+    hash of a shorter read."""
+    from nanogrpo.checks import sampler as checked
+
+    x = torch.randn(3 * checked.BLOCK + 123, generator=torch.Generator().manual_seed(1)).to(dtype)
+    got = []
+    for blocks in (1, 2, 64):
+        monkeypatch.setitem(checked.STEP, "cpu", blocks)
+        got.append(parity.fingerprint(x))
+    assert got[0] == got[1] == got[2]
+    assert parity.fingerprint(x[: 3 * checked.BLOCK]) != got[0]
+    moved = x.clone()
+    moved[-1], moved[0] = x[0], x[-1]
+    assert parity.fingerprint(moved) != got[0]
+
+
 @pytest.mark.slow
 def test_a_sampler_that_reports_nothing_is_named(warm_model_dir, tmp_path, monkeypatch):
     """A generate replaced wholesale (it never reaches the sampler's own generate) leaves no report."""

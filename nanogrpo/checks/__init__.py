@@ -372,24 +372,17 @@ class SamplerDistributionError(LogprobGapError):
 
 
 class SampleGate:
-    """Watches `sample_z` step by step: the sampled tokens against the trainer's own distribution.
+    """Watches `sample_z` step by step: are the sampled tokens draws from the distribution the sampler reports (the
+    sampler check and the gap gate read what it holds and reports, neither the draws: an engine with two settings
+    passes both)? For each draw x_t, log p(x_t) - E_q[log p] has mean 0 and variance Var_q[log p] given the tokens
+    before it, whatever the model (q: p at temperature, truncated to top_p), so
 
-    The sampler check compares what the sampler holds and says it used, the gap gate its reported log-probs with the
-    trainer's; neither reads the draws. A sampler whose draw uses another temperature or top-p than its log-probs
-    (an engine with two settings) passes both. For every sampled token t of the step, with p the trainer's
-    distribution at `temperature` truncated to `top_p` as the sampler draws (the update's forward computes it: grpo.step;
-    the completions it skips, those of groups without signal, get a forward of their own, since leaving them out would
-    select the groups by what was sampled), log p(x_t) - E_p[log p] has mean 0 and variance Var_p[log p] given the
-    tokens before it, whatever the model. So
+        sample_z = Σ_t (log p(x_t) - E_q[log p]) / sqrt(Σ_t Var_q[log p])
 
-        sample_z = Σ_t (log p(x_t) - E_p[log p]) / sqrt(Σ_t Var_p[log p])
-
-    is about N(0, 1) on each step of a healthy run (it is the score test of a temperature change: the most
-    powerful against one), and it drifts up when the draws are sharper than reported (a lower temperature, a
-    truncation the log-probs do not know) and down when they are flatter. The steps are combined by a two-sided
-    CUSUM (Page, 1954): S = max(0, S + z - SLACK) on each side, so a shift of more than SLACK per step accumulates
-    and noise does not; S > max_sample_z stops the run. Measured (docs/precision.md, scripts/bench/bench_sample_z.py):
-    the false alarms over clean runs of every recipe and the steps to catch a hidden temperature or top-p."""
+    is about N(0, 1) on each step of a healthy run, up when the draws are sharper than reported, down when flatter.
+    A two-sided CUSUM (Page, 1954), S = max(0, S + z - SLACK) per side, stops the run at S > max_sample_z. The sums
+    come with the PyTorch sampler's draws (Completion.calibration), else a forward (`Checks.calibrate`). Why each
+    choice, the false alarms and the steps to catch a hidden fault: docs/precision.md."""
 
     # per step, in standard deviations. Clean default runs measured sample_z with sd 1.0-1.1 and a heavier tail on
     # the flatter side (a rare unlikely token weighs more than many likely ones: -3.9 once in 170 steps), which a

