@@ -199,14 +199,18 @@ def test_a_clean_sampler_is_calibrated(warm_model_dir, tmp_path, extra):
 
 
 @pytest.mark.parametrize("fault", list(HIDDEN))
-@pytest.mark.parametrize("extra", [[], pytest.param(["async_steps=1", "tis_cap=2"], marks=pytest.mark.slow)],
-                         ids=["sync", "async"])
+@pytest.mark.parametrize("extra", [[], pytest.param(["async_steps=1", "tis_cap=2"], marks=pytest.mark.slow), "forward"],
+                         ids=["sync", "async", "sync-forward"])
 @pytest.mark.slow
 def test_a_sampler_that_draws_from_another_distribution_is_stopped(warm_model_dir, tmp_path, monkeypatch, fault,
                                                                    extra):
     """Drawn at temperature 0.7 or from the top_p 0.9 nucleus while it reports 1.0 and the log-probs at 1.0: the
     sampler check and the gap gate pass it (the reported settings and log-probs are right); the calibration check
-    stops the run within 3 steps, naming the draws sharper than reported."""
+    stops the run within 3 steps, naming the draws sharper than reported. Also from the trainer's forward, as for a
+    sampler that reports no sums with its draws (vLLM: "forward")."""
+    if extra == "forward":
+        monkeypatch.setattr(parity, "drawn_sums", lambda batch: None)
+        extra = []
     inject_hidden(monkeypatch, fault, 1)
     with pytest.raises(parity.SamplerDistributionError, match="SAMPLER DISTRIBUTION.*sharper") as err:
         train.main(run_args(warm_model_dir, tmp_path, "steps=12", *extra))
