@@ -108,9 +108,11 @@ def test_dead_worker_is_none_not_zero(monkeypatch):
 
 
 @pytest.mark.slow
-def test_worker_killed_mid_item_is_none():
+def test_worker_killed_mid_item_is_none(monkeypatch):
     import threading
 
+    # a slow item to kill mid-work: the rules refuse this factorial at once (answer._too_big), so let it through
+    monkeypatch.setattr(answer, "_too_big", lambda core: False)
     pool = answer._pool()
     out = {}
     t = threading.Thread(target=lambda: out.update(r=math_rewards(["\\boxed{(10^{100000})!}"], ["3"], timeout_s=60)))
