@@ -84,6 +84,7 @@ _ANSWER_CLOSE = re.compile(r"(?i)</answer>")
 _QUOTES = re.compile(r"^(?:\\?[\"'])+")  # `"..."` or `\"...\"` around a stated answer
 _QUOTES_END = re.compile(r"(?<![\\\"'])(?:\\?[\"'])+$")  # from a run's first quote only: linear
 _CLAUSE_END = re.compile(r"\n|\.(?=\s|$)|,\s+(?=[A-Za-z]{2}|i\.e\.)|;|\s(?:because|since|which|so|as|but)\b")
+_NEGATED_END = re.compile(_CLAUSE_END.pattern + r"|:(?=\s)")  # after a negated statement a colon ends it too
 # a number as working writes it (thousands separators in any spelling: `normalise` joins them)
 _WORKING_NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?: \d{3})+(?![\d.,/])|(?<![\w.])-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,])\d{3}(?!\d))*"
                              r"(?:\.\d+)?(?:/\d+(?![\d.]))?")
@@ -308,7 +309,7 @@ def _stated(text: str, last: re.Match) -> list:
     if clause is None:
         if not _NEGATION.match(rest):
             return []
-        after = _CLAUSE_END.search(rest)  # "not 17; it is 18": what follows the negated clause
+        after = _NEGATED_END.search(rest)  # "not 17; it is 18", "isn't 17: it's 18": what follows the negated clause
         found = _last_number(rest[after.end() :]) if after else None
         return [("working", found[1])] if found else []
     fix = None

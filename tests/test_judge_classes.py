@@ -31,6 +31,7 @@ WRONG = [
     ("\\boxed{52}\n\nMy final answer would be 53.", "52"),
     # negations state no answer
     ("The answer is not 64; it is 65.", "64"),
+    ("The answer isn't 316: it's 317.", "316"),
     ("The answer is definitely not 64.", "64"),
     ("The answer is not $\\boxed{64}$ but 65.", "64"),
     ("The answer isn't 64.", "64"),
@@ -111,6 +112,8 @@ RIGHT = [
     ("The answer is 42, which is 6 times 7.", "42"),
     ("The answer is 42, so 2 more than 40.", "42"),
     ("The answer is never 41; it is 42.", "42"),
+    ("The answer isn't 316: it's 317.", "317"),
+    ("The result is not 0.25: it is 0.5.", "0.5"),
     ("The answer is 1/2 of 84, which is 42.", "42"),
     ("The answer is 42 apples, which is 6 times 7.", "42"),
     # a true chain with `x` / `X` / `\times` / `*` answers its last side
