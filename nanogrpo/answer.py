@@ -7,7 +7,7 @@ answer: every box, a final-answer statement after them, else the last statement 
 the comparison (`_plan`: relations and approximations, exact rationals for numbers, math-verify for the rest).
 A verdict is 1.0 / 0.0, or None when it could not be computed (the gold cannot be read, the checker broke):
 an infrastructure verdict, never the model's fault; a wrong answer is always 0.
-Over 500 lines (about 1,200) because it is that one procedure whole (the extraction rule's five steps, the unit and value
+Over 500 lines (about 1,300) because it is that one procedure whole (the extraction rule's five steps, the unit and value
 word lists, the chain check, the worker pool), held to one labelled corpus (data/judge/corpus.jsonl) and its
 held-out part: split, a step could be changed without the others that the corpus tests with it.
 
@@ -51,6 +51,7 @@ READ_CHARS = 100_000
 ANSWER_CHARS = 1_000
 MAX_ANSWERS = 8
 MAX_DIGITS = 400
+MAX_DEPTH, MAX_TOWER = 16, 4  # brackets nested past 16, a tower of 4 exponents: refused (`_too_big`)
 RULES_S = 0.5  # the rules' share of an item's deadline (they take under 50 ms on any text: docs/judge.md)
 
 
@@ -78,16 +79,18 @@ _NEGATED_BOX = re.compile(r"(?i)(?:\bnot|\bnever|n't)[\s$]{0,3}$")  # "is not $\
 # "X, which is Y", "X, so Y", "X, that is Y": the answer is Y
 _CONNECTIVE = re.compile(r"(?i),?\s*(?:(?:which\s+(?:is|gives|equals|makes)|so|that\s+is|giving|making)\b|i\.e\.)[:,\s]*")
 # a later correction after an unboxed statement ("The answer is 17. Wait, I forgot one, so 18."): read after it
-_CORRECTION = re.compile(r"(?i)\b(?:wait|actually|oops|sorry|correction|mistake|forgot|missed|recount|instead|hmm)\b")
+_CORRECTION = re.compile(r"(?i)\b(?:wait|actually|oops|sorry|correction|mistake|forgot|missed|recount|instead|hmm|hold\s+on|"
+                         r"miscount(?:ed)?|that\s+should\s+be)\b")
 _ANSWER_TAG = re.compile(r"(?i)<answer>")
 _ANSWER_CLOSE = re.compile(r"(?i)</answer>")
 _QUOTES = re.compile(r"^(?:\\?[\"'])+")  # `"..."` or `\"...\"` around a stated answer
 _QUOTES_END = re.compile(r"(?<![\\\"'])(?:\\?[\"'])+$")  # from a run's first quote only: linear
-_CLAUSE_END = re.compile(r"\n|\.(?=\s|$)|,\s+(?=[A-Za-z]{2}|i\.e\.)|;|\s(?:because|since|which|so|as|but)\b")
-_NEGATED_END = re.compile(_CLAUSE_END.pattern + r"|:(?=\s)")  # after a negated statement a colon ends it too
+_CLAUSE_END = re.compile(r"\n|\.(?=\s|$)|,\s+(?=[A-Za-z]{2}|i\.e\.)|;|\s(?:because|since|which|so|as|but|rather\s+than|"
+                         r"instead\s+of|\(\s*not)\b")  # "20 rather than 21", "30 (not 33)": the answer is 20, 30
+_NEGATED_END = re.compile(_CLAUSE_END.pattern + r"|:(?=\s)|\s(?:[\u2014\u2013]|--)\s")  # "isn't 6: it's 7", "not 6 — 7"
 # a number as working writes it (thousands separators in any spelling: `normalise` joins them)
 _WORKING_NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?: \d{3})+(?![\d.,/])|(?<![\w.])-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,])\d{3}(?!\d))*"
-                             r"(?:\.\d+)?(?:/\d+(?![\d.]))?")
+                             r"(?:\.\d+|,(?:\d\d?|\d{4,})(?![\d,]))?(?:/\d+(?![\d.]))?")  # `3,5` as written: a decimal comma or a list
 _DIGIT = re.compile(r"\d")
 _WORD = re.compile(r"[A-Za-z]{3,}|\b(?:so|is|it|be|we|to|of|at|by|an|as|if|on|us|my)\b")  # prose, not `AB`
 _COMMAND = re.compile(r"\\[A-Za-z]+")
@@ -131,6 +134,7 @@ _OPERATION = re.compile(r"(?i)\b(?:double|twice|triple|half|times|of|plus|minus|
 # where a correction states its result: "so 18", "it is 18", "gives 18", "= 18"
 _RESULT = re.compile(r"(?i)[=:]|\b(?:is|are|be|was|gives?|equals?|makes?|so|gets?|got|giving|making|totals?)\b")
 # `6 x 7`: a spaced `x` between numbers is a product (same length, so positions hold)
+_NUMBER_RESULT = re.compile(r"(?i)\b(?:is|be|was|gives?|get|got|so|it's)\s+-?\d")  # a correction's plain result
 _TIMES_X = re.compile(r"(?<=[\d)]) [xX] (?=[\d(])")
 
 
@@ -238,6 +242,9 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
     if out and out[0][0] == "hedge":
         return out
     end = out.pop()[1] if out else -1
+    fixed = _corrected(text, end) if out else None
+    if fixed:  # "\boxed{17} Wait, I miscounted, it's 18.": the correction replaces the boxes
+        return fixed
     if out:  # after a box only a "final answer" (or `####`) restates or changes it ("check our answer: .." does not)
         for m in _FINAL_STATEMENT.finditer(text, end):
             if len(out) == MAX_ANSWERS:
@@ -271,6 +278,8 @@ def _boxes(text: str) -> list:
         close = closing_brace(text, m.end())
         if close is None:
             return out + [("box", None), ("end", len(text))]  # unclosed (or longer than any answer): unreadable
+        if end >= 0 and _CORRECTION.search(text, end, m.start()) and _has_words(_CORRECTION.sub("", text[end : m.start()])):
+            out = []  # "\boxed{24} Actually, I double counted: \boxed{20}": a stated correction replaces the boxes
         end = close + 1
         if not _NEGATED_BOX.search(text, max(0, m.start() - 12), m.start()):
             out.append(("box", text[m.end() : close]))
@@ -296,8 +305,9 @@ def _answer_tag(text: str) -> list | None:
     inner = text[opened.end() : close.start() if close else len(text)].strip()
     if not inner or len(inner) > ANSWER_CHARS:
         return [("tag", None)]
-    if _has_words(inner) or _BOX.search(inner):
-        return final_answers(inner) if "<answer>" not in inner.lower() else [("tag", None)]
+    fixed = _corrected(text, close.end()) if close else None
+    if fixed or _has_words(inner) or _BOX.search(inner):
+        return fixed or (final_answers(inner) if "<answer>" not in inner.lower() else [("tag", None)])
     return [("tag", inner)]
 
 
@@ -312,16 +322,38 @@ def _stated(text: str, last: re.Match) -> list:
         after = _NEGATED_END.search(rest)  # "not 17; it is 18", "isn't 17: it's 18": what follows the negated clause
         found = _last_number(rest[after.end() :]) if after else None
         return [("working", found[1])] if found else []
+    found = _correction(rest, 0, strict=False)
+    return [("working", found)] if found else [("statement", clause)]
+
+
+def _correction(text: str, start: int, strict: bool) -> str | None:
+    """The result the last correction after `start` states, or None: "Actually, 2 more than 40" (operands with no
+    result) is working. `strict` (after a box or tag): one number after a result word ("Oops, that should be 6"),
+    never a check ("Wait, let me verify: 17 x 3 = 51")."""
     fix = None
-    for fix in _CORRECTION.finditer(rest, 0, 10 * ANSWER_CHARS):
+    for fix in _CORRECTION.finditer(text, start, start + 10 * ANSWER_CHARS):
         pass
-    if fix is not None:  # "Actually, 2 more than 40": operands with no result are working, not a correction
-        found, number = _working(rest[fix.end() :].lstrip(",:;! ")), _last_number(rest[fix.end() :])
-        results = [m.end() for m in _RESULT.finditer(rest, fix.end(), fix.end() + 10 * ANSWER_CHARS)]
-        said = rest[max([fix.end()] + results) : fix.end() + number[0]] if number else ""
-        if found and _DIGIT.search(found) and not _worked(said):
-            return [("working", found)]
-    return [("statement", clause)]
+    number = _last_number(text[fix.end() :]) if fix else None
+    if number is None:
+        return None
+    found, whole = _working(text[fix.end() :].lstrip(",:;! ")), text[fix.start() : fix.end() + number[0]]
+    results = [m.end() for m in _RESULT.finditer(text, fix.end(), fix.end() + 10 * ANSWER_CHARS)]
+    if not found or not _DIGIT.search(found) or _worked(text[max([fix.end()] + results) : fix.end() + number[0]]):
+        return None
+    return found if not strict or (len(_WORKING_NUMBER.findall(whole)) == 1 and not _worked(whole) and "=" not in
+                                   found and _NUMBER_RESULT.search(whole)) else None
+
+
+def _corrected(text: str, end: int) -> list | None:
+    """After a box or tag closing at `end`: an answer statement after a correction ("Wait, ... So the answer is 4,
+    not 3."; "answer:" only as a final answer: "check the answer: 17 x 3 = 51" is no answer), else the correction's
+    strict result; None when there is none."""
+    fix = _CORRECTION.search(text, end, end + 10 * ANSWER_CHARS)
+    last = _last_statement(text[fix.start() :]) if fix else None
+    if last and ":" in last.group() and not text[fix.start() : fix.start() + last.start()].rstrip().lower().endswith("final"):
+        last = None
+    found = None if last or not fix else _correction(text, end, strict=True)
+    return (_stated(text[fix.start() :], last) or None) if last else [("working", found)] if found else None
 
 
 # ---------------------------------------------------------------- normalisation: one spelling per answer
@@ -354,7 +386,7 @@ _WRAPPERS = re.compile(r"\\(?:boxed|fbox|text|textbf|textit|textrm|textnormal|te
 _UPRIGHT_CONST = re.compile(r"\\(?:mathrm|mathit|operatorname|text)\s*\{\s*([ei])\s*\}")
 # `normalise` makes every run of white space one space first, so a searched rule reads ` ?` where `\s*` would
 # be the same: a `\s*` a search can start inside is quadratic on a long run of spaces.
-_TEXT_UNIT = re.compile(r"(?<=[\d}).\s,;:]) ?\\(?:text|mbox|mathrm|textrm)\s*\{\s*([A-Za-z][A-Za-z./ ]*)\}"
+_TEXT_UNIT = re.compile(r"(?<=[\d}).\s,;:]) ?\\(?:text|mbox|mathrm|textrm)\s*\{\s*([A-Za-z](?:[A-Za-z./ ]|\^\{?-?\d\}?)*)\}"
                         r"(\s*\^\s*\{?\d\}?)?\s*$")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree\b|(?<=[\d}\s]) ?degrees?\b", re.I)
 _RADIANS = re.compile(r"(?<=[\d}\s]) ?(?:radians?|rad)\b", re.I)
@@ -671,6 +703,9 @@ _SIGNED = rf"[-+]?\s*{_NUM}"
 _EXACT = re.compile(rf"[-+]?\s*(?:\\frac\{{\s*{_SIGNED}\s*\}}\{{\s*{_SIGNED}\s*\}}|{_NUM}\s*/\s*{_NUM}|\(\s*\d+\s*\+\s*"
                     rf"\\frac\{{\d+\}}\{{\d+\}}\s*\)|{_NUM}(?:(?:\s*(?:\\times|\\cdot|\*)\s*10)?\s*\^\s*\{{?\s*[-+]?\d+\s*\}}?)?)")
 _FRAC_PARTS = re.compile(r"\\frac\{([^{}]*)\}\{([^{}]*)\}")
+_BINOM = re.compile(r"\\[dt]?binom ?\{((?:[^{}]|\{[^{}]*\}){0,200})\} ?\{((?:[^{}]|\{[^{}]*\}){0,200})\}")
+_DECIMAL_GOLD, _COMMA_NUMBER = re.compile(r"[-+]?0(?:\{,\}|,)\d+"), re.compile(r"(?<![\d.,}])(-?\d+)(?:\{,\}|,)(\d+)(?![\d.,{])")
+_IMPLIES = re.compile(r"\\(?:Rightarrow|Longrightarrow|implies)(?![a-zA-Z])")
 
 
 _BASE = re.compile(r"([0-9A-Fa-f]+)_\{?\s*(\d+)\s*\}?")
@@ -728,6 +763,7 @@ class Gold(NamedTuple):
     value: Fraction | None
     equation: bool  # the gold is itself a relation: an answer keeps its `name =`
     names: tuple = ()  # a named tuple's names in the gold's order (`a = 1, b = 4`): an answer's names follow it
+    comma: bool = False  # a decimal-comma gold (`0,125`): the answer's `d,dd` numbers are decimal commas too
 
 
 def gold_of(answer) -> Gold:
@@ -735,8 +771,8 @@ def gold_of(answer) -> Gold:
     prose (`no`, `\\text{Evelyn}`) as words; otherwise normalised like an answer, a named value (`x = 5`) as its
     value."""
     s = str(answer).strip()
-    if re.fullmatch(r"-?0,\d+", s):
-        s = s.replace(",", ".")  # a decimal comma (`0,125`): a thousands group never follows a lone 0
+    comma = _DECIMAL_GOLD.fullmatch(s) is not None  # a decimal comma (`0,125`): a thousands group never follows a lone 0
+    s = _decimal_commas(s, True) if comma else s
     if len(s) > 10 * ANSWER_CHARS:
         raise ValueError(f"a gold of {len(s)} characters is no answer")
     boxes = [b for k, b in final_answers(s) if k in ("box", "boxes")] if _BOX.search(s) else []
@@ -761,7 +797,14 @@ def gold_of(answer) -> Gold:
         value = exact_number(core)
     except _TooLong:
         value = None
-    return Gold(None, norm._replace(core=core), value, bool(_relations(core) & {"=", "\\lt", "\\le", "\\ne"}), names)
+    return Gold(None, norm._replace(core=core), value, bool(_relations(core) & {"=", "\\lt", "\\le", "\\ne"}), names, comma)
+
+
+def _decimal_commas(text: str, gold_comma: bool) -> str:
+    """`d,dd` numbers read as decimal commas: all of them against a decimal-comma gold (`0,125` then means what the
+    gold means), else only those whose decimals start with 0 and are not a thousands group (`12,05` is no list)."""
+    return _COMMA_NUMBER.sub(lambda m: m.group(1) + "." + m.group(2) if gold_comma or (
+        m.group(2)[0] == "0" and len(m.group(2)) != 3) else m.group(), text)
 
 
 def number_gold_error(answer) -> str | None:
@@ -784,9 +827,10 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
         return 0.0
     if gold.prose is not None:
         return float(_prose_key(_unwrap(answer)) == gold.prose)
-    norm = normalise(answer)
+    norm = normalise(_decimal_commas(answer, gold.comma))
     core = norm.core if gold.equation and not _IN_SET.match(norm.core) else _last_side(_drop_names(norm.core,
                                                                                                    gold.names))
+    core = core if gold.equation else _solved(core)
     if not core or _too_big(core):
         return 0.0  # nothing, or a power tower / factorial past any gold: refused before math-verify's timeout
     if _relations(core) - _relations(gold.answer.core):
@@ -818,6 +862,15 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     return core
 
 
+def _solved(core: str) -> str:
+    """`2x = 34 \\Rightarrow x = 17` -> `17`: steps of equations in one unknown whose last solves for it; a step that
+    already gave it a value (`x = 5 \\Rightarrow x = 17`) keeps the whole (its arrow then scores 0)."""
+    *steps, last = _IMPLIES.split(core, MAX_ANSWERS)
+    name, value = (_named(last.strip()) if steps else None) or ("", "=")
+    return core if _relations(value) or _UNKNOWN.search(_unwrap(value)) or any(
+        "=" not in p or name not in p or not _UNKNOWN.search(_unwrap((_named(p.strip()) or ("", "x"))[1])) for p in steps) else value
+
+
 def _shape(core: str) -> str | None:
     """"set" for `\\{..\\}`, "tuple" for `(a, b, ..)`, else None."""
     if core.startswith("\\{") and core.endswith("\\}"):
@@ -829,7 +882,25 @@ def _shape(core: str) -> str | None:
 
 def _too_big(core: str) -> bool:
     """Arithmetic whose value has more than MAX_DIGITS digits, in any bracketing (`7^{7^{7^{7}}}`, `(10^{100000})!`):
-    no gold is that long, and sympy would spend math-verify's whole timeout on it (`_arith` sizes, never computes)."""
+    no gold is that long, and sympy would spend math-verify's whole timeout on it (`_arith` sizes, never computes).
+    So is a binomial past that size (`\\binom{10^9}{10^8}`), brackets nested past MAX_DEPTH (math-verify's parser
+    took seconds at 20 levels) and a tower of MAX_TOWER exponents over any base (`e^{e^{e^{e}}}`)."""
+    stack, towers = [], 0  # each open bracket: whether it opens an exponent (`^{`)
+    for i, ch in enumerate(core):
+        if ch in "([{":
+            stack.append(ch == "{" and core[i - 1 : i] == "^")
+            towers += stack[-1]
+            if len(stack) > MAX_DEPTH or towers >= MAX_TOWER:
+                return True
+        elif ch in ")]}" and stack:
+            towers -= stack.pop()
+    for m in _BINOM.finditer(core):
+        n, k = (_side_value(g) or 0 for g in m.groups())
+        try:
+            if 0 < k < n and math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) > MAX_DIGITS * math.log(10):
+                return True
+        except OverflowError:
+            return True
     for run in _ARITH_RUN.findall(core):
         tokens, pos = _ARITH_TOKEN.findall(run), [0]
         while ("^" in run or "!" in run) and pos[0] < len(tokens):  # what cannot be read is skipped: linear

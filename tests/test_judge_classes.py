@@ -58,6 +58,28 @@ WRONG = [
     # a number gold is written with numeric commands only (`\\because` between two numbers says something else)
     ("\\boxed{9 \\because 8}", "8"),
     ("\\boxed{\\alpha}", "8"),
+    # a decimal-comma gold reads the answer's commas as decimal ones; `d,0d` is no list
+    ("\\boxed{0,251}", "0,25"),
+    ("\\boxed{0{,}35}", "0,355"),
+    ("The result is 0,7.", "0,75"),
+    # negations: only the asserted value answers
+    ("The answer is 14 rather than 15.", "15"),
+    ("The answer is 52 (not 25).", "25"),
+    ("The answer is 9 instead of 8.", "8"),
+    ("The answer isn't 11 \u2014 it's 12.", "11"),
+    ("Final answer: not 63 \u2014 64.", "63"),
+    # a correction after the box or tag replaces it
+    ("\\boxed{29}\n\nHold on, I miscounted: it's 27.", "29"),
+    ("<answer>14</answer>\nOops, that should be 15.", "14"),
+    ("\\boxed{9} Actually, I double counted. So the answer is 8, not 9.", "9"),
+    # a box after a stated correction replaces those before it (only the last is read); a bare `wait` is a hedge
+    ("\\boxed{30} Actually, I missed a row. The correct count is \\boxed{36}.", "30"),
+    ("\\boxed{4} wait \\boxed{5} wait \\boxed{6}", "4"),
+    ("\\boxed{4} wait \\boxed{5} wait \\boxed{6}", "5"),
+    ("\\boxed{4} wait \\boxed{5} wait \\boxed{6}", "6"),
+    # an implication solves only when no step gave the unknown a value already
+    ("\\boxed{y = 3 \\Rightarrow y = 12}", "12"),
+    ("\\boxed{y = 12 \\implies y^2 = 144}", "12"),
 ]
 
 WRONG_MATH = [
@@ -73,6 +95,11 @@ WRONG_MATH = [
     ("\\boxed{2^{(3^{90})}}", "7"),
     ("\\boxed{\\sqrt{(10^{900})!}}", "7"),
     ("\\boxed{3.6055512}", "3.605551275463989"),
+    ("\\boxed{7,05\\%}", "7,5"),
+    # hostile shapes refused by the rules before math-verify (each took its 5 s timeout)
+    ("\\boxed{\\pi^{\\pi^{\\pi^{\\pi^{\\pi}}}}}", "1"),
+    ("\\boxed{\\binom{10^{12}}{10^{7}}}", "1"),
+    ("\\boxed{" + "[" * 200 + "2" + "]" * 200 + "}", "2"),
 ]
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
@@ -138,6 +165,28 @@ RIGHT = [
     ("The answer is 20. Actually, 24.", "24"),
     ("The answer is (12 + 3) x 4 = 60.", "60"),
     ("\\boxed{7\\ \\text{thousand}}", "7000"),
+    # a decimal-comma gold: the same spelling is right
+    ("\\boxed{0,375}", "0,375"),
+    ("\\boxed{0{,}375}", "0,375"),
+    ("\\boxed{-0,6}", "-0,6"),
+    ("\\boxed{0.6}", "0,6"),
+    ("El resultado es 0,875.", "0,875"),
+    ("The total is 2,468.", "2468"),
+    # negations and corrections
+    ("The answer is 14 rather than 15.", "14"),
+    ("The answer is 52 (not 25).", "52"),
+    ("The answer isn't 11 \u2014 it's 12.", "12"),
+    ("Final answer: not 63 \u2014 64.", "64"),
+    ("\\boxed{29}\n\nHold on, I miscounted: it's 27.", "27"),
+    ("<answer>14</answer>\nOops, that should be 15.", "15"),
+    ("\\boxed{9} Actually, I double counted. So the answer is 8, not 9.", "8"),
+    ("\\boxed{41}. Wait, let me verify: 41 x 2 = 82.", "41"),
+    ("\\boxed{41}. Hmm, let me check with n = 3.", "41"),
+    ("\\boxed{30} Actually, I missed a row. The correct count is \\boxed{36}.", "36"),
+    ("\\boxed{4} Wait, I skipped one. \\boxed{5} Wait, I skipped another. \\boxed{6}", "6"),
+    # a unit in \mathrm with an exponent; an implication that solves for its unknown
+    ("\\boxed{3.2 \\, \\mathrm{kg/m^3}}", "3.2"),
+    ("\\boxed{5y = 60 \\Rightarrow y = 12}", "12"),
 ]
 
 RIGHT_MATH_ONLY = [
@@ -145,6 +194,8 @@ RIGHT_MATH_ONLY = [
     # an exact answer against a gold rounded to many places rounds to it (the number reward wants the numeral)
     ("\\boxed{\\sqrt{13}}", "3.605551275463989"),
     ("\\boxed{\\sqrt{206}}", "14.352700094407323"),  # a float's repr: its last digit is one off the rounding
+    ("Die Antwort ist 4,5.", "4,5"),  # a gold `4,5` is a list (MATH's `-2,1`): the same spelling is right
+    ("\\boxed{" + "(" * 12 + "5" + ")" * 12 + "}", "5"),  # nested within MAX_DEPTH: math-verify still reads it
 ]
 
 
@@ -187,3 +238,13 @@ def test_a_power_tower_is_refused_before_math_verify():
     for tower in ("\\boxed{7^{7^{7^{7}}}}", "\\boxed{2^{2^{2^{2^{2}}}}}", "\\boxed{10^{10^{10}}}", "\\boxed{99999!}",
                   "\\boxed{(10^{70000})!}", "\\boxed{x^{(10^{500})!}}", "\\boxed{\\frac{3}{(2^{90})!}}"):
         assert A._plan(tower, "7", False) == (0.0, []), tower
+
+
+def test_hostile_shapes_are_refused_at_once():
+    """A tower of exponents over any base, a binomial past MAX_DIGITS digits, brackets nested past MAX_DEPTH: 0 from the
+    rules alone, well under 50 ms (math-verify spent its whole 5 s timeout on each)."""
+    import time
+    for text in ("\\boxed{a^{a^{a^{a^{a}}}}}", "\\boxed{\\dbinom{5^{20}}{3^{20}}}", "\\boxed{" + "(" * 40 + "3" + ")" * 40 + "}"):
+        start = time.perf_counter()
+        assert A._plan(text, "3", False) == (0.0, []), text
+        assert time.perf_counter() - start < 0.05, text
