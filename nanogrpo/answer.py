@@ -340,8 +340,10 @@ def _correction(text: str, start: int, strict: bool) -> str | None:
     results = [m.end() for m in _RESULT.finditer(text, fix.end(), fix.end() + 10 * ANSWER_CHARS)]
     if not found or not _DIGIT.search(found) or _worked(text[max([fix.end()] + results) : fix.end() + number[0]]):
         return None
-    return found if not strict or (len(_WORKING_NUMBER.findall(whole)) == 1 and not _worked(whole) and "=" not in
-                                   found and _NUMBER_RESULT.search(whole)) else None
+    if strict and not (len(_WORKING_NUMBER.findall(whole)) == 1 and not _worked(whole) and "=" not in found
+                       and _NUMBER_RESULT.search(whole)):
+        return None
+    return found
 
 
 def _corrected(text: str, end: int) -> list | None:
@@ -352,8 +354,10 @@ def _corrected(text: str, end: int) -> list | None:
     last = _last_statement(text[fix.start() :]) if fix else None
     if last and ":" in last.group() and not text[fix.start() : fix.start() + last.start()].rstrip().lower().endswith("final"):
         last = None
-    found = None if last or not fix else _correction(text, end, strict=True)
-    return (_stated(text[fix.start() :], last) or None) if last else [("working", found)] if found else None
+    if last:
+        return _stated(text[fix.start() :], last) or None
+    found = _correction(text, end, strict=True) if fix else None
+    return [("working", found)] if found else None
 
 
 # ---------------------------------------------------------------- normalisation: one spelling per answer
@@ -504,14 +508,14 @@ def normalise(text: str) -> Answer:
     return Answer(s, pct > 0, angle, re.sub(r"[\s{}.]", "", units).lower())
 
 
+_UNIT_SET = frozenset(_UNITS2.split())
+
+
 def _is_unit(words: str) -> bool:
     """A unit, not a word that changes the value (`squared`, `dozen`) or a math name (`sin`, `pi`)."""
     words = re.sub(r"(?i)\b(?:square|cubic)(?= [a-z])", "", words)  # `square feet` is a unit, `squared` is not
     return not any((w.lower() in _MATH_WORDS and w not in _UNIT_SET) or w.lower() in _VALUE_WORDS
                    for w in re.findall(r"[A-Za-z]+", words))
-
-
-_UNIT_SET = frozenset(_UNITS2.split())
 
 
 _REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d{1,20})\}")

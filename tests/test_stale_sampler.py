@@ -82,14 +82,15 @@ def test_fingerprint_is_exact_and_order_free():
     assert fp(torch.tensor([-0.0, 1.0])) == fp(torch.tensor([0.0, 1.0]))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int8])
 def test_a_fingerprint_does_not_depend_on_how_much_is_read_at_a_time(monkeypatch, dtype):
     """A GPU reads 64 blocks at a time, a CPU one: the same tensor gets the same fingerprint either way (a trainer
     on one device and its sampler on another compare them), partial last blocks included; and it is not the plain
     hash of a shorter read."""
     from nanogrpo.checks import sampler as checked
 
-    x = torch.randn(3 * checked.BLOCK + 123, generator=torch.Generator().manual_seed(1)).to(dtype)
+    x = (torch.randn(3 * checked.BLOCK + 123, generator=torch.Generator().manual_seed(1)) * 50).to(dtype)
+    assert x[0] != x[-1]
     got = []
     for blocks in (1, 2, 64):
         monkeypatch.setitem(checked.STEP, "cpu", blocks)

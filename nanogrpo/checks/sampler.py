@@ -20,6 +20,7 @@ from dataclasses import replace
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from nanogrpo import dist, grpo
 from nanogrpo import model as M
@@ -142,13 +143,14 @@ def fingerprint(t: torch.Tensor) -> tuple[str, tuple[int, ...], int]:
     if (t.device, wide) not in _WEIGHTS:
         _WEIGHTS[t.device, wide] = (hash64(torch.arange(BLOCK, device=t.device)) | 1).to(wide)
     w, step = _WEIGHTS[t.device, wide], BLOCK * STEP.get(t.device.type, 64)
-    n = flat.numel()
-    sums = torch.empty(-(-n // BLOCK), dtype=torch.int64, device=t.device)  # per block
-    for a in range(0, n - n % BLOCK, step):
-        x = (flat[a : min(a + step, n - n % BLOCK)] + 0.0).view(bits).to(wide).view(-1, BLOCK)
+    sums = torch.empty(-(-flat.numel() // BLOCK), dtype=torch.int64, device=t.device)  # per block
+    for a in range(0, flat.numel(), step):
+        x = flat[a : a + step]
+        x = (x + 0.0 if x.is_floating_point() else x).view(bits).to(wide)
+        if len(x) % BLOCK:  # the last, partial block: its zeros add nothing
+            x = F.pad(x, (0, -len(x) % BLOCK))
+        x = x.view(-1, BLOCK)
         torch.sum(x * w, 1, dtype=torch.int64, out=sums[a // BLOCK : a // BLOCK + len(x)])
-    if n % BLOCK:
-        sums[-1] = ((flat[n - n % BLOCK :] + 0.0).view(bits).to(wide) * w[: n % BLOCK]).sum(dtype=torch.int64)
     total = (sums * (hash64(torch.arange(1, len(sums) + 1, device=t.device)) | 1)).sum()
     return str(t.dtype).removeprefix("torch."), tuple(t.shape), int(total)
 
@@ -248,7 +250,9 @@ class CheckedSampler:
         out, seen = {}, {}
         for name, t in self.inner.held_weights():
             key = None if t is None else (t.data_ptr(), t.dtype, t.shape, t.stride())
-            out[name] = None if t is None else seen[key] if key in seen else seen.setdefault(key, fingerprint(t))
+            if key is not None and key not in seen:
+                seen[key] = fingerprint(t)
+            out[name] = seen.get(key)
         return out
 
     def wanted(self) -> dict:
