@@ -20,9 +20,13 @@ Why worker processes for math-verify: its own timeouts use SIGALRM, which only w
 thread, and SIGALRM cannot interrupt sympy while it sits in one long C-level operation (a huge power,
 say). A worker we can SIGKILL handles both: the parent waits at most `timeout_s` per item, then kills
 that worker and starts a fresh one. Timeout policy (decided here, tested in tests/test_rewards.py):
-  - the item ran past `timeout_s`  -> 0.0: the model wrote an expression too costly to check; that is
-    its fault, and scoring it 0 keeps it from learning to stall the checker;
-  - the worker died or the pool could not start -> None: infrastructure, not the model.
+  - the item computed past `timeout_s` of CPU time -> 0.0: the model wrote an expression too costly to
+    check; that is its fault, and scoring it 0 keeps it from learning to stall the checker;
+  - the worker died, the pool could not start, or the item was starved (STARVED x `timeout_s` of the clock
+    without `timeout_s` of CPU: a loaded machine) -> None: infrastructure, not the model.
+Every clock here counts CPU time, not the wall's, so that a busy machine never scores a right answer 0: the
+rules' (`_plan`, this thread's), the item's (the worker's, from /proc) and math-verify's inside the worker
+(`_work`: SIGPROF, not math-verify's own SIGALRM).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import functools
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -932,10 +937,13 @@ def _exact_decimals(core: str) -> str:
 def _plan(completion, answer, numeral_only: bool) -> tuple[float | None, list[tuple[str, str]]]:
     """The verdict where the rules decide, else (None, the (answer core, gold core) pairs math-verify must all
     find equal). Raises _Unreadable for a gold the judge cannot read. The rules are bounded by construction and
-    measured (scripts/bench/bench_judge.py); a reading past RULES_S is too costly to read: 0, never sent on."""
-    start = time.monotonic()
-    verdict, todo = _planned(completion, answer, numeral_only)
-    return (0.0, []) if time.monotonic() - start > RULES_S else (verdict, todo)
+    measured (scripts/bench/bench_judge.py); a reading past RULES_S of this thread's CPU time, twice, is too costly to read: 0, never sent on."""
+    for _ in range(2):  # read again once: a collector's pause is not the text's cost, and a costly text costs twice
+        start = time.thread_time()
+        verdict, todo = _planned(completion, answer, numeral_only)
+        if time.thread_time() - start <= RULES_S:
+            return verdict, todo
+    return 0.0, []
 
 
 def _planned(completion, answer, numeral_only: bool) -> tuple[float | None, list[tuple[str, str]]]:
@@ -1004,7 +1012,7 @@ _GOLDS: dict = {}  # a worker's parsed golds: a group's completions share one
 _ROUNDED_GOLD = re.compile(r"-?\d+\.(\d{8,})")  # a decimal gold to 8+ places is a rounding of an exact value
 
 
-def _sympy_equal(core: str, gold_core: str, timeout: int) -> float | None:
+def _sympy_equal(core: str, gold_core: str, timeout: int | None) -> float | None:
     """Runs inside a worker: 1.0 when math-verify finds the two cores equal, 0.0 when not (or the answer does not
     parse), None when the gold does not parse."""
     from math_verify import verify
@@ -1032,7 +1040,7 @@ def _sympy_equal(core: str, gold_core: str, timeout: int) -> float | None:
         return 0.0
 
 
-def _math_verify_alone(completion: str, answer: str, timeout: int) -> float:
+def _math_verify_alone(completion: str, answer: str, timeout: int | None) -> float:
     """Runs inside a worker: math-verify on its own, as lighteval's MATH-500 and verl's math_verify reward run it:
     the gold boxed and read as LaTeX, the completion's text after `</think>` read for an expression or LaTeX,
     boxed first; verify with its default 6-digit float rounding."""
@@ -1044,11 +1052,24 @@ def _math_verify_alone(completion: str, answer: str, timeout: int) -> float:
     return float(bool(gold) and bool(pred) and verify(gold, pred, timeout_seconds=timeout))
 
 
+class _CpuTimeout(BaseException):  # a BaseException, as math-verify's own: its `except Exception` lets it through
+    pass
+
+
 def _work(item: list, inner_timeout: int) -> float | None:
-    kind, a, b = item
-    if kind == "equal":
-        return _sympy_equal(a, b, inner_timeout)
-    return _math_verify_alone(a, b, inner_timeout)
+    """One item in a worker, stopped after `inner_timeout` seconds of its CPU time (0.0: too costly to check).
+    math-verify's own timeouts are off: they count the wall's seconds (SIGALRM), which a loaded machine spends."""
+    def stop(signum, frame):
+        raise _CpuTimeout
+    signal.signal(signal.SIGPROF, stop)
+    signal.setitimer(signal.ITIMER_PROF, inner_timeout)
+    try:
+        kind, a, b = item
+        return _sympy_equal(a, b, None) if kind == "equal" else _math_verify_alone(a, b, None)
+    except _CpuTimeout:
+        return 0.0
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
 
 
 def gold_error(answer) -> str | None:
@@ -1176,7 +1197,7 @@ class MathPool:
 
         results: list[float | None] = [None] * len(items)
         todo = list(range(len(items)))[::-1]  # pop() from the end gives items in order
-        busy: dict[int, tuple[int, float]] = {}  # worker -> (item, deadline)
+        busy: dict[int, tuple[int, float, float | None]] = {}  # worker -> (item, wall start, CPU start)
         while todo or busy:
             if todo and len(busy) < self.n:
                 self._ensure_started()
@@ -1191,19 +1212,20 @@ class MathPool:
                 try:
                     self.procs[w].stdin.write(json.dumps(items[i]) + "\n")
                     self.procs[w].stdin.flush()
-                    busy[w] = (i, time.monotonic() + timeout_s)
+                    busy[w] = (i, time.monotonic(), cpu_seconds(self.procs[w].pid))
                 except Exception:  # broken pipe: the worker died between items
                     results[i] = None
                     self._kill(w)
             if not busy:
                 continue
-            first_deadline = min(d for _, d in busy.values())
+            now = time.monotonic()
+            wait_s = min(min(timeout_s - self._spent(w, now, *b[1:]), STARVED * timeout_s - (now - b[1]))
+                         for w, b in busy.items())  # no item is overdue sooner: CPU time runs no faster than the clock
             pipes = {self.procs[w].stdout: w for w in busy}
-            ready = wait_ready(list(pipes), timeout=max(0.0, first_deadline - time.monotonic()))
-            ready_workers = {pipes[r] for r in ready}
+            ready_workers = {pipes[r] for r in wait_ready(list(pipes), timeout=max(0.01, wait_s))}
             now = time.monotonic()
             for w in list(busy):
-                i, deadline = busy[w]
+                i, start, cpu_start = busy[w]
                 if w in ready_workers:
                     try:
                         reply = json.loads(self.procs[w].stdout.readline())
@@ -1212,11 +1234,37 @@ class MathPool:
                         results[i] = None
                         self._kill(w)
                     del busy[w]
-                elif now >= deadline:
+                elif self._spent(w, now, start, cpu_start) >= timeout_s:
                     results[i] = 0.0  # too costly to check: the model's fault (module docstring)
                     self._kill(w)
                     del busy[w]
+                elif now - start >= STARVED * timeout_s:
+                    results[i] = None  # starved or stuck, not computing: the machine's fault, never a 0
+                    self._kill(w)
+                    del busy[w]
         return results
+
+    def _spent(self, w: int, now: float, start: float, cpu_start: float | None) -> float:
+        """Seconds worker `w` has computed on its item: its CPU time where /proc tells it, else the clock's."""
+        cpu = cpu_seconds(self.procs[w].pid) if cpu_start is not None else None
+        return now - start if cpu is None else cpu - cpu_start
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds used so far by process `pid` and every process under it (a confined worker runs under
+    bubblewrap), from Linux's /proc; None where /proc cannot tell."""
+    ticks, todo = 0, [str(pid)]
+    try:
+        while todo:
+            p = todo.pop()
+            with open(f"/proc/{p}/stat") as f:
+                ticks += sum(int(x) for x in f.read().rpartition(")")[2].split()[11:13])  # utime, stime
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo += f.read().split()
+    except (OSError, ValueError):
+        return None
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the directory holding nanogrpo/: workers
@@ -1225,6 +1273,7 @@ _POOLS: dict[tuple, MathPool] = {}
 _POOL_LOCK = threading.Lock()
 DEFAULT_TIMEOUT_S = 10.0
 STARTUP_TIMEOUT_S = 120.0  # a worker importing sympy on a loaded machine can take many seconds
+STARVED = 3  # an item whose worker has not computed timeout_s after STARVED x timeout_s of the clock: None
 
 
 def pool_of(command: tuple[str, ...]) -> MathPool:

@@ -1,5 +1,6 @@
 """Rewards against known answers: MATH-500 golds, AIME padding, timeouts, the R1 format."""
 
+import contextlib
 import json
 import random
 import shutil
@@ -126,6 +127,53 @@ def test_worker_killed_mid_item_is_none(monkeypatch):
             p.kill()  # an OOM kill, say: the worker dies while busy
     t.join(timeout=30)
     assert out["r"] == [None]  # infrastructure, not the model: None, never 0
+
+
+@pytest.mark.slow
+def test_a_starved_worker_is_none_and_a_computing_one_zero():
+    # Workers stopped (SIGSTOP: a machine too loaded to run them) compute nothing: after STARVED x the timeout of the
+    # clock the item is None, not the 0.0 of an expression too costly to check.
+    import os
+    import signal
+
+    pool = answer._pool()
+    assert math_reward("\\boxed{\\sqrt{9}}", "3") == 1.0  # every worker up
+    stopped = [p.pid for p in pool.procs if p is not None]
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        assert math_reward("\\boxed{\\sqrt{9}}", "3", timeout_s=1.0) is None
+        assert time.monotonic() - t0 >= answer.STARVED * 0.5  # waited out the starved clock, not the CPU one
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    assert math_reward("\\boxed{\\sqrt{9}}", "3") == 1.0  # replaced
+
+
+def _burn(seconds):
+    t = time.thread_time()
+    while time.thread_time() - t < seconds:
+        pass
+
+
+@pytest.mark.slow
+def test_the_clocks_count_cpu_time_not_the_wall(monkeypatch):
+    # The rules' clock: a reading that waits (a collector's pause, a descheduled thread) keeps its verdict; one that
+    # computes past RULES_S twice is 0.
+    planned = answer._planned
+    monkeypatch.setattr(answer, "_planned", lambda *a: (time.sleep(answer.RULES_S + 0.2), planned(*a))[1])
+    assert math_reward("\\boxed{17}", "17") == 1.0
+    monkeypatch.setattr(answer, "_planned", lambda *a: (_burn(answer.RULES_S + 0.1), planned(*a))[1])
+    assert math_reward("\\boxed{17}", "17") == 0.0
+    # The worker's own clock (SIGPROF): sleeping past it is no cost, computing past it is 0.
+    monkeypatch.setattr(answer, "_sympy_equal", lambda *a: (time.sleep(1.2), 1.0)[1])
+    assert answer._work(["equal", "17", "17"], 1) == 1.0
+    monkeypatch.setattr(answer, "_sympy_equal", lambda *a: (_burn(3.0), 1.0)[1])
+    t0 = time.thread_time()
+    assert answer._work(["equal", "17", "17"], 1) == 0.0
+    assert time.thread_time() - t0 < 2.0
 
 
 def test_math_rewards_length_mismatch_is_a_clear_error():
