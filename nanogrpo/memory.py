@@ -3,29 +3,7 @@
 The planner behind scripts/plan_memory.py and train.py's start-up line; scripts/bench/bench_memory.py sets
 it beside measured peaks. N = world size, P = parameters, P_t = trainable ones (LoRA: the adapters),
 b = bytes of the compute dtype (bf16 on GPU, fp32 on CPU). A step has two phases, and the peak is the
-larger of the two:
-
-generation (the sampler runs; the trainer's gradients are freed):
-    weights 4P/N + AdamW 8P_t/N (fp32 shards, FSDP2), plus the sampler: vLLM on GPU takes
-    vllm_gpu_memory_utilization x the card (its weights and KV cache live inside that); vLLM on CPU its
-    weights (bP) + vllm_kv_cache_gb; the PyTorch sampler its weights (bP; on CPU in fp32 twice: oneDNN packs a copy)
-    + a KV cache for a batch.
-update (vLLM sleeps: its weights and KV cache are released; the PyTorch sampler keeps its weights):
-    weights + AdamW + gradients 4P_t/N (fp32 shards; grad_accumulation = "unsharded" holds every
-    gradient unsharded, 4P_t, until the last micro-batch), the gathered parameters (b x (root + 2
-    layers): FSDP2 keeps the root gathered through forward and backward and prefetches one layer), and
-    the activations of one micro-batch:
-      kept for backward, per token and decoder layer (Llama / Qwen2 / Mistral layers as transformers 5
-      writes them; tests/test_memory.py checks it against what autograd really saves):
-          2 x (4h + 4 + 2bh)      each RMSNorm: its fp32 input, 1/rms, the normalised and the scaled output
-        + b(q + 2kv) + 4H + bq    attention: q, k, v, log-sum-exp, output (SDPA / flash kernels)
-        + 4bi                     MLP: gate, up, silu(gate), their product
-      with activation checkpointing only the layer's input (bh) is kept, and backward recomputes one
-      layer at a time; the gradients of one layer's activations exist during its backward; the
-      lm_head runs on chunks of logprob_chunk completion positions (fp32 logits, their softmax and
-      gradient: 3 x 4 x chunk x vocab bytes).
-runtime: CPU, the interpreter with torch and transformers imported (measured); GPU, the CUDA context,
-    NCCL and cuBLAS workspaces, which max_memory_allocated does not see (an estimate).
+larger of the two; what each holds: docs/throughput.md, 'The memory planner's model'.
 """
 
 from __future__ import annotations
@@ -57,12 +35,12 @@ class Shape:
     params: int  # all parameters, tied ones once
     root_params: int  # outside the decoder layers: embeddings, final norm, an untied lm_head
     layer_params: int  # one decoder layer
-    llama_like: bool  # the per-token activation count above is written for this layer layout
+    llama_like: bool  # the per-token activation count (docs/throughput.md) is written for this layer layout
 
     def kv_bytes_per_token(self, b: int) -> int:
         return 2 * self.layers * self.kv_heads * self.head_dim * b
 
-    def activation_bytes_per_token_layer(self, b: int) -> int:
+    def activation_bytes_per_token_layer(self, b: int) -> int:  # what autograd keeps: docs/throughput.md
         h, i, q, kv = self.hidden, self.intermediate, self.heads * self.head_dim, self.kv_heads * self.head_dim
         return 2 * (4 * h + 4 + 2 * b * h) + b * (q + 2 * kv) + 4 * self.heads + b * q + 4 * b * i
 

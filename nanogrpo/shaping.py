@@ -2,35 +2,8 @@
 
 Each is a pure function of one completion (and, for `cosine` and `length`, the verifier's verdict) that
 never raises and reads the text in linear time. rewards.Scoring weighs them with `reward_weights`;
-each is logged as `reward/NAME`. Definitions, and where they differ from the published code on purpose:
-
-- `think_format`    TRL's think_format_reward, stricter: the R1 layout `<think>reasoning</think>answer` -> 1, else 0;
-                    one `<think>` at the start and one `</think>`, reasoning and answer not blank, and no tag or
-                    template token in the answer (`<think>`, `<|im_end|>`, `<｜...｜>`: the junk of a model that
-                    keeps going after its answer).
-
-- `format`          open-r1: the whole completion is `<think>..</think><answer>..</answer>` -> 1, else 0; each tag
-                    once, reasoning and answer not blank, only whitespace between and around the blocks
-                    (open-r1's versions differ on the newlines: one wants `\\n` inside every tag, its tests
-                    pass `<think>a</think><answer>b</answer>`; both pass here. Its regex ends in `$` under
-                    MULTILINE, so text after `</answer>` on a later line matches there; here it does not.)
-- `tag_count`       open-r1: 0.25 for each of `<think>\\n`, `\\n</think>\\n`, `\\n<answer>\\n`, `\\n</answer>` seen once.
-- `reasoning_steps` open-r1: min(1, markers / 3); markers are "Step N:", a line starting "N.", a line
-                    starting "-" or "*", and "First,", "Second,", "Next,", "Finally,".
-                    (open-r1's `^\\d+\\.` has no MULTILINE flag, so it only ever sees a list at the very start.)
-- `cosine`          Demystifying Long CoT (open-r1's `cosine`): correct answers get max_value_correct at length 0
-                    falling to min_value_correct at cosine_max_len characters on a half cosine; wrong ones
-                    min_value_wrong at length 0 rising to max_value_wrong. Lengths past cosine_max_len count as
-                    cosine_max_len (open-r1's cosine turns back up there and pays long answers more again).
-- `repetition_penalty` open-r1 / Demystifying: max_penalty * (1 - distinct word n-grams / n-grams); 0 when the
-                    text has fewer than n words.
-- `length`          Kimi 1.5: within a group, lam = 0.5 - (len - min) / (max - min) (characters); correct -> lam,
-                    wrong -> min(0, lam); all lengths equal -> 0. (open-r1 takes min and max over the whole batch
-                    it is handed, which mixes prompts; Kimi defines it per problem, as here.)
-- `soft_overlong_punishment` DAPO eq. 13 (TRL's): 0 up to L - cache tokens, falling linearly to -1 at L tokens,
-                    -1 past L (L = max_completion_len, cache = soft_punish_cache).
-- `code_format`     open-r1: the `format` layout with a ```LANG fenced block inside the answer (LANG: the row's
-                    `language`, else python).
+each is logged as `reward/NAME`. Definitions, and where they differ from the published code on purpose: docs/grpo.md,
+'Shaping rewards: the definitions'.
 
 Correctness (`cosine`, `length`) is the run's verifier, already computed: None there gives None here.
 """

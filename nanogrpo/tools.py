@@ -1,38 +1,12 @@
 """Tool-integrated rollouts: the model writes code mid-answer, the code runs in a sandbox, its output
 goes back into the context, and generation continues (ToRL; TRL discussion #2880's E2B agent).
 
-`ToolSampler(sampler, ToolConfig, cells)` wraps either sampler (PyTorch or vLLM) behind the same
-`Sampler` protocol, so train.py, the held-out eval and eval.py use it unchanged. One `generate` call:
-
-  1. Every prompt's n samples are generated with the closing tag as an extra stop string.
-  2. Each rollout that stopped at a closed code block (the text since its last tool output holds
-     `tool_open` ... closing tag) becomes a call. All calls of the round run at once through the
-     sandbox backend; each output goes back wrapped in `tool_output_open` / `tool_output_close`,
-     stdout and stderr together, cut to `tool_output_tokens`; a timeout or an exception becomes a
-     short text for the model (it is the model's doing, not a failure of ours).
-  3. Every rollout still going continues in ONE `generate` call (n = 1, context = prompt + all its
-     tokens so far); back to 2 until none is left.
-A rollout ends at EOS, at a user stop string, at `max_new_tokens` (counted over the whole rollout:
-model and tool tokens, so the trainer's sequences stay bounded), or when it closes a block after
-`max_tool_calls` calls (the block is not run and the rollout ends there: exceeding the budget costs
-the answer). A block that never closes is plain text. When `tool_close` is part of `tool_open` (the
-default ```python ... ``` fence), the block closes at the closing tag followed by a newline, as a
-Markdown closing fence is a line of its own; otherwise the opening fence would stop generation.
-
-Training (nanogrpo/grpo.py): the completion is every token after the prompt, with `mask` = 1 for
-tokens the model sampled and 0 for inserted tool output. Masked tokens carry no loss, are not
-counted by the normaliser and have no sampler log-prob (0.0 is stored); the trainer recomputes
-log-probs over the whole interleaved sequence, so every model token is scored in exactly the
-context it was sampled in. A sandbox infrastructure failure mid-rollout ends the rollout with
-`failed = True`, and train.py turns its reward into None (never 0).
-
-State: one session per rollout, kept by replay through the sandbox pool on either backend (local
-bubblewrap or E2B): nanogrpo/sandbox/cells.py. Sandbox-seconds (the cost the E2B agent PR worried
-about) are the executions' wall time.
-
-A user's tools: `tools_file` (a Python file) is run in every session before the model's first cell;
-`describe_tools` lists its functions (signature and docstring, read with `ast`, never run on the
-host) for the system prompt.
+`ToolSampler(sampler, ToolConfig, cells)` wraps either sampler behind the same `Sampler` protocol, so train.py,
+the held-out eval and eval.py use it unchanged. One `generate` call: generate with the closing tag as a stop
+string; run every closed block of the round at once in the sandbox and append its output (cut to
+`tool_output_tokens`, masked from the loss); continue every unfinished rollout in one `generate` call; repeat.
+How a rollout ends, the tags, sessions (replay through nanogrpo/sandbox/cells.py), the training mask, a sandbox
+failure (`failed`: reward None, never 0) and `tools_file`: docs/tools.md.
 """
 
 from __future__ import annotations

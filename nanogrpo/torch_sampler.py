@@ -7,25 +7,8 @@ cache, the sampling kernels and the CPU GEMMs. It holds its own plain (unsharded
 generates on its own with no collectives; the trainer pushes new weights with `sync_weights`. Its speed against
 what the machine allows (the roofline) is measured by scripts/bench/bench_sampler.py: docs/throughput.md.
 
-How one `generate` call runs (continuous batching over `slots` rows):
-  1. The n samples of every prompt become rows, longest prompts first; a prompt's samples are admitted
-     together, so each prompt is prefilled once for its whole group (right-padded: the real tokens
-     never attend to the padding after them; PREFILL_TOKENS at a time) and its keys and values are
-     copied into each sample's slot.
-  2. Each decode step runs the model on one token per running row. The cache is one buffer per layer,
-     (slots, kv_heads, length, head_dim), written in place at each row's own length: no per-step
-     concatenation (it grows by half when the longest row reaches its end), and attention reads each kv
-     head once for its whole query group. On CPU in fp32 the linears run oneDNN's GEMM (`cpu_gemms`):
-     torch's own matmul calls MKL, which runs at less than half that speed on AMD CPUs.
-  3. A row that finishes (EOS, stop string, max_new_tokens) gives its slot back at once: the last
-     running row moves into it (one row's cache copied), and waiting prompts are admitted into free
-     slots, so the batch stays full until the queue is empty.
-
-The decode loop calls the model's own decoder layers (embeddings, rotary tables, layers, final norm,
-lm_head), with its attention routed through `KV_ATTENTION`, registered in transformers' public
-AttentionInterface. So the math is the model's, not a copy; the model-level wiring is the one shared by
-the families in `ARCHITECTURES` (others: sampler = "vllm", or add the family after checking that its
-model forward is embeddings -> layers -> norm; tests/test_sampler.py compares each with transformers).
+How one `generate` call runs (continuous batching over `slots` rows, a KV cache written in place, the model's
+own decoder layers with attention through `KV_ATTENTION`): docs/throughput.md, 'How the PyTorch sampler runs'.
 
 Sampling (nanogrpo/sampler.py says what is drawn): one uniform per row from the counter-based stream, so no
 generator walks over the vocabulary (torch.multinomial drew one exponential per vocabulary entry: 48 ms a step at
