@@ -4,14 +4,10 @@
 lm_head + log-softmax: calling the submodules from outside the root would skip FSDP's all-gather of
 the root's parameters (embeddings, final norm, lm_head).
 
-Attention in the trainer (`attention`, `pick_attention`): on GPU with flash-attn installed,
-flash_attention_2, whose varlen kernels take a packed row's sequence boundaries from its position ids.
-Everywhere else `SEGMENT_SDPA`, registered below through transformers' public AttentionInterface:
-torch's SDPA with `is_causal`, one call per sequence of a packed row and one call per right-padded
-micro-batch. It never builds a (T, T) mask. transformers' own "sdpa" turns a packed row into a dense
-block-diagonal (T, T) mask, so attention cost the square of the row (4096 tokens: 10x the per-sequence
-cost on CPU, and most of a packed micro-batch's time). tests/test_packing.py pins packed == padded and
-tests/test_model.py pins SEGMENT_SDPA == transformers' sdpa.
+Attention in the trainer (`attention`, `pick_attention`): flash_attention_2 on GPU with flash-attn installed (varlen
+kernels), else `SEGMENT_SDPA`: torch's causal SDPA, one call per sequence of a packed row, never a (T, T) mask
+(transformers' "sdpa" built one, costing the square of the row: docs/throughput.md). tests/test_packing.py pins
+packed == padded and tests/test_model.py pins SEGMENT_SDPA == transformers' sdpa.
 
 The policy stays in eval mode: no dropout, so the trainer's log-probs are the sampler's
 (dropout would make the ratio to the sampler's log-probs random). Activation checkpointing is
@@ -289,11 +285,8 @@ def wrap_policy(hf: nn.Module, dtype: torch.dtype, chunk_size: int, activation_c
     CPU alike) with fp32 gradient reduction: FSDP2 all-gathers the parameters in `dtype` and reduce-scatters
     the gradients in fp32 (checked under gloo: tests/test_precision.py, docs/precision.md). `lm_head_fp32`:
     the lm_head matmul in fp32 (fp32_head). `compile` compiles each decoder layer's forward (the layer object stays,
-    so FSDP's hooks run outside the graph and parameter names stay the HF ones). FSDP2 settings, see
-    docs/throughput.md: layers reshard after forward (False keeps them gathered until backward: one
-    all-gather fewer per layer for a whole unsharded model of memory more); the root never does
-    (FSDP2 exempts it: its embeddings / lm_head are needed again at once in backward); prefetch is
-    FSDP2's default (backward gathers the previous layer while the current one computes).
+    so FSDP's hooks run outside the graph and parameter names stay the HF ones). Resharding and prefetch, and why:
+    docs/throughput.md, 'FSDP2 settings'.
     """
     hf.config.use_cache = False
     for layer in hf.model.layers:

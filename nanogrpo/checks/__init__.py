@@ -264,10 +264,8 @@ def check_finite(skipped: list[int]) -> None:
 # ---- the gap gate and the calibration gate ----
 
 
-# max_logprob_gap = -1: the limit by precision (docs/precision.md). fp32: healthy runs measure at most 6e-6 per
-# step, a stale sampler 1.9e-2 after one missed sync on the default run, so 1e-3 is far from both. bf16 / fp16:
-# our CPU runs measure at most 9.4e-4 per step, but bf16 GPU samplers (vLLM, SGLang) against bf16 trainers are
-# reported at ~1e-2 on dense models; 0.1 leaves them a factor of 10.
+# max_logprob_gap = -1: the limit by precision, far from both healthy runs and a stale sampler (docs/precision.md,
+# 'The gap gate'): fp32 healthy <= 6e-6, stale 1.9e-2; bf16 GPU samplers are reported at ~1e-2
 AUTO_LIMIT = {torch.float32: 1e-3, torch.bfloat16: 0.1, torch.float16: 0.1}
 
 
@@ -288,8 +286,6 @@ def sampler_dtype(sampler) -> torch.dtype | None:
     if isinstance(model, nn.Module):
         return next(model.parameters()).dtype
     return getattr(inner, "dtype", None)
-
-
 
 
 class GapGate:
@@ -373,20 +369,13 @@ class SamplerDistributionError(LogprobGapError):
 
 class SampleGate:
     """Watches `sample_z` step by step: are the sampled tokens draws from the distribution the sampler reports (the
-    sampler check and the gap gate read what it holds and reports, neither the draws: an engine with two settings
-    passes both)? For each draw x_t, log p(x_t) - E_q[log p] has mean 0 and variance Var_q[log p] given the tokens
-    before it, whatever the model (q: p at temperature, truncated to top_p), so
+    sampler check and the gap gate read what it holds and reports, neither the draws)? sample_z = Σ_t (log p(x_t) -
+    E_q[log p]) / sqrt(Σ_t Var_q[log p]) is about N(0, 1) on a healthy step; a two-sided CUSUM, S = max(0, S + z -
+    SLACK) per side, stops the run at S > max_sample_z. The sums come with the PyTorch sampler's draws
+    (Completion.calibration), else a forward (`Checks.calibrate`). Why each choice: docs/precision.md."""
 
-        sample_z = Σ_t (log p(x_t) - E_q[log p]) / sqrt(Σ_t Var_q[log p])
-
-    is about N(0, 1) on each step of a healthy run, up when the draws are sharper than reported, down when flatter.
-    A two-sided CUSUM (Page, 1954), S = max(0, S + z - SLACK) per side, stops the run at S > max_sample_z. The sums
-    come with the PyTorch sampler's draws (Completion.calibration), else a forward (`Checks.calibrate`). Why each
-    choice, the false alarms and the steps to catch a hidden fault: docs/precision.md."""
-
-    # per step, in standard deviations. Clean default runs measured sample_z with sd 1.0-1.1 and a heavier tail on
-    # the flatter side (a rare unlikely token weighs more than many likely ones: -3.9 once in 170 steps), which a
-    # slack of 1 let climb to 4.2 of 6; the hidden faults give 3 to 4.6 per step, caught at the third step either way
+    # per step, in standard deviations: clean runs' heavier flat tail climbed to 4.2 of 6 with a slack of 1;
+    # the hidden faults give 3 to 4.6 per step (docs/precision.md, 'False alarms')
     SLACK = 1.5
 
     def __init__(self, limit: float, temperature: float = 1.0, top_p: float = 1.0):
@@ -394,9 +383,8 @@ class SampleGate:
         self.up = self.down = 0.0
         self.history: list[tuple[int, float]] = []  # (1-based step, sample_z)
 
-    # A step whose draws carry less variance than this in all (Σ Var[log p], nats²) is nearly greedy: a handful of
-    # uncertain tokens at most, too few for z to be near normal, so the gate does not read it (and says so, once).
-    # The default run carries ~30 per step at temperature 0.1, ~60 at 0.2 (docs/precision.md).
+    # Σ Var[log p] (nats²) under which a step is nearly greedy, too few uncertain tokens for z to be near normal:
+    # not read, said once (docs/precision.md)
     MIN_VARIANCE = 1.0
 
     def __call__(self, step: int, z: float | None, variance: float = math.inf) -> None:

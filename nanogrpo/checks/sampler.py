@@ -1,14 +1,10 @@
 """The sampler's side of the checks (docs/precision.md says each one's why, cost and measured faults):
 
-- the sampler check (`CheckedSampler`, every generate call, no threshold): a Sampler that wraps the run's. After
-  every generate the sampler says what it used (`sampler.used`: prompts, n, temperature, top_p) and what it holds
-  (`held_weights()`), and both are compared with what the trainer asked for and pushed, each weight by its exact
-  `fingerprint` in the sampler's dtype; a mismatch stops the run (`StaleSamplerError`) naming what differs. A gap
-  is only a symptom (in bf16 the gap gate never stopped a stale lm_head), so the causes are checked instead.
-- exact mode (`exact_logprobs`, `SamplerPolicy`): the sampler's log-probs recomputed with its own weights through
-  the trainer's forward, in the update's micro-batches, so the gap is 0 bit for bit while the weights are equal
-  (one no-grad forward a step instead of batch-invariant kernels in the decode loop); also what measures the gap
-  of async_steps with the weights that sampled (`sampled_gap`);
+- the sampler check (`CheckedSampler`): after every generate, what the sampler used (`sampler.used`) and holds
+  (`held_weights()`, by exact `fingerprint`) against what the trainer asked for and pushed; a mismatch stops the
+  run (`StaleSamplerError`). A gap is only a symptom (in bf16 the gap gate never stopped a stale lm_head).
+- exact mode (`exact_logprobs`, `SamplerPolicy`): the sampler's weights through the trainer's forward, so the gap
+  is 0 bit for bit while the weights are equal; also the async gap with the weights that sampled (`sampled_gap`);
 - the calibration sums of the step's draws (`drawn_sums`, or `forward_sums` for a sampler that reports none).
 The gates that stop a run on the gap and on the draws are in nanogrpo/checks/__init__.py.
 """
@@ -69,11 +65,9 @@ def sampled_gap(behaviour: SamplerPolicy, batch, cfg, pad_id: int, weights=None)
     """(sum, tokens, dev, var): |trainer forward - sampler| log-prob summed over the counted completion tokens of a
     batch (async_steps, nanogrpo/pipeline.py), and its calibration sums (`SampleGate`: 0, 0 with max_sample_z = 0),
     the sampler's own (`drawn_sums`) or else this forward's, run over `weights`: the (name, tensor) copy of the
-    trainer's weights this batch was sampled with (None: the ones both sides loaded). The gap the gate reads then
-    measures what it measures without async: what the sampler holds and computes against what the trainer pushed,
-    and not the updates made since the batch was sampled. `behaviour` lends the forward its modules (the
-    sampler's). One micro-batch of the batch is enough for a gate whose limits are orders of magnitude apart, and
-    keeps the forward, which runs beside the update, a fraction of it."""
+    trainer's weights this batch was sampled with (None: the ones both sides loaded), so the gap measures what it
+    measures without async, not the updates made since. `behaviour` lends the forward its modules (the sampler's).
+    One micro-batch is enough for a gate whose limits are orders of magnitude apart, and keeps this forward cheap."""
     model = behaviour
     if weights is not None:
         dtype = next(behaviour.parameters()).dtype
@@ -129,14 +123,10 @@ def fingerprint(t: torch.Tensor) -> tuple[str, tuple[int, ...], int]:
     """(dtype, shape, hash of every element's bits): equal exactly when the tensors are, element for element.
 
     The hash is sum_b h_b * sum_i (bits_i * w_i mod 2**32) mod 2**64, over blocks b of BLOCK elements, with
-    pseudo-random odd weights w_i by position in the block and h_b by block (splitmix64), whatever the device and
-    however many blocks are read at a time; 8-byte elements take the products mod 2**64. Integer sums do not depend
-    on the order (a device, a thread count or a strided view cannot change the result). One changed element always
-    changes it (w_i and h_b are odd, so invertible); changes in many cancel with probability ~2**-32 (in a plain sum
-    of the bits, two bf16 elements moving by +1 and -1 ulp would cancel). Int32 products, one 256 KB block at a time
-    on a CPU: half the CPU per element of int64 products over 2 MB chunks (SmolLM2's 135M weights: ~0.25 s on one
-    core; the check reads them twice a step, at the sync and after generate). -0.0 counts as 0.0 (x + 0.0), as
-    LoRA's merged W + 0 at step 1 makes it."""
+    pseudo-random odd weights w_i by position and h_b by block (splitmix64); 8-byte elements take the products mod
+    2**64. Integer sums do not depend on the order (device, threads, strides); one changed element always changes it,
+    changes in many cancel with probability ~2**-32; its cost: docs/precision.md, 'The sampler check'. -0.0 counts
+    as 0.0 (x + 0.0), as LoRA's merged W + 0 at step 1 makes it."""
     flat = t.detach().reshape(-1)
     wide = torch.int64 if t.element_size() == 8 else torch.int32
     bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]

@@ -1,15 +1,7 @@
 """The built-in task "multiply": 5-digit multiplication, where a tool is the way to the answer.
 
 "48213*90127=" -> "4345293451". The tiny CPU model cannot multiply 5-digit numbers in its head, but
-it can write the product as code and copy what the sandbox prints:
-
-    48213*90127=```python
-    print(48213*90127)
-    ```
-    ```output
-    4345293451
-    ```
-    4345293451<EOS>
+it can write the product as code and copy what the sandbox prints (the transcript: docs/tools.md).
 
 The scored answer is the text after the last tool output (Completion.answer_text), compared
 exactly (its verifier: exact). `warm_start_rows` are the supervised rows of the tool model's warm
