@@ -133,13 +133,11 @@ def _publish(tmp: Path, final: Path, keep: int) -> None:
 
 
 def open_run(out_dir: str, resume: bool, unverified: bool = False) -> Path | None:
-    """Check out_dir before anything is loaded, and return the checkpoint to resume from (None: step 0),
-    the same on every rank (rank 0 decides). Nothing in out_dir is ever overwritten by surprise: a run
-    already there needs resume=true, and resume=true with a metrics.jsonl but no complete checkpoint
-    (which would start again from step 0 and replace that log) is refused, and so is a config.toml there that
-    a run did not write (the run's resolved config goes there: `write_config`). A checkpoint is resumed only with its
-    manifest verified (nanogrpo/manifest.py); `unverified` (config key `resume_without_manifest`) also takes one with
-    none. train.py and sft.py call this."""
+    """Check out_dir before anything is loaded, and return the checkpoint to resume from (None: step 0), the same on
+    every rank (rank 0 decides). Nothing in out_dir is overwritten by surprise: a run already there needs resume=true;
+    resume=true with a metrics.jsonl but no complete checkpoint is refused (step 0 would replace that log), and so is
+    a config.toml a run did not write. A checkpoint is resumed only with its manifest verified (nanogrpo/manifest.py)
+    or with `unverified` (config key `resume_without_manifest`). train.py and sft.py call this."""
     why = files.dir_problem(out_dir) or files.owned_problem(Path(out_dir) / "config.toml")  # the run writes it
     if why:
         raise ConfigError(f"config key 'out_dir': {why}")

@@ -246,15 +246,11 @@ def keep_freed_memory() -> bool:
 def close() -> None:
     """Leave the process group, then give gloo's worker threads the GIL for a moment before the interpreter exits.
 
-    Why the pause: a gloo worker thread drops its reference to a finished collective just after the caller
-    saw it finish; when that last reference holds tensors owned by Python, the drop needs the GIL. If the
-    main thread reaches interpreter shutdown first (a script that ends right after its last collective),
-    the waiting worker is told to exit inside a C++ destructor and the process aborts ("terminate called
-    without an active exception", SIGABRT): measured 3 runs in ~70 of a 2-rank FSDP2 script under torchrun
-    (0 in 140 with the pause), and once in CI. destroy_process_group does not join those threads while a model
-    still holds the group. Sleeping releases the GIL, so a waiting worker takes it and finishes; the pause is
-    paid once per process, also when the group is already gone (vLLM's engine shutdown destroys it; the
-    workers may still run)."""
+    Why the pause: a gloo worker dropping its reference to a finished collective may need the GIL, and
+    destroy_process_group does not join it while a model still holds the group. If the main thread reaches
+    interpreter shutdown first, the worker exits inside a C++ destructor and the process aborts ("terminate called
+    without an active exception": 3 runs in ~70 of a 2-rank FSDP2 script under torchrun, 0 in 140 with the pause).
+    Sleeping releases the GIL; paid once per process, also when the group is already gone (vLLM's shutdown)."""
     global SPLIT, TOKEN_FILE
     if dist.is_initialized():
         dist.destroy_process_group()

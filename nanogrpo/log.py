@@ -123,13 +123,10 @@ class Logger:
 
 
 class ProgressLine:
-    """One evaluation task's progress: problems and samples done of `problems` / `samples`, tokens/s, elapsed
-    and an ETA, on stderr (nanogrpo/evaluate.py's run_task drives it; pass it to a sampler as its `progress`).
-    On a terminal one line redrawn in place at most every `tty_every` s, elsewhere plain lines every
-    `plain_every` s and at each `call_done`; once the rate was measured for `measure_s` s, a worst case over
-    `warn_s` s is warned about once, naming `hint` (what each shows and why: docs/eval.md, "Progress"). The
-    samplers call it every decode step, so between lines it only adds and reads the clock. Calls recorded
-    before (a resumed eval, `skip`) count as done but not in the rate."""
+    """One evaluation task's progress on stderr: problems and samples done, tokens/s, elapsed and an ETA (run_task
+    drives it; a sampler takes it as its `progress`). A terminal gets one line redrawn in place, elsewhere plain
+    lines; a slow worst case is warned about once, naming `hint` (what each shows and why: docs/eval.md, "Progress").
+    Between lines it only adds and reads the clock. Calls recorded before (`skip`) count as done but not in the rate."""
 
     def __init__(self, label: str, problems: int, samples: int, budget: int, *, hint: str = "", stream=None,
                  tty: bool | None = None, clock=None, tty_every: float = 0.5, plain_every: float = 30.0,

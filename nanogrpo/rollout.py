@@ -24,10 +24,8 @@ from nanogrpo.torch_sampler import TorchSampler
 
 def make_sampler(kind: str, model_dir: str, device: str, dtype: torch.dtype, **kwargs) -> Sampler:
     """The sampler named by `kind`: "torch" (nanogrpo/torch_sampler.py), "vllm" (imported only when asked for),
-    or "auto": vLLM where it is installed and the device is a GPU, the PyTorch sampler otherwise.
-
-    It lives here, not in sampler.py, because vllm_sampler.py imports sampler.py's types: a factory in
-    sampler.py that imports vllm_sampler.py would make the two import each other."""
+    or "auto": vLLM where it is installed and the device is a GPU, the PyTorch sampler otherwise. Not in sampler.py,
+    which vllm_sampler.py imports: a factory there would make the two import each other."""
     if kind == "auto":
         try:
             import vllm  # noqa: F401
@@ -281,14 +279,10 @@ def tally(out: StepRollouts, groups: list, t0: float, t1: float, tool_stats: dic
 
 
 def dynamic_rounds(out: StepRollouts, stream, draw, cfg) -> None:
-    """dynamic_sampling (DAPO): a group whose `dynamic_metric` values are all equal is dropped (by default the
-    verifier's accuracy, as verl's DAPO recipe and NeMo-RL filter: a group all wrong is dropped even when its shaping
-    terms differ), and more prompts are generated, until this rank holds its share of kept groups or
-    `dynamic_max_rounds` generate calls were made. A later round draws only the prompts still missing, scaled by the
-    fraction of groups this step kept so far (what that round is expected to need, at most a share): drawing exactly
-    the missing ones would take many more generate calls and run out of rounds far more often. Groups kept past the
-    share are not trained. When the rounds run out, the share is topped up with dropped groups so that every step
-    keeps its shape; `topped_up` counts them and `check_filled` (train.py) stops the run unless `dynamic_top_up`."""
+    """dynamic_sampling (DAPO): groups whose `dynamic_metric` values are all equal are dropped and more prompts drawn,
+    until this rank holds its share of kept groups or `dynamic_max_rounds` generate calls were made; a later round
+    draws the missing prompts scaled by the fraction kept so far (why: docs/grpo.md, "Dynamic sampling"). When the
+    rounds run out, the share is topped up with dropped groups (`topped_up`; `check_filled` rules on them)."""
     dropped: list[tuple] = []
     share = want = None  # want: this round's prompts (None: a step's share)
     for round_ in range(cfg.dynamic_max_rounds):

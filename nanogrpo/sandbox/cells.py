@@ -2,12 +2,8 @@
 
 One session per rollout, kept by replay on either backend of the pool (local bubblewrap or E2B): each call runs,
 in a fresh sandboxed interpreter, the tools file and every earlier cell of the rollout with their output
-discarded, then the new cell with its output kept (why replay, what does not carry over, and the cost:
-docs/tools.md). Exact for deterministic code: `random` is seeded the same way in every replay, and str hashes by
-a PYTHONHASHSEED fixed per rollout. A cell that ended its interpreter restarts the session, as a notebook kernel
-does, and the model is told. Each cell has `tool_timeout_s` of wall clock, by the replay's SIGALRM and by the
-runner (STEP_GRACE_S later, for a cell that dodges its SIGALRM); the next call replays the cells that did not
-time out.
+discarded, then the new cell with its output kept. Why replay, what carries over (seeded `random`, a PYTHONHASHSEED
+per rollout), restarts, the cost and each cell's `tool_timeout_s`: docs/tools.md.
 """
 
 from __future__ import annotations
