@@ -340,10 +340,8 @@ class PromptStream:
         if not self.rows:
             raise DataError("PromptStream: the dataset is empty")
         if self.prompts_per_step % self.world_size:
-            raise ValueError(
-                f"prompts_per_step={self.prompts_per_step} is not divisible by world size {self.world_size}: "
-                "each rank must get the same number of prompts"
-            )
+            raise ValueError(f"prompts_per_step={self.prompts_per_step} is not divisible by world size "
+                             f"{self.world_size}: each rank must get the same number of prompts")
         self._perm_epoch, self._perm = -1, []
 
     def _order(self, epoch: int) -> list[int]:
@@ -374,8 +372,6 @@ class PromptStream:
 
     def load_state_dict(self, state: dict) -> None:
         if state["num_rows"] != len(self.rows) or state["seed"] != self.seed:
-            raise DataError(
-                f"cannot resume the prompt stream: checkpoint has {state['num_rows']} rows / seed {state['seed']}, "
-                f"this run has {len(self.rows)} rows / seed {self.seed}"
-            )
+            raise DataError(f"cannot resume the prompt stream: checkpoint has {state['num_rows']} rows / seed "
+                            f"{state['seed']}, this run has {len(self.rows)} rows / seed {self.seed}")
         self.consumed = int(state["consumed"])

@@ -219,26 +219,12 @@ def problem_result(index: int, records: list[dict], prefilled: bool) -> dict:
             "tool_calls": [r.get("tool_calls", 0) for r in records]}
 
 
-def evaluate(
-    model_dir: str,
-    tasks: list[str | Task],
-    n: int | None = None,
-    limit: int | None = None,
-    sampler=None,
-    sampler_kind: str = "auto",
-    device: str | None = None,
-    dtype: torch.dtype | None = None,
-    temperature: float = 0.6,
-    top_p: float = 0.95,
-    max_new_tokens: int | None = None,
-    data_dir: str | None = None,
-    out: str | None = None,
-    seed: int = 0,
-    tool_cfg: tools.ToolConfig | None = None,
-    sandbox: str = "local",
-    resume: bool = False,
-    exclusive: bool = False,
-) -> dict:
+def evaluate(model_dir: str, tasks: list[str | Task], n: int | None = None, limit: int | None = None, sampler=None,
+             sampler_kind: str = "auto", device: str | None = None, dtype: torch.dtype | None = None,
+             temperature: float = 0.6, top_p: float = 0.95, max_new_tokens: int | None = None,
+             data_dir: str | None = None, out: str | None = None, seed: int = 0,
+             tool_cfg: tools.ToolConfig | None = None, sandbox: str = "local", resume: bool = False,
+             exclusive: bool = False) -> dict:
     """Run the tasks and return the results dict (on every rank); rank 0 writes `out` and its samples.
 
     `tasks`: names / `name=PATH` specs (see benchmarks.load_task) or ready `Task`s (a held-out split).

@@ -92,9 +92,8 @@ class Rollout:
 SCALES = ("group", "batch", "none", "rloo")  # config key `scale`'s choices (tests/test_grpo.py holds them equal)
 
 
-def advantages(
-    rewards: list[float | None] | torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-4
-) -> torch.Tensor:
+def advantages(rewards: list[float | None] | torch.Tensor, group_size: int, scale: str = "group",
+               eps: float = 1e-4) -> torch.Tensor:
     """Group-relative advantages, (N,) for N = groups * group_size rewards in group-major order.
 
     None (or NaN) rewards are excluded from their group's mean and std and get advantage 0.

@@ -66,10 +66,9 @@ def check_model_dir(path: str) -> None:
     """Raise FileNotFoundError / ModelError naming what is missing or broken in a model directory."""
     p = Path(path)
     if not p.is_dir():
-        raise FileNotFoundError(
-            f"model directory not found: {path!r} (the default tiny model is committed as models/tiny-arithmetic; "
-            f"another one is built by `python scripts/models/build_tiny_model.py --out {path}`)"
-        )
+        raise FileNotFoundError(f"model directory not found: {path!r} (the default tiny model is committed as "
+                                f"models/tiny-arithmetic; another one is built by "
+                                f"`python scripts/models/build_tiny_model.py --out {path}`)")
     if not (p / "config.json").is_file():
         raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory: it has no config.json")
     try:

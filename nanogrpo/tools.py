@@ -159,9 +159,8 @@ class ToolSampler:
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    def generate(
-        self, prompts: list[list[int]], n: int, params: SamplingParams, progress: Progress | None = None
-    ) -> list[list[Completion]]:
+    def generate(self, prompts: list[list[int]], n: int, params: SamplingParams,
+                 progress: Progress | None = None) -> list[list[Completion]]:
         """`progress` gets the tokens of every inner generate call as they come, and a sample when its whole
         rollout ends (a segment that stops at a code block is not a finished sample)."""
         params.check()

@@ -276,14 +276,8 @@ class _Row:
 class TorchSampler:
     """Pure-PyTorch sampler; see the module docstring."""
 
-    def __init__(
-        self,
-        model_dir: str,
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
-        max_batch_size: int = 128,
-        lm_head_fp32: bool = False,
-    ):
+    def __init__(self, model_dir: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                 max_batch_size: int = 128, lm_head_fp32: bool = False):
         if not (Path(model_dir) / "config.json").is_file():
             raise FileNotFoundError(f"sampler: {model_dir!r} is not a Hugging Face model directory (no config.json)")
         if max_batch_size < 1:
@@ -339,9 +333,8 @@ class TorchSampler:
     # ---- generation ----
 
     @torch.inference_mode()
-    def generate(
-        self, prompts: list[list[int]], n: int, params: SamplingParams, progress: Progress | None = None
-    ) -> list[list[Completion]]:
+    def generate(self, prompts: list[list[int]], n: int, params: SamplingParams,
+                 progress: Progress | None = None) -> list[list[Completion]]:
         check_request(prompts, n, params)
         if not prompts:
             return []

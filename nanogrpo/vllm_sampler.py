@@ -21,9 +21,8 @@ from nanogrpo.sampler import Completion, Progress, SamplingParams, Used, check_r
 # Must be set before the engine is built: the in-process engine is what lets sync_weights pass a
 # generator (and what external_launcher requires). vllm reads its env vars lazily, at engine build.
 if os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":
-    raise RuntimeError(
-        "nanogrpo's vLLM sampler needs an in-process engine: unset VLLM_ENABLE_V1_MULTIPROCESSING or set it to 0"
-    )
+    raise RuntimeError("nanogrpo's vLLM sampler needs an in-process engine: unset VLLM_ENABLE_V1_MULTIPROCESSING "
+                       "or set it to 0")
 
 import vllm  # noqa: E402
 
@@ -51,9 +50,8 @@ def _refresh_tied_lm_head(worker) -> bool:
     model = worker.model_runner.get_model()
     lm_head = getattr(model, "lm_head", None)
     weight = getattr(lm_head, "weight", None)
-    shared = weight is not None and any(
-        m is not lm_head and getattr(m, "weight", None) is weight for m in model.modules()
-    )
+    shared = weight is not None and any(m is not lm_head and getattr(m, "weight", None) is weight
+                                        for m in model.modules())
     if not shared:
         return False
     lm_head.quant_method.process_weights_after_loading(lm_head)
@@ -82,17 +80,10 @@ def _held_weights(worker) -> dict[str, torch.Tensor]:
 class VLLMSampler:
     """vLLM engine behind the nanogrpo Sampler interface; see the module docstring."""
 
-    def __init__(
-        self,
-        model_dir: str,
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
-        *,
-        max_model_len: int | None = None,
-        gpu_memory_utilization: float = 0.3,  # GPU: share of the card for weights + KV cache (the trainer needs the rest)
-        kv_cache_gb: float = 1.0,  # CPU: KV-cache size
-        **engine_kwargs,
-    ):
+    def __init__(self, model_dir: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, *,
+                 max_model_len: int | None = None, kv_cache_gb: float = 1.0,  # CPU: KV-cache size
+                 gpu_memory_utilization: float = 0.3,  # GPU: the card's share for weights + KV cache (rest: trainer)
+                 **engine_kwargs):
         if not (Path(model_dir) / "config.json").is_file():
             raise FileNotFoundError(f"vllm sampler: {model_dir!r} is not a Hugging Face model directory (no config.json)")
         if vllm.__version__ != TESTED_VLLM:
@@ -147,29 +138,20 @@ class VLLMSampler:
 
     def _vllm_params(self, params: SamplingParams, n: int, seed: int | None) -> vllm.SamplingParams:
         return vllm.SamplingParams(
-            n=n,
-            max_tokens=params.max_new_tokens,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            stop=list(params.stop) or None,
-            include_stop_str_in_output=True,
-            stop_token_ids=sorted(self.eos_ids),
-            seed=seed,
-            logprobs=0,  # only the sampled token's log-prob
+            n=n, max_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
+            stop=list(params.stop) or None, include_stop_str_in_output=True, stop_token_ids=sorted(self.eos_ids),
+            seed=seed, logprobs=0,  # only the sampled token's log-prob
             detokenize=bool(params.stop),  # stop strings need the detokenizer; the text is decoded below
         )
 
-    def generate(
-        self, prompts: list[list[int]], n: int, params: SamplingParams, progress: Progress | None = None
-    ) -> list[list[Completion]]:
+    def generate(self, prompts: list[list[int]], n: int, params: SamplingParams,
+                 progress: Progress | None = None) -> list[list[Completion]]:
         """`progress` is called once, at the end, with every sample and token: vLLM 0.32's LLM.generate reports
         only finished requests (through `use_tqdm`, a tqdm object: no token counts), nothing per step."""
         check_request(prompts, n, params)
         if params.top_p < 1.0 and params.temperature > 0 and not self._warned_top_p:
-            warnings.warn(
-                "vllm sampler: with top_p < 1 vLLM reports log-probs renormalised over the nucleus, "
-                "not log_softmax(logits / temperature); the sampler-vs-trainer gap will show it"
-            )
+            warnings.warn("vllm sampler: with top_p < 1 vLLM reports log-probs renormalised over the nucleus, "
+                          "not log_softmax(logits / temperature); the sampler-vs-trainer gap will show it")
             self._warned_top_p = True
         if self._weights_discarded:
             raise RuntimeError("vllm sampler: sleep() discarded the weights (level 2); sync_weights() must refill "

@@ -199,11 +199,9 @@ def load_lcb_rows(path: Path, window: tuple[date, date] = LCB_V5) -> list[dict]:
     the rest goes through the sandbox's converter (`convert.to_schema`: LCB records, or rows already
     in the code schema), which decodes the compressed hidden tests without unpickling any code."""
     if not path.is_file():
-        raise FileNotFoundError(
-            f"LiveCodeBench export {str(path)!r} not found. It is not shipped (its hidden tests are hundreds of "
-            f"MB); where the Hub is reachable, download it once: `{LCB_EXPORT}`, then pass lcb=lcb.jsonl in "
-            "--tasks (docs/eval.md)"
-        )
+        raise FileNotFoundError(f"LiveCodeBench export {str(path)!r} not found. It is not shipped (its hidden tests "
+                                f"are hundreds of MB); where the Hub is reachable, download it once: `{LCB_EXPORT}`, "
+                                "then pass lcb=lcb.jsonl in --tasks (docs/eval.md)")
     rows = []
     for i, line in enumerate(path.open(encoding="utf-8"), 1):
         if not line.strip():
