@@ -1,23 +1,9 @@
 """Save and resume. Every checkpoint is a Hugging Face model directory plus the trainer's state.
 
-    out_dir/checkpoints/step_000050/
-        config.json, model.safetensors, tokenizer files   <- from_pretrained / vLLM / eval.py load this
-        lora/adapters.safetensors                         <- LoRA runs only: the adapters (the HF files hold
-                                                             the merged weights base + B·A·alpha/r)
-        optim/                                            <- optimizer state, sharded (torch.distributed.checkpoint)
-        trainer_state.pt                                  <- step, scheduler, data position, config
-        rng_rank{r}.pt                                    <- each rank's RNG states
-        manifest.json                                     <- every file's size and SHA-256, the model it was
-                                                             made from; written last
-
-Weights are written in fp32 (the trainer's master copy), so a resumed run continues exactly; a weight
-that is not finite (NaN, inf) is never written: the save stops with a CheckpointError naming it.
-A checkpoint is written to `.tmp_step_N/` and renamed to `step_N/` only when every rank has
-finished: a crash mid-write leaves the previous checkpoints untouched, and `latest()` never sees a
-partial one; a failed write (a full disk) raises CheckpointError on every rank. A save of a step that is
-already there is never written over (`_publish`). Whether a checkpoint is whole (its manifest, the hashes, the
-ranks' agreement on a failure, and what the hashes do not protect against) is nanogrpo/manifest.py;
-`check_resume` refuses a resume whose `model` or `steps` do not fit the checkpoint.
+Weights are written in fp32, never a non-finite one; a checkpoint is written to `.tmp_step_N/` and renamed to
+`step_N/` only when every rank has finished, and never over a step already there (`_publish`). Its layout and why:
+docs/architecture.md, "Checkpoints"; whether it is whole: nanogrpo/manifest.py; `check_resume` refuses a resume whose
+`model` or `steps` do not fit it.
 
 The stop signals (config key `stop_signal`, StopSignals) end a run cleanly: the step finishes, a
 checkpoint is saved, and the process exits with EXIT_STOPPED (75) so a wrapper can requeue it.

@@ -1,16 +1,11 @@
 """The files an entry point reads and writes: JSON read within bounds, outputs checked before any work and
 written whole, and never over a file the run did not create.
 
-Every entry point (train.py, sft.py, eval.py, scripts/generate.py, scripts/decontaminate.py,
-scripts/validate_code_data.py) asks `output_problem` about each file it will write before it loads a
-model or reads the data, so a bad path costs nothing, an output never replaces an input, and a file that
-is already there is refused unless the run made it (a resumed run's own files; `config.toml` files that carry
-`MARK`, the line a run writes first); then `atomic_open` writes each file under a temporary name beside it and
-renames it into place, so a crash leaves the old file or the new one, never part of one.
-
-Every JSON a user can hand in (dataset rows, eval task files, `eval.py --resume` records, manifests, model
-configs) is read by `loads`: nesting and integer sizes are bounded, and what is refused is a JSONError (a
-ValueError) saying why, for the caller to name the file and line.
+Every entry point asks `output_problem` about each file it will write before it loads a model or reads the data: a
+bad path costs nothing, an output never replaces an input, and a file already there is refused unless the run made
+it (a resumed run's own; a `config.toml` carrying `MARK`, the line a run writes first). `atomic_open` writes under a
+temporary name and renames, so a crash leaves the old file or the new one, never part of one. Every JSON a user can
+hand in is read by `loads`: nesting and integer sizes bounded, a refusal a JSONError (a ValueError) saying why.
 """
 
 from __future__ import annotations

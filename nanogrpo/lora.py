@@ -7,16 +7,8 @@ A chosen linear layer y = W x + b becomes
 so at initialisation the model is the base model, exactly. W and b (and every other base parameter)
 are frozen; only A and B train, and the optimizer is built from the trainable parameters only.
 
-How it fits the rest of nanogrpo:
-- The adapters live inside the layer they adapt (`...q_proj.lora_A`), and the base weight keeps its
-  HF name (`...q_proj.weight`), so FSDP2's per-decoder-layer `fully_shard` shards the adapters with
-  their layer (frozen and trainable parameters share the layer's communication group).
-- The sampler and a checkpoint's HF directory get merged weights W + (alpha/r)·B A under the base
-  names (`model.iter_full_params`): `from_pretrained` and vLLM load them like any model.
-- With beta > 0 the reference model is the same modules with the adapters switched off
-  (`BaseModel`): no second copy of the model.
-- A checkpoint also holds the adapters (`lora/adapters.safetensors`); a resumed run rebuilds the
-  frozen base from `model` and loads the adapters on top, so it continues exactly.
+How it fits the rest (FSDP2 sharding, merged weights for the sampler and checkpoints, the reference as the base with
+the adapters off, resume): docs/architecture.md, "LoRA".
 """
 
 from __future__ import annotations

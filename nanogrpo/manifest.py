@@ -4,11 +4,8 @@ this file says whether they are whole.
 
     manifest.json  {"step": N, "model": DIR, "files": {rel: size}, "sha256": {rel: hex}}   <- written last
 
-Each rank measures (and, reading, hashes) the files it writes: its RNG state and its optimizer shards; rank 0 the
-rest (`owner`). A write that fails on any rank fails on every rank (`Writing`): the partial checkpoint goes and
-each raises CheckpointError naming the file and the checkpoint still intact. The hashes find damage (a disk, a
-copy, an edit), not an adversary: whoever can write the checkpoint can write its manifest too (docs/sandbox.md,
-"Trust boundaries").
+A failed write on any rank fails on every rank (`Writing`); the hashes find damage, not an adversary: who measures
+what, and why: docs/architecture.md, "Checkpoints".
 """
 
 from __future__ import annotations

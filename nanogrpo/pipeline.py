@@ -2,16 +2,14 @@
 
 With k = 0 this file is not used: train.py's loop calls rollout.Worker itself; `Rollouts` is the same interface
 with the rollouts sampled ahead. With k >= 1 one background thread (`rollouts`) owns the sampler and runs jobs in
-step order; step j is sampled with weight version max(start, j - k), and every batch is trained, in order (the
-schedule, and the objective that corrects the staleness: docs/grpo.md, "Async GRPO"). After the update of step t
-`sync_weights` copies the new weights and queues step t + 1 + k on the copy, which the thread syncs into the
-sampler just before generating: the trainer goes on updating its own weights meanwhile, and on FSDP the gather is
-a collective only the main thread may run (one model in the trainer's dtype per queued job).
+step order; step j is sampled with weight version max(start, j - k) (the schedule and the objective that corrects
+the staleness: docs/grpo.md, "Async GRPO"). After the update of step t `sync_weights` copies the new weights and
+queues step t + 1 + k on the copy, which the thread syncs into the sampler just before generating: the trainer goes
+on updating its own, and on FSDP the gather is a collective only the main thread may run.
 
-The thread runs nothing collective, reads the prompt stream only from inside its jobs (in step order), and on a
-CPU gets half the intra-op threads (`split_threads`: two phases on two cores with two threads each run 6x slower).
-Before an evaluation or a checkpoint the main thread waits for the queue (`drain`): an evaluation then finds the
-newest weights in the sampler, and a checkpoint saves the queued steps' rollouts (`state`) for an exact resume.
+The thread runs nothing collective, reads the prompt stream only inside its jobs (in step order), and on a CPU gets
+half the intra-op threads (`split_threads`: two phases on two cores with two threads each run 6x slower). `drain`
+before an evaluation or a checkpoint: the sampler then holds the newest weights, and `state` saves the queued steps.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Split placement (`sampler_ranks = s`): the last s torchrun ranks only sample, the others only train.
 
-Trainer rank r gets its rollouts from sampler rank r % s, sampled with rank r's prompt stream and seeds, on
-pipeline.py's schedule, so a split run equals the colocated one bit for bit (docs/grpo.md, "Placement"). dist.init
-gives each side its own default group and two gloo groups over every rank between them (dist.SPLIT):
+Trainer rank r gets its rollouts from sampler rank r % s, with rank r's prompt stream and seeds, on pipeline.py's
+schedule: a split run equals the colocated one bit for bit (docs/grpo.md, "Placement"). dist.init gives each side its
+own default group and two gloo groups over every rank between them (dist.SPLIT):
 - to_samplers: `Start` from each trainer rank first; after an update whose weights some sampled step or evaluation
   will use, trainer rank 0 sends each sampler rank `Weights` (the version, names, shapes and fingerprints: the
   sampler side's check covers the wire as well as its own copy), then the tensors (gathered one at a time,
@@ -10,10 +10,9 @@ gives each side its own default group and two gloo groups over every rank betwee
 - to_trainers: `Rollouts` to the trainer they are for; `Evals` from sampler rank 0 to trainer rank 0; `End` after
   the stop.
 Every send is asynchronous and waited for only at the end (a trainer waits for its previous weights' send before
-the next), so neither side waits on the other in a cycle. The sampler side judges each batch with the sampler check
-(its findings travel with the batch; the trainers rule on them) and measures the gap against the version that
-sampled (checks.sampled_gap). Evaluations run on the sampler ranks; trainer rank 0 logs them. Untested (no GPU
-here): sampler ranks on their own GPUs; the weights go over gloo through host memory, not NCCL.
+the next), so neither side waits on the other in a cycle. The sampler side runs the sampler check (its findings
+travel with the batch; the trainers rule on them), measures the gap (checks.sampled_gap) and runs the evaluations.
+Untested (no GPU here): sampler ranks on their own GPUs; the weights go over gloo through host memory, not NCCL.
 """
 
 from __future__ import annotations

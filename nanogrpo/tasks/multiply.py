@@ -3,14 +3,8 @@
 "48213*90127=" -> "4345293451". The tiny CPU model cannot multiply 5-digit numbers in its head, but
 it can write the product as code and copy what the sandbox prints (the transcript: docs/tools.md).
 
-The scored answer is the text after the last tool output (Completion.answer_text), compared
-exactly (its verifier: exact). `warm_start_rows` are the supervised rows of the tool model's warm
-start (scripts/models/build_tiny_model.py --tools: an sft.py run): most answer directly (and are wrong for the model, which
-cannot learn the products), `tool_frac` of them show the tool format once, so GRPO starts from a
-model that calls the tool now and then and must learn that calling it pays.
-
-Held-out split: a pair is held out by a fixed integer hash (5% of pairs), so no train row with any
-seed is a held-out pair.
+Scored exactly on the text after the last tool output; `warm_start_rows` (the tool model's warm start) and the
+held-out split (5% of pairs, by a fixed hash): docs/data.md, "Built-in tasks".
 """
 
 from __future__ import annotations

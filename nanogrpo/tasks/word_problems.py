@@ -1,20 +1,10 @@
 """The built-in tasks "word_problems" and "word_problems_large": GSM8K-style one- and two-step word problems,
 generated.
 
-"word_problems" exists to show GRPO working on a real pretrained model on CPU with nothing to download: a
-135M chat model (SmolLM2-135M-Instruct) solves a fraction of these, GSM8K itself is nearly out of
-its reach (1-3%). Problems use small whole numbers and have a whole-number answer.
-
-"word_problems_large" is the same eight templates with larger numbers (3-digit sums, 2-digit products,
-quotients of 3-digit numbers): the tool task of a chat model (configs/word_problems_smollm2_tools.toml). Text
-alone can still score (the sums more often than the products), so a run with tools and one without are a
-real comparison. Each template carries its own solution as steps (TEMPLATES), so `warm_start_rows` writes worked
-answers from it: in text ("347 * 28 = 9716") or as a tool call (`print(347 * 28)`, its output, the answer).
-
-Held-out split: an instance (template, numbers) is held out by a fixed integer hash, so no train
-row with any seed ever has the numbers of a held-out row under the same template. There are about
-1,000 held-out instances of "word_problems" (templates with few number choices run out first, so a large
-test set leans towards the templates with many), and tens of thousands of "word_problems_large".
+"word_problems" shows GRPO on a real pretrained model on CPU with nothing to download; "word_problems_large" (larger
+numbers) is a chat model's tool task. Each template carries its solution as steps (TEMPLATES), from which
+`warm_start_rows` writes worked answers; an instance is held out by a fixed hash. Why each, and the held-out split:
+docs/data.md, "Built-in tasks".
 """
 
 from __future__ import annotations
