@@ -227,15 +227,11 @@ def evaluate(model_dir: str, tasks: list[str | Task], n: int | None = None, limi
              exclusive: bool = False) -> dict:
     """Run the tasks and return the results dict (on every rank); rank 0 writes `out` and its samples.
 
-    `tasks`: names / `name=PATH` specs (see benchmarks.load_task) or ready `Task`s (a held-out split).
-    `sampler`: pass the trainer's sampler (weights already synced) to skip loading the model again; a
-    tools.ToolSampler (train.py with tools = true) evaluates with its tools.
-    `tool_cfg`: run the tool loop (nanogrpo/tools.py) on the `sandbox` backend, for any task.
-    `max_new_tokens`: None = the reference budget on GPU, the task's default on CPU (task_budget).
-    `resume`: keep the calls recorded in OUT's samples file (SampleFile), or ResumeMismatch before the model is
-    loaded; `exclusive` (eval.py without --resume): the samples file and its arguments are created new, never over
-    a file (FileExistsError before anything is generated). docs/eval.md says what each file holds.
-    """
+    `tasks`: names / `name=PATH` specs (benchmarks.load_task) or ready `Task`s. `sampler`: the trainer's (weights
+    synced; a tools.ToolSampler evaluates with its tools), else one is loaded. `tool_cfg`: the tool loop on the
+    `sandbox` backend. `max_new_tokens` None: task_budget's. `resume`: keep the calls recorded in OUT's samples file
+    (SampleFile; ResumeMismatch before the model loads); `exclusive`: the samples file and its arguments are created
+    new, never over a file. docs/eval.md says what each file holds."""
     rank, world, gather = ndist.rank(), ndist.world_size(), ndist.all_gather_object
     model_dir = hub.model_dir(model_dir)  # a Hub id: its snapshot in the HF cache
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,11 +1,9 @@
 """Models and datasets named by their Hugging Face Hub ids: the only file that imports huggingface_hub or datasets.
 
-`model_dir("Qwen/Qwen2.5-1.5B-Instruct")` downloads the model's files to the usual cache
-(HF_HOME / HF_HUB_CACHE) once and returns the local snapshot directory; with HF_HUB_OFFLINE=1 it
-returns the cached snapshot without any network call. `dataset_records("open-r1/OpenR1-Math-220k",
-split, subset)` does the same for a dataset through `datasets.load_dataset`, which keeps its own
-prepared copy under HF_DATASETS_CACHE. Both are imported inside the functions: nothing is fetched,
-or even imported, until a Hub id is actually used. A name that is a local path is never looked up.
+`model_dir(id)` downloads a model once to the HF cache and returns its snapshot directory (HF_HUB_OFFLINE=1: the
+cache only); `dataset_records(id, split, subset)` reads a dataset through `datasets.load_dataset`. Both import
+inside the function: nothing is fetched or imported until an id is used, and a local path is never looked up
+(docs/pipeline.md, "Models and datasets by Hub id").
 """
 
 from __future__ import annotations

@@ -10,14 +10,11 @@ what the machine allows (the roofline) is measured by scripts/bench/bench_sample
 How one `generate` call runs (continuous batching over `slots` rows, a KV cache written in place, the model's
 own decoder layers with attention through `KV_ATTENTION`): docs/throughput.md, 'How the PyTorch sampler runs'.
 
-Sampling (nanogrpo/sampler.py says what is drawn): one uniform per row from the counter-based stream, so no
-generator walks over the vocabulary (torch.multinomial drew one exponential per vocabulary entry: 48 ms a step at
-64 x 49,152); `sample_next` inverts the CDF in two levels. The log-probs come from the decode's kernels, which
-round differently from the trainer's whole-sequence forward (~5e-7 per token in fp32); `exact_logprobs` has the
-trainer recompute them with this sampler's weights instead (nanogrpo/checks). Asked (SamplingParams.moments), it
-also sums each draw's log p - E_q[log p] and Var_q[log p] from the same logits, apart from the draw (logprobs.
-logp_moments): the checks' calibration test, with no forward of its own. In bf16 / fp16 the weights are
-in that dtype; `lm_head_fp32` computes the logits in fp32 from them, as the trainer does with the same key.
+Sampling (nanogrpo/sampler.py says what is drawn): one uniform per row from the counter-based stream, and
+`sample_next` inverts the CDF in two levels (torch.multinomial cost 48 ms a step: docs/throughput.md). The log-probs
+come from the decode's kernels (~5e-7 per token from the trainer's in fp32; `exact_logprobs` recomputes them in the
+trainer). Asked (SamplingParams.moments), it also sums the checks' calibration statistic from the same logits
+(logprobs.logp_moments). `lm_head_fp32` computes the logits in fp32 from bf16 / fp16 weights, as the trainer does.
 """
 
 from __future__ import annotations
