@@ -273,14 +273,11 @@ MATH_TEMPLATE = (
 
 def format_prompt(row: dict, tokenizer, template: str = "raw", system_prompt: str | None = None,
                   instruction: str | None = "auto") -> str:
-    """The prompt text for one row.
-
-    "raw": the problem text as it is (the tiny model continues "347+589=" with the digits).
-    "chat": the tokenizer's chat template with an optional system message, the problem followed by
-    `instruction` as the user turn, and the assistant header appended (add_generation_prompt).
-    `instruction` "auto" is default_instruction(row) (math, or code for a code row); None: none.
-    "math_eval": as "chat", with eval.py's math prompt (lighteval's MATH template, nanogrpo/tasks/benchmarks.py)
-    as the user turn, so a run trains on the prompt that eval.py scores it with."""
+    """The prompt text for one row. "raw": the problem text as it is (the tiny model continues "347+589=").
+    "chat": the tokenizer's chat template with an optional system message, the problem followed by `instruction`
+    ("auto": default_instruction(row); None: none) as the user turn, and the assistant header appended.
+    "math_eval": as "chat", with eval.py's math prompt (lighteval's MATH template, nanogrpo/tasks/benchmarks.py) as
+    the user turn, so a run trains on the prompt that eval.py scores it with."""
     if template == "raw":
         return row["problem"]
     if template not in ("chat", "math_eval"):
@@ -323,11 +320,9 @@ def encode_prompt(row: dict, tokenizer, template: str = "raw", **kw) -> list[int
 class PromptStream:
     """Yields this rank's slice of each step's global batch of `prompts_per_step` rows.
 
-    The global order is an endless sequence of epochs, each a permutation of the rows seeded by
-    (seed, epoch). Every rank computes the same global batch and takes its own contiguous slice, so
-    the slices are disjoint and together cover the global batch. The only state is how many global
-    rows were consumed, so a resumed run sees exactly the rows an uninterrupted run would (also
-    after changing the world size)."""
+    The global order is an endless sequence of epochs, each a permutation of the rows seeded by (seed, epoch); every
+    rank takes its own contiguous slice of the same global batch. The only state is how many global rows were
+    consumed, so a resumed run sees exactly the rows an uninterrupted run would (also at another world size)."""
 
     rows: list[dict] = field(repr=False)
     prompts_per_step: int

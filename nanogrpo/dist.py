@@ -211,10 +211,9 @@ class SignedStore(dist.Store):
 
 def huge_pages() -> bool:
     """Back every CPU tensor of 2 MiB or more with transparent huge pages (torch's THP_MEM_ALLOC_ENABLE): 512x fewer
-    page faults than glibc's fresh mmap per large tensor, and freed memory still goes back to the OS at once (why
-    and the figures: docs/throughput.md). torch reads the variable once, at its first allocation of 2 MiB or more,
-    so this must run before any: True when a probe allocation was faulted in as huge pages. The variable is then
-    removed again (unless the user had set it): child processes would run with huge pages whatever they asked."""
+    page faults than glibc's fresh mmap, and freed memory still goes back to the OS (docs/throughput.md). torch reads
+    the variable at its first allocation of 2 MiB or more, so this runs before any: True when a probe allocation was
+    faulted in as huge pages. The variable is then removed (unless the user set it): children would inherit it."""
     import resource
 
     ours = "THP_MEM_ALLOC_ENABLE" not in os.environ

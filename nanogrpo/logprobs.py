@@ -27,12 +27,10 @@ class _HeadLogprobs(torch.autograd.Function):
     at a time, with a hand-written backward. Only one chunk's (C, V) fp32 logits exist at once, in forward and in
     backward, which recomputes them from h (one matmul) instead of keeping them.
 
-    Why by hand: autograd through logsumexp + gather (+ the temperature's division) runs about ten
-    passes over each (C, V) chunk in forward, recompute and backward, and at a 49k vocabulary those
-    passes cost as much as the lm_head's matmuls. Here backward is d logp / d z = onehot - softmax(z),
-    written into the recomputed logits in place (exp, one scale, one scatter), then the two matmuls
-    into buffers that every chunk reuses: a fresh (C, V) tensor per chunk is ~100 MB of new pages to
-    fault in each time. The entropy is a metric: it gets no gradient.
+    Why by hand: autograd through logsumexp + gather ran about ten passes over each (C, V) chunk, as costly as the
+    lm_head's matmuls at a 49k vocabulary (docs/throughput.md). Here backward is d logp / d z = onehot - softmax(z),
+    written into the recomputed logits in place, then the two matmuls into buffers every chunk reuses (a fresh
+    (C, V) tensor per chunk is ~100 MB of new pages to fault in). The entropy is a metric: it gets no gradient.
     """
 
     @staticmethod

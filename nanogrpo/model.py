@@ -220,14 +220,11 @@ def make_policy(path: str, device: torch.device, dtype: torch.dtype, chunk_size:
                 lm_head_fp32: bool = False) -> Policy:
     """The sharded Policy of the model at `path`, built so that no rank holds the whole model on its device.
 
-    Every rank builds the model on the meta device (no memory), shards it (FSDP2 on each decoder layer
-    and the root) and allocates only its own shards; rank 0 alone loads the checkpoint, fp32 on CPU, and
-    broadcasts it one tensor at a time into every rank's shards (torch.distributed.checkpoint's
-    set_model_state_dict, broadcast_from_rank0). A node holds one full CPU copy while loading, not one per
-    rank, and a GPU never more than its shards plus one tensor. The same path at world size 1.
-
-    lora_rank > 0: `path` is the frozen base; adapters go on `lora_targets` (nanogrpo/lora.py), loaded
-    from the checkpoint directory `adapters_from` when resuming."""
+    Every rank builds the model on the meta device, shards it (FSDP2 on each decoder layer and the root) and
+    allocates only its own shards; rank 0 alone loads the checkpoint, fp32 on CPU, and broadcasts it one tensor at
+    a time into every rank's shards (set_model_state_dict, broadcast_from_rank0): a node holds one full CPU copy,
+    a GPU never more than its shards plus one tensor. The same path at world size 1. lora_rank > 0: `path` is the
+    frozen base; adapters go on `lora_targets`, loaded from the checkpoint `adapters_from` when resuming."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     from transformers import AutoConfig, GenerationConfig
 
@@ -320,11 +317,9 @@ def _recomputed(forward):
 def iter_full_params(policy: Policy) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF state-dict name, full tensor) for every parameter, gathered one parameter at a time.
 
-    Every rank must consume the whole iterator: each `full_tensor()` is an all-gather. At most one
-    full tensor is alive here at a time; samplers bucket on their side. Tied weights appear once
-    (under the embedding's name), as `named_parameters` de-duplicates them.
-    With LoRA, an adapted layer's weight is sent merged (W + alpha/r·B A) and the adapters themselves
-    are not sent: the receiver sees the plain HF model.
+    Every rank must consume the whole iterator: each `full_tensor()` is an all-gather. At most one full tensor is
+    alive here at a time. Tied weights appear once (under the embedding's name). With LoRA an adapted weight is
+    sent merged (W + alpha/r·B A), the adapters not: the receiver sees the plain HF model.
     """
     full = lambda q: q.full_tensor() if hasattr(q, "full_tensor") else q.data  # noqa: E731
     if policy.adapted:

@@ -111,10 +111,9 @@ def _kv_attention(module, query, key, value, attention_mask, dropout: float = 0.
     Prefill (`attention_mask` None): key / value (B, KV, T, D) of right-padded prompts, causal SDPA.
     Decode (T = 1): KVCache hands the keys transposed, (B, KV, D, L), and the values (B, KV, L, D);
     `attention_mask` (B, 1, 1, L) is 0 on each row's filled cache columns and -inf elsewhere. The H query
-    heads are grouped by kv head, (B, KV, H/KV, D), so each kv head is read once for its group, without
-    repeating it H/KV times in memory. Two matmuls and a softmax: q @ K with K stored (D, L) streams at
-    2.3x the bandwidth of q @ K^T from a (L, D) cache at 200 tokens (MKL's batched GEMM), and the two
-    together beat SDPA's CPU kernel by 10-25% on these 1-token queries (measured, docs/throughput.md).
+    heads are grouped by kv head, (B, KV, H/KV, D), so each kv head is read once for its group. Two matmuls and a
+    softmax, K stored (D, L): faster than q @ K^T from a (L, D) cache and than SDPA's CPU kernel on these 1-token
+    queries (measured: docs/throughput.md).
     """
     if sliding_window and value.shape[2] > sliding_window:
         raise ValueError(f"the PyTorch sampler has no sliding window and this model's is {sliding_window} tokens, "
@@ -150,11 +149,10 @@ class KVCache:
     """Keys and values of `slots` rows, per layer: keys (slots, kv_heads, head_dim, length), transposed so that
     decode's q @ K reads them row by row, and values (slots, kv_heads, length, head_dim); filled in place.
 
-    Running rows occupy slots [0, rows); slot r holds its prompt and generated tokens in columns
-    [0, lens[r]). `length` grows by half (up to `max_length`) when a row reaches it, one layer at a time, so
-    memory follows the longest row so far (not the longest possible one) and a growth holds one layer twice,
-    not the whole cache. Zero-initialised: masked columns are never NaN (a masked score gets weight 0, and 0 * NaN
-    would still be NaN).
+    Running rows occupy slots [0, rows); slot r holds its prompt and generated tokens in columns [0, lens[r]).
+    `length` grows by half (up to `max_length`) when a row reaches it, one layer at a time, so memory follows the
+    longest row so far and a growth holds one layer twice (docs/throughput.md). Zero-initialised: masked columns are
+    never NaN (a masked score gets weight 0, and 0 * NaN would still be NaN).
     """
 
     def __init__(self, layers, slots, kv_heads, head_dim, max_length, dtype, device):
