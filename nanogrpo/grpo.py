@@ -96,8 +96,7 @@ def advantages(rewards: list[float | None] | torch.Tensor, group_size: int, scal
                eps: float = 1e-4) -> torch.Tensor:
     """Group-relative advantages, (N,) for N = groups * group_size rewards in group-major order.
 
-    None (or NaN) rewards are excluded from their group's mean and std and get advantage 0.
-    """
+    None (or NaN) rewards are excluded from their group's mean and std and get advantage 0."""
     if isinstance(rewards, torch.Tensor):
         r = rewards.detach().double().reshape(-1)
     else:
@@ -175,8 +174,7 @@ def seq_weight(completion_len: int, loss_norm: str, max_new_tokens: int) -> floa
 def normaliser(rollouts: list[Rollout], loss_norm: str, mask_truncated: bool) -> float:
     """Z, the one denominator of the step: over this rank's rollouts, all-reduced over ranks.
 
-    token: valid completion tokens of the step; sequence / constant: counted completions of the step.
-    """
+    token: valid completion tokens of the step; sequence / constant: counted completions of the step."""
     counted = [r for r in rollouts if counts(r, mask_truncated)]  # counts() implies >= 1 completion token
     local = sum(len(r.sampled()) for r in counted) if loss_norm == "token" else len(counted)
     total = dist.all_reduce(torch.tensor([float(local)], dtype=torch.float64))

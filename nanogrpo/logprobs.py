@@ -30,8 +30,7 @@ class _HeadLogprobs(torch.autograd.Function):
     Why by hand: autograd through logsumexp + gather ran about ten passes over each (C, V) chunk, as costly as the
     lm_head's matmuls at a 49k vocabulary (docs/throughput.md). Here backward is d logp / d z = onehot - softmax(z),
     written into the recomputed logits in place, then the two matmuls into buffers every chunk reuses (a fresh
-    (C, V) tensor per chunk is ~100 MB of new pages to fault in). The entropy is a metric: it gets no gradient.
-    """
+    (C, V) tensor per chunk is ~100 MB of new pages to fault in). The entropy is a metric: it gets no gradient."""
 
     @staticmethod
     def forward(ctx, h, weight, bias, targets, temperature: float, chunk: int, with_entropy: bool, fp32: bool,

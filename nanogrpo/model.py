@@ -115,8 +115,7 @@ def _segment_sdpa(module, query, key, value, attention_mask, dropout: float = 0.
 
     `segments` None: one causal SDPA call over each row. The trainer's rows are right-padded, so every
     real token only sees real tokens before it; what the padding positions compute is never read.
-    `segments` (S+1,) (packed row, B = 1): the sequences' boundaries; one causal call per sequence.
-    """
+    `segments` (S+1,) (packed row, B = 1): the sequences' boundaries; one causal call per sequence."""
     if getattr(module, "sliding_window", None):  # a window the causal call would not apply
         raise ValueError(f"attention {SEGMENT_SDPA!r} has no sliding window; use attention=flex_attention "
                          "or flash_attention_2 for this model")
@@ -177,8 +176,7 @@ class Policy(nn.Module):
         entries that predict the next sequence's first token are meaningless (callers never use them).
         `positions` (K,): only these slots of the flattened (B*(T-1)) predictions go through the
         lm_head (the completion tokens; prompt and padding need none), and the result is (1, K).
-        `sampling`: the entropy is (..., 3) with the moments of log p the checks read (logprobs.chunked_logprobs).
-        """
+        `sampling`: the entropy is (..., 3) with the moments of log p the checks read (logprobs.chunked_logprobs)."""
         kw = {}
         if self.hf.config._attn_implementation == SEGMENT_SDPA:
             if position_ids is not None:
@@ -282,8 +280,7 @@ def wrap_policy(hf: nn.Module, dtype: torch.dtype, chunk_size: int, activation_c
     the gradients in fp32 (checked under gloo: tests/test_precision.py, docs/precision.md). `lm_head_fp32`:
     the lm_head matmul in fp32 (fp32_head). `compile` compiles each decoder layer's forward (the layer object stays,
     so FSDP's hooks run outside the graph and parameter names stay the HF ones). Resharding and prefetch, and why:
-    docs/throughput.md, 'FSDP2 settings'.
-    """
+    docs/throughput.md, 'FSDP2 settings'."""
     hf.config.use_cache = False
     for layer in hf.model.layers:
         if compile:
@@ -319,8 +316,7 @@ def iter_full_params(policy: Policy) -> Iterator[tuple[str, torch.Tensor]]:
 
     Every rank must consume the whole iterator: each `full_tensor()` is an all-gather. At most one full tensor is
     alive here at a time. Tied weights appear once (under the embedding's name). With LoRA an adapted weight is
-    sent merged (W + alpha/r·B A), the adapters not: the receiver sees the plain HF model.
-    """
+    sent merged (W + alpha/r·B A), the adapters not: the receiver sees the plain HF model."""
     full = lambda q: q.full_tensor() if hasattr(q, "full_tensor") else q.data  # noqa: E731
     if policy.adapted:
         yield from lora.merged_params(policy.hf, full)

@@ -44,8 +44,7 @@ class Batch:
     attention keeps them apart: nanogrpo/model.py); the loss tensors are (N, L), one row per completion.
     In both, only the K completion tokens go through the lm_head (prompt and padding positions need
     no log-prob): `positions` says where they are predicted in the model's flattened (B*(T-1))
-    outputs, `dest` where each lands in the flattened loss layout.
-    """
+    outputs, `dest` where each lands in the flattened loss layout."""
 
     input_ids: torch.Tensor  # (B, T)
     attention_mask: torch.Tensor | None  # (B, T); None for a packed row

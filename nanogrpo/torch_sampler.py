@@ -113,8 +113,7 @@ def _kv_attention(module, query, key, value, attention_mask, dropout: float = 0.
     `attention_mask` (B, 1, 1, L) is 0 on each row's filled cache columns and -inf elsewhere. The H query
     heads are grouped by kv head, (B, KV, H/KV, D), so each kv head is read once for its group. Two matmuls and a
     softmax, K stored (D, L): faster than q @ K^T from a (L, D) cache and than SDPA's CPU kernel on these 1-token
-    queries (measured: docs/throughput.md).
-    """
+    queries (measured: docs/throughput.md)."""
     if sliding_window and value.shape[2] > sliding_window:
         raise ValueError(f"the PyTorch sampler has no sliding window and this model's is {sliding_window} tokens, "
                          f"shorter than the {value.shape[2]}-token sequence: use sampler = 'vllm'")
@@ -152,8 +151,7 @@ class KVCache:
     Running rows occupy slots [0, rows); slot r holds its prompt and generated tokens in columns [0, lens[r]).
     `length` grows by half (up to `max_length`) when a row reaches it, one layer at a time, so memory follows the
     longest row so far and a growth holds one layer twice (docs/throughput.md). Zero-initialised: masked columns are
-    never NaN (a masked score gets weight 0, and 0 * NaN would still be NaN).
-    """
+    never NaN (a masked score gets weight 0, and 0 * NaN would still be NaN)."""
 
     def __init__(self, layers, slots, kv_heads, head_dim, max_length, dtype, device):
         self.max_length, self.dtype, self.device = max_length, dtype, device
@@ -439,8 +437,7 @@ class TorchSampler:
 
         With tied embeddings `lm_head.weight` and `model.embed_tokens.weight` are one tensor, so
         either name updates it. Every name is consumed before an error is raised, because the
-        trainer's iterator runs collectives that all ranks must finish.
-        """
+        trainer's iterator runs collectives that all ranks must finish."""
         params = dict(self.model.named_parameters(remove_duplicate=False))  # a tied tensor under both names
         problems, updated = [], set()
         for name, tensor in weights:

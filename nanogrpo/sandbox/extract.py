@@ -15,8 +15,7 @@ _CLOSE = re.compile(r"[ \t]*```[ \t]*")          # a closing fence is a line of 
 def extract_code(completion: str, language: str = "python", any_language: bool = False) -> str | None:
     """Body of the last closed ```<language> block (any block if any_language), or None if there is none.
 
-    An unclosed block (a completion cut off by the length limit) does not count. Linear in the completion.
-    """
+    An unclosed block (a completion cut off by the length limit) does not count. Linear in the completion."""
     if language not in ALIASES:
         raise ValueError(f"unknown language {language!r} (expected one of {sorted(ALIASES)})")
     tags = ALIASES[language]
