@@ -37,11 +37,9 @@ SPLIT: Split | None = None  # set by init(sampler_ranks > 0)
 
 def init(device: str = "auto", cpu_allocator: str = "system", sampler_ranks: int = 0) -> torch.device:
     """Join (or create) the process group and return this rank's device. cpu_allocator (CPU runs only):
-    "hugepages" (`huge_pages`), "reuse" (`keep_freed_memory`) or "system" (glibc's default).
-
-    sampler_ranks > 0 (under torchrun): the default group is this process's side only, the trainers' or the
-    samplers', so every collective of the trainer (FSDP, metrics, checkpoints) runs among the trainer ranks as at any
-    world size, and the two sides talk over two more gloo groups of every rank (SPLIT, nanogrpo/placement.py)."""
+    "hugepages" (`huge_pages`), "reuse" (`keep_freed_memory`) or "system" (glibc's default). sampler_ranks > 0: the
+    default group is this process's side only, so the trainer's collectives run among the trainer ranks as at any
+    world size; the two sides talk over two more gloo groups of every rank (SPLIT, nanogrpo/placement.py)."""
     use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
     if not use_cuda and cpu_allocator == "hugepages" and not huge_pages():
         print("warning: cpu_allocator=hugepages had no effect (transparent huge pages off, or a large tensor was "

@@ -156,11 +156,9 @@ def score_lenient(task: Task, completions: list, rows: list[dict]) -> list[bool]
 def run_task(task, sampler, tokenizer, n, sampling, context, seed, rank, world, gather, *, encoded=None,
              recorded=None, show: ProgressLine | None = None, on_call=None):
     """Generate and score this rank's share of the task -> (per-problem results, sample records, token budget).
-
-    `encoded`: {row index: prompt_ids} (made here when not given). `recorded`: {problem index: its n sample
-    records} of calls an earlier run finished (complete_calls): those calls are not generated again.
-    `show`: the sampler's progress hook and the task's progress line. `on_call(records)`: each generated
-    call's records, as soon as they are scored (eval.py appends them to the samples file)."""
+    `encoded`: {row index: prompt_ids} (made here when not given). `recorded`: {problem index: its n records} of
+    calls an earlier run finished (complete_calls), not generated again. `show`: the progress hook and line.
+    `on_call(records)`: each generated call's records, once scored (eval.py appends them to the samples file)."""
     calls = task_calls(len(task.rows), n, rank, world)
     mine = [i for _, idx in calls for i in idx]
     tool_cfg = sampler.cfg if isinstance(sampler, tools.ToolSampler) else None

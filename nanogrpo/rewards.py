@@ -6,11 +6,10 @@
 the fields it reads. A reward never raises: None means it could not be computed (a gold it cannot read, a sandbox
 that failed), and the trainer leaves that completion out of its group, never a silent 0; a wrong answer is 0.
 
-`Scoring` is the entry point: a run's reward list resolved once (`scoring`, from the `rewards` and `reward_weights`
-keys and the task's own reward), then called on each batch for the weighted total per completion and every part.
-One reward judges the answer, the verdict: the task's own (`accuracy`), or a verifier the list names; verdict == 1
-is `correct` and the held-out accuracy. The others are nanogrpo/shaping.py's terms and a user's own functions
-(`rewards = ["PATH.py:FN"]`, nanogrpo/usercode.py).
+`Scoring` is the entry point: a run's reward list resolved once (`scoring`: `rewards`, `reward_weights` and the task's
+own reward), then called on each batch for the weighted total and every part. One reward judges the answer, the
+verdict: the task's own (`accuracy`) or a verifier the list names; verdict == 1 is `correct` (docs/grpo.md, "Rewards").
+The others are nanogrpo/shaping.py's terms and a user's own functions (`rewards = ["PATH.py:FN"]`).
 
 The verifiers: `exact` (the arithmetic task), `number` (GSM8K-style) and `math` (math-verify in worker
 processes), both through nanogrpo/answer.py, the answer judge; `code` (tests run in nanogrpo/sandbox); `by_row` (a

@@ -69,10 +69,9 @@ LONGEST_OF = 64  # prompts encoded to find the longest (the longest by their bou
 def check_prompts(sets: dict[str, list[dict]], tokenizer, cfg, context: int) -> int:
     """The longest prompt of the rows of `sets` ({what they are: rows}) in tokens, after checking that every prompt
     leaves room for max_new_tokens in the model's `context`: a ConfigError naming the row otherwise, before any
-    compute (as eval.py checks its tasks). Without encoding every row (a chat template costs ~0.4 ms a row):
-    a prompt's tokens are at most its template's (the row's prompt with no problem, encoded) plus a token per UTF-8
-    byte of the row's own text (byte-level BPE and byte-fallback tokens cover >= 1 byte each) plus a few (a
-    SentencePiece word prefix); only rows whose bound does not fit, and the longest by it, are encoded."""
+    compute. Without encoding every row (a chat template costs ~0.4 ms a row): a prompt's tokens are at most its
+    template's (the row with an empty problem, encoded) plus a token per UTF-8 byte of the row's own text (byte-level
+    BPE, byte fallback) plus a few (a word prefix); only rows whose bound does not fit, and the longest, are encoded."""
     own = lambda r: len(str(r.get("problem", "")).encode()) + len(str(r.get("starter_code") or "").encode())  # noqa: E731
     kinds: dict[tuple, int] = {}  # the template's tokens, per prompt shape (language, starter code or not)
 

@@ -2,11 +2,9 @@
 computes, read plainly (`reference_generate`).
 
 The trainer asks a sampler for `n` completions of each prompt (`generate`), pushes its weights after every update
-(`sync_weights`), and lends it the device between (`sleep` / `wake`). Two samplers implement it: the PyTorch one
-(nanogrpo/torch_sampler.py: a KV cache written in place, continuous batching, oneDNN's GEMMs, a two-level CDF
-draw) and vLLM's (nanogrpo/vllm_sampler.py). `reference_generate` below is what the PyTorch sampler computes, in a
-few plain lines, one sample and one token at a time: tests/test_sampler.py holds the fast one to it token for
-token, so a reader reads this one.
+(`sync_weights`), and lends it the device between (`sleep` / `wake`). The two samplers: nanogrpo/torch_sampler.py
+and nanogrpo/vllm_sampler.py. `reference_generate` is what the PyTorch one computes, in a few plain lines
+(tests/test_sampler.py holds the fast one to it token for token), so a reader reads this one.
 
 Sampling: each token's log-prob is log_softmax(logits / temperature) at that token, computed before top-p
 truncation: the quantity the trainer recomputes. Greedy (temperature == 0) reports log_softmax(logits) at the

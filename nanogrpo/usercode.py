@@ -63,12 +63,10 @@ def load(spec: str, key: str):
 
 @contextlib.contextmanager
 def contained(what: str, error: type[Exception] = ConfigError, file: Path | None = None):
-    """Runs a user's code (`with contained("config key 'task': importing x.py"):`): whatever it raises, or exits with,
-    is `error` naming `what` and what happened: an exception, a `sys.exit()` / `exit()` (SystemExit, which would end
-    the run with its code and nothing said), a KeyboardInterrupt the code raises itself. Except the signal the run
-    itself answers: a Ctrl-C (SIGINT) that really arrives while the code runs still stops the process as it does
-    anywhere else (the stop signals of config key `stop_signal` only note themselves: checkpoint.StopSignals).
-    `file`: the user's file, whose last line in the traceback is named."""
+    """Runs a user's code (`with contained("config key 'task': importing x.py"):`): whatever it raises or exits with
+    (an exception, a `sys.exit()`, which would end the run saying nothing, a KeyboardInterrupt it raises itself) is
+    `error` naming `what` and what happened. A Ctrl-C (SIGINT) that really arrives meanwhile still stops the process,
+    as anywhere else (`stop_signal`'s signals only note themselves). `file`: the user's file, named in the traceback."""
     received = []
     previous = None
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:

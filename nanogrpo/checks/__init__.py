@@ -2,16 +2,14 @@
 (`Checks.before_update`, `Checks.statistics`, `Checks.after_step`), and the sampler check is a Sampler that wraps
 the run's (nanogrpo/checks/sampler.py). Every check is on by default; none changes what the update computes.
 
-- The sampler check (`CheckedSampler`): after every generate call, what the sampler used and holds against what
-  the trainer asked for and pushed, exactly; the trainer rules on every rank's findings before the update (`rule`).
-- The gap gate (`GapGate`, `max_logprob_gap`): `gap_patience` steps in a row whose sampler/trainer log-prob gap is
-  above the limit stop the run, naming the likely cause (`GapGate.cause`: precision, kernels or stale weights).
+- The sampler check (`CheckedSampler`): after every generate, what the sampler used and holds against what the
+  trainer asked for and pushed, exactly; the trainer rules on every rank's findings before the update (`rule`).
+- The gap gate (`GapGate`): `gap_patience` steps in a row above `max_logprob_gap` stop the run, naming the cause.
 - The calibration gate (`SampleGate`, `max_sample_z`): are the sampled tokens draws from the distribution the sampler
-  reports? The PyTorch sampler sums each draw's statistic as it draws (Completion.calibration: no forward here);
-  for a sampler that does not (vLLM) the step's completions are run forward here, without backward.
-- Reward values (`reward_values`): what a reward function returns, as the trainer may use it (rewards.py calls it).
-- Rewards alive (`ALL_NONE_STEPS`), a start with no signal (`NO_SIGNAL_STEPS`, a warning), updates that stayed
-  non-finite (`NONFINITE_PATIENCE`), and the rollout queue's staleness invariant (nanogrpo/pipeline.py).
+  reports? (the sums come with the PyTorch sampler's draws, else a forward here, without backward).
+- Reward values (`reward_values`), rewards alive (`ALL_NONE_STEPS`), a start with no signal (`NO_SIGNAL_STEPS`, a
+  warning), updates that stayed non-finite (`NONFINITE_PATIENCE`), the rollout queue's staleness (pipeline.py).
+Why, cost and measured faults of each: docs/precision.md.
 """
 
 from __future__ import annotations

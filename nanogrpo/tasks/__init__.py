@@ -137,9 +137,8 @@ def load_rows(source: str, kind: str | None = None, split: str = "train", n: int
 def answer_verifier(task: Task, kind: str | None, gold_check) -> str:
     """The name of the verifier (exact, number, math) that judges a task's rows by their 'answer', "" if none does:
     the task's own reward when it is one, else the one the config names, read from what rollout.row_kind asks of the
-    rows. The verdict is a verifier the config names, else the task's own reward; row_kind loads rows for by_row (a
-    dataset's verdict, where a row without an answer is allowed: it has no verdict, docs/data.md) as "auto", for code
-    as "code", for the others as "math", with the gold reader of number and math (exact has none)."""
+    rows (`kind`: "auto" for by_row, whose rows may lack an answer; "code"; else "math", with number's or math's
+    gold reader as `gold_check`; exact has none)."""
     own = {fn: name for name, fn in rewards.VERIFIERS.items() if name != "code"}
     if task.reward in own and kind != "code":
         return own[task.reward]

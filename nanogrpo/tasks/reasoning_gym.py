@@ -2,13 +2,11 @@
 
     task = "reasoning_gym:leg_counting(weight=2, max_animals=3), basic_arithmetic(max_terms=2)"  # a weighted mix
 
-The spec's settings (`weight`, `system_prompt`, `partial` and the dataset's config fields), how train and held-out
-rows are kept apart (seeds from HELDOUT_SEED, and the held-out quarter of questions by hash: `is_heldout`), the
-prompt and the verdict (the dataset's own `score_answer` on the last `<answer>...</answer>`, partial scores and
-why `partial=false` exists) are docs/data.md's "Reasoning Gym". Bounded on hostile text: one linear scan, an
-answer over MAX_ANSWER_CHARS (or 4x the gold) wrong unread, and `score_answer` (several call sympy's parse_expr,
-which evaluates the text) in confined worker processes killed past a timeout, as answer.py's MathPool. reasoning_gym
-is imported only when a spec is used.
+The spec's settings, how train and held-out rows are kept apart (HELDOUT_SEED, `is_heldout`), the prompt and the
+verdict (the dataset's own `score_answer` on the last `<answer>...</answer>`): docs/data.md, "Reasoning Gym".
+Bounded on hostile text: one linear scan, an answer over MAX_ANSWER_CHARS (or 4x the gold) wrong unread, and
+`score_answer` (some call sympy's parse_expr, which evaluates the text) in confined workers killed past a timeout,
+as answer.py's MathPool. reasoning_gym is imported only when a spec is used.
 """
 
 from __future__ import annotations
