@@ -77,7 +77,9 @@ _VERB = r"(?:is\b|(?=isn't\b)|:|=|(?:would|will|should|must)\s+be\b|was\b)"
 _STATEMENT = re.compile(rf"(?i)(?:\banswer\b[*\s]{{0,4}}{_VERB}|####)[*:\s]{{0,4}}")
 # after a box: "final answer is / : / would be", and a "Final Answer" heading with the answer on the next line
 _FINAL_STATEMENT = re.compile(rf"(?i)(?:\bfinal\s+answer\b(?:[*\s]{{0,4}}{_VERB}|[* \t]{{0,4}}\n)|####)[*:\s]{{0,4}}")
-_EMPHASIS = re.compile(r"\*\*|__")  # markdown bold: `**Answer: 17**` is `Answer: 17` (a single `*` is a product)
+# markdown bold and code: `**Answer: 17**` is `Answer: 17`, `` `17` `` is 17 (a single `*` is a product); a `!` after
+# closing bold ends the sentence (`**18**!`), one inside it is a factorial (`**5!**`)
+_EMPHASIS = re.compile(r"(?<=\S)\*\*!|\*\*|__|`+")
 # "not 17", "isn't 17", "definitely not 17": a statement that negates states no answer
 _NEGATION = re.compile(r"(?i)(?:n't|'t\b|\s|^)\s*(?:[a-z]+ly\s+)?(?:not|never)\b|^\s*(?:is)?n?'t\b")
 _NEGATED_BOX = re.compile(r"(?i)(?:\bnot|\bnever|n't)[\s$]{0,3}$")  # "is not $\boxed{17}$": that box is no answer
@@ -90,7 +92,7 @@ _ANSWER_TAG = re.compile(r"(?i)<answer>")
 _ANSWER_CLOSE = re.compile(r"(?i)</answer>")
 _QUOTES = re.compile(r"^(?:\\?[\"'])+")  # `"..."` or `\"...\"` around a stated answer
 _QUOTES_END = re.compile(r"(?<![\\\"'])(?:\\?[\"'])+$")  # from a run's first quote only: linear
-_CLAUSE_END = re.compile(r"\n|\.(?=\s|$)|,\s+(?=[A-Za-z]{2}|i\.e\.)|;|\s(?:because|since|which|so|as|but|rather\s+than|"
+_CLAUSE_END = re.compile(r"\n|\.(?=\s|$)|,\s+(?!or\b)(?=[A-Za-z]{2}|i\.e\.)|;|\s(?:because|since|which|so|as|but|rather\s+than|"
                          r"instead\s+of|\(\s*not)\b")  # "20 rather than 21", "30 (not 33)": the answer is 20, 30
 _NEGATED_END = re.compile(_CLAUSE_END.pattern + r"|:(?=\s)|\s(?:[\u2014\u2013]|--)\s")  # "isn't 6: it's 7", "not 6 — 7"
 # a number as working writes it (thousands separators in any spelling: `normalise` joins them)
@@ -99,11 +101,14 @@ _WORKING_NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?: \d{3})+(?![\d.,/])|(?<![\w
 _DIGIT = re.compile(r"\d")
 _WORD = re.compile(r"[A-Za-z]{3,}|\b(?:so|is|it|be|we|to|of|at|by|an|as|if|on|us|my)\b")  # prose, not `AB`
 _COMMAND = re.compile(r"\\[A-Za-z]+")
+_ENVIRONMENT = re.compile(r"\\(?:begin|end) ?\{[A-Za-z]+\*?\}")  # `\begin{pmatrix}` is LaTeX, not a word
 
 
 def _has_words(text: str) -> bool:
-    """Prose around an answer: a word of 3+ letters that is not LaTeX, `\\text{}`'s content or "and"."""
-    return any(w.lower() != "and" for w in _WORD.findall(_COMMAND.sub("", _TEXT_WRAP.sub("", text))))
+    """Prose around an answer: a word of 3+ letters that is not LaTeX (a command, an environment's name, `\\text{}`'s
+    content) or a math name (`sqrt`, `and`)."""
+    text = _COMMAND.sub("", _ENVIRONMENT.sub("", _TEXT_WRAP.sub("", text)))
+    return any(w.lower() not in _MATH_WORDS for w in _WORD.findall(text))
 
 
 def closing_brace(text: str, i: int, within: int = ANSWER_CHARS) -> int | None:
@@ -130,8 +135,10 @@ def _clause(text: str, i: int) -> str | None:
     clause = _QUOTES_END.sub("", (window[: end.start()] if end else window).strip(), count=1)
     if _STATEMENT.search(clause) or _NEGATION.match(clause):
         return None  # "Final Answer: The final answer is X": the inner statement gives X; "not X" gives none
-    found = _working(clause)
-    return found if found and re.search(r"[\d\\$]", found) else None
+    found, numbers = _working(clause), _WORKING_NUMBER.findall(clause)
+    if len(numbers) > 1 and _has_words(clause) and re.search(r"(?i)\bor\b", clause):
+        return ", ".join(numbers)  # "18, or possibly 20": a hedge, the list of its answers
+    return found if found and re.search(r"[\d\\$]|^[A-E]$", found) else None
 
 
 _OPERATION = re.compile(r"(?i)\b(?:double|twice|triple|half|times|of|plus|minus|sum|product|difference|total|more|less|"
@@ -152,6 +159,9 @@ def _working(text: str) -> str | None:
     """A short answer as it stands; words around it ("the largest $n$ is 34") reduced to the last math span or
     number, whichever comes later (the last `=` side of a span: working's result)."""
     text = text.strip()
+    choice, spelled = _CHOICE.fullmatch(text), _in_words(text) if len(text) <= 80 else None
+    if choice or spelled:  # "Option (C)" is C; "twenty-one" is 21
+        return choice.group(1) if choice else spelled
     if not _has_words(text):
         return text if len(text) <= ANSWER_CHARS else None
     span, number = _last_span(text), _last_number(text)
@@ -169,6 +179,27 @@ def _working(text: str) -> str | None:
         i -= 1
     chain = text[i:end].strip()
     return chain if "=" in chain and not chain.startswith("=") else found
+
+
+_CHOICE = re.compile(r"(?:[Oo]ption |[Cc]hoice )?\(?([A-E])\)?\.?")
+_NUMBER_WORDS = {w: i if i < 20 else 10 * (i - 18) for i, w in enumerate((
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
+    "eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety").split())}
+
+
+def _in_words(text: str) -> str | None:
+    """A number written in words alone (`twenty-one`, `one hundred and five`, `negative three`) in digits, else None."""
+    words = re.split(r"[\s-]+", text.lower().rstrip(".!"))
+    sign = -1 if words[0] in ("negative", "minus") else 1
+    total = part = seen = 0
+    for w in words[sign < 0 :]:
+        if w in _NUMBER_WORDS:
+            part, seen = part + _NUMBER_WORDS[w], 1
+        elif w in ("hundred", "thousand", "million") and seen:
+            total, part = (total, part * 100) if w == "hundred" else (total + part * 1000 ** (1 + (w == "million")), 0)
+        elif w != "and":
+            return None
+    return str(sign * (total + part)) if seen else None
 
 
 _CHAIN_CHARS = frozenset("0123456789. +-*/\u00d7\u00f7()=")
@@ -311,8 +342,9 @@ def _answer_tag(text: str) -> list | None:
     if not inner or len(inner) > ANSWER_CHARS:
         return [("tag", None)]
     fixed = _corrected(text, close.end()) if close else None
-    if fixed or _has_words(inner) or _BOX.search(inner):
-        return fixed or (final_answers(inner) if "<answer>" not in inner.lower() else [("tag", None)])
+    if fixed or _has_words(inner) or _BOX.search(inner):  # words alone are the answer against a prose gold
+        found = fixed or (final_answers(inner) if "<answer>" not in inner.lower() else [("tag", None)])
+        return found or ([("tag", inner)] if _is_prose(inner) else [])
     return [("tag", inner)]
 
 
@@ -322,8 +354,9 @@ def _stated(text: str, last: re.Match) -> list:
     clause = _clause(text, last.end())
     rest = text[last.end() :]
     if clause is None:
-        if not _NEGATION.match(rest):
-            return []
+        if not _NEGATION.match(rest):  # "The answer is an ellipse.": words, for a prose gold
+            words = _PROSE.match(rest[:ANSWER_CHARS].lstrip())
+            return [("statement", words.group())] if words and _is_prose(words.group()) else []
         after = _NEGATED_END.search(rest)  # "not 17; it is 18", "isn't 17: it's 18": what follows the negated clause
         found = _last_number(rest[after.end() :]) if after else None
         return [("working", found[1])] if found else []
@@ -392,6 +425,7 @@ _FRAC_SHORT = re.compile(r"\\frac\s*" + _FRAC_ARG + r"\s*" + _FRAC_ARG)
 _MIXED = re.compile(r"(?<![\d}.^_])(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
 _WRAPPERS = re.compile(r"\\(?:boxed|fbox|text|textbf|textit|textrm|textnormal|textsf|mathrm|mathbf|mathit|mathsf|"
                        r"boldsymbol|bm|mbox|emph|operatorname)\s*\{([^{}]*)\}")
+_PLAIN_MATH = re.compile(r"(?<![\\A-Za-z])(?:sqrt ?\(([^()]{1,40})\)|pi(?![A-Za-z]))")  # `sqrt(3)/2`, `pi/2`
 _UPRIGHT_CONST = re.compile(r"\\(?:mathrm|mathit|operatorname|text)\s*\{\s*([ei])\s*\}")
 # `normalise` makes every run of white space one space first, so a searched rule reads ` ?` where `\s*` would
 # be the same: a `\s*` a search can start inside is quadratic on a long run of spaces.
@@ -476,8 +510,8 @@ def normalise(text: str) -> Answer:
     gone; `\\dfrac` / `\\frac14` / mixed numbers spelled `\\frac{}{}`; a trailing unit word dropped; the percent
     and angle marks taken off into flags (how they compare: `equal`)."""
     s = _DOUBLED.sub(r"\\", _WHITE.sub(" ", str(text).translate(_UNICODE)))  # one space: every `\s*` below is short
-    s = _THOUSANDS.sub("", s)
-    s = s.replace("\\$", " ")
+    s = _E_NOTATION.sub(r"\1 \\times 10^{\2}", _THOUSANDS.sub("", s))
+    s = _PLAIN_MATH.sub(lambda m: "\\sqrt{" + m.group(1) + "}" if m.group(1) else "\\pi ", s.replace("\\$", " "))
     s = _SIZED.sub(lambda m: "" if m.group(1) == "." else m.group(1), s)
     s = _DELIMS.sub(" ", s)
     s = _UPRIGHT_CONST.sub(r"\1", s)
@@ -608,7 +642,7 @@ def _names_of(s: str) -> tuple:
 def _last_side(s: str) -> str:
     """An assignment's value: `5 + 5 + 1 = 11` -> `11` (math-verify reads `x = a = b` as `x = b`)."""
     sides = s.split("=")
-    if len(sides) < 2 or any(not p.strip() or p.rstrip()[-1:] in "<>!:" or _UNKNOWN.search(_unwrap(p))
+    if len(sides) < 2 or any(not p.strip() or p[-1:] in "<>!:" or _UNKNOWN.search(_unwrap(p))
                              for p in sides[:-1]) or _UNKNOWN.search(_unwrap(sides[-1])):
         return s  # not a chain of values (`6 = x = 5` names an unknown again)
     values = {_side_value(p) for p in sides}
@@ -713,7 +747,9 @@ _EXACT = re.compile(rf"[-+]?\s*(?:\\frac\{{\s*{_SIGNED}\s*\}}\{{\s*{_SIGNED}\s*\
                     rf"\\frac\{{\d+\}}\{{\d+\}}\s*\)|{_NUM}(?:(?:\s*(?:\\times|\\cdot|\*)\s*10)?\s*\^\s*\{{?\s*[-+]?\d+\s*\}}?)?)")
 _FRAC_PARTS = re.compile(r"\\frac\{([^{}]*)\}\{([^{}]*)\}")
 _BINOM = re.compile(r"\\[dt]?binom ?\{((?:[^{}]|\{[^{}]*\}){0,200})\} ?\{((?:[^{}]|\{[^{}]*\}){0,200})\}")
-_DECIMAL_GOLD, _COMMA_NUMBER = re.compile(r"[-+]?0(?:\{,\}|,)\d+"), re.compile(r"(?<![\d.,}])(-?\d+)(?:\{,\}|,)(\d+)(?![\d.,{])")
+_ONE_DECIMAL = re.compile(r"(?<!\d)-?\d+(?:\{,\}|,)\d")  # no thousands group, no list of many digits (`1,22` stays a list)
+_DECIMAL_GOLD, _COMMA_NUMBER = re.compile(r"[-+]?0(?:\{,\}|,)\d+"), re.compile(r"(?<![\d.,}-])(-?\d+)(?:\{,\}|,)(\d+)(?![\d.,{])")
+_TOWER = re.compile(r"\^ ?\{[^{}]*\^")  # `e^{e^{e}}`: against a number gold, arithmetic or nothing (sympy took 1.7 s)
 _IMPLIES = re.compile(r"\\(?:Rightarrow|Longrightarrow|implies)(?![a-zA-Z])")
 
 
@@ -740,6 +776,8 @@ def exact_number(core: str) -> Fraction | None:
 
 
 _NUMERAL = re.compile(rf"{_SIGNED}")
+_SCIENTIFIC = re.compile(rf"(?<![\d.])[-+]? ?{_NUM} ?(?:\\times|\\cdot) ?10 ?\^ ?\{{?[-+]?\d+\}}?")  # `3.2 \times 10^{5}`: a numeral
+_E_NOTATION = re.compile(r"(?<![\w.\\])(\d+(?:\.\d+)?)[eE]([-+]?\d+)(?![\w.])")  # `3.2e5` is `3.2 \times 10^{5}`
 
 
 # ---------------------------------------------------------------- golds
@@ -756,7 +794,7 @@ def _prose_key(text: str) -> str:
     text = text.replace("\\ ", " ").replace("~", " ")
     for _ in range(3):  # `\textbf{\text{No}}`: one wrapper per pass, inside out
         text = _TEXT_WRAP.sub(r"\1", text)
-    return " ".join(text.lower().split()).strip("$ ").rstrip(".!").strip()
+    return re.sub(r"^(?:an?|the) ", "", " ".join(text.lower().split()).strip("$ ").rstrip(".!").strip())  # "an ellipse"
 
 
 def _is_prose(words: str) -> bool:
@@ -813,7 +851,7 @@ def _decimal_commas(text: str, gold_comma: bool) -> str:
     """`d,dd` numbers read as decimal commas: all of them against a decimal-comma gold (`0,125` then means what the
     gold means), else only those whose decimals start with 0 and are not a thousands group (`12,05` is no list)."""
     return _COMMA_NUMBER.sub(lambda m: m.group(1) + "." + m.group(2) if gold_comma or (
-        m.group(2)[0] == "0" and len(m.group(2)) != 3) else m.group(), text)
+        m.group(2)[0] == "0" and len(m.group(2)) not in (1, 3)) else m.group(), text)
 
 
 def number_gold_error(answer) -> str | None:
@@ -840,7 +878,7 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     core = norm.core if gold.equation and not _IN_SET.match(norm.core) else _last_side(_drop_names(norm.core,
                                                                                                    gold.names))
     core = core if gold.equation else _solved(core)
-    if not core or _too_big(core):
+    if not core or _too_big(core) or (gold.value is not None and _TOWER.search(core) and _side_value(core) is None):
         return 0.0  # nothing, or a power tower / factorial past any gold: refused before math-verify's timeout
     if _relations(core) - _relations(gold.answer.core):
         return 0.0  # a relation, an approximation or an arrow the gold does not have: it says something else
@@ -859,7 +897,8 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
         return 0.0
     if numeral_only:  # the number reward: the number itself, no arithmetic left to do (`(-5)` is -5 written so)
         core = core[1:-1].strip() if core[:1] == "(" and core[-1:] == ")" and _NUMERAL.fullmatch(core[1:-1].strip()) else core
-        return float(value is not None and _NUMERAL.fullmatch(core) is not None and value == gold.value)
+        return float(value is not None and (_NUMERAL.fullmatch(core) or _SCIENTIFIC.fullmatch(core)) is not None
+                     and value == gold.value)
     if value is not None and gold.value is not None:
         return float(value == gold.value)
     if gold.value is not None and (re.search(r"[\[\]]|\\[{}]", core) or len(_split_top(core) or [core, ""]) > 1
@@ -947,6 +986,10 @@ def _plan(completion, answer, numeral_only: bool) -> tuple[float | None, list[tu
 
 
 def _planned(completion, answer, numeral_only: bool) -> tuple[float | None, list[tuple[str, str]]]:
+    if _ONE_DECIMAL.fullmatch(str(answer).strip()):  # `3,5`: a list (MATH's `-2,1`) or a decimal comma; either is right
+        as_decimal = _planned(completion, re.sub(r"\{,\}|,", ".", str(answer).strip()), numeral_only)
+        if as_decimal[0] == 1.0:
+            return as_decimal
     try:
         gold = gold_of(answer)
     except Exception:

@@ -80,6 +80,17 @@ WRONG = [
     # an implication solves only when no step gave the unknown a value already
     ("\\boxed{y = 3 \\Rightarrow y = 12}", "12"),
     ("\\boxed{y = 12 \\implies y^2 = 144}", "12"),
+    # a hedge after a comma is still a hedge; a true factorial chain is its last side, not the factorial's operand
+    ("The answer is 31, or possibly 32.", "31"),
+    ("The answer is 31, or possibly 32.", "32"),
+    ("\\boxed{6! = 720}", "6"),
+    # `!` after closing bold ends the sentence: the number is still the one written
+    ("The answer is **41**!", "42"),
+    # numbers in words and scientific notation: the value they spell
+    ("The answer is twenty-three.", "32"),
+    ("The answer is negative seven.", "7"),
+    ("\\boxed{4.1 \\times 10^{3}}", "410"),
+    ("The answer is 4.1e3.", "41000"),
 ]
 
 WRONG_MATH = [
@@ -100,6 +111,15 @@ WRONG_MATH = [
     ("\\boxed{\\pi^{\\pi^{\\pi^{\\pi^{\\pi}}}}}", "1"),
     ("\\boxed{\\binom{10^{12}}{10^{7}}}", "1"),
     ("\\boxed{" + "[" * 200 + "2" + "]" * 200 + "}", "2"),
+    # an extra coordinate is no decimal comma; a letter, words or plain-text math that differ from the gold
+    ("\\boxed{(1,0,0)}", "(1,0)"),
+    ("**Answer:** (B)", "\\text{(C)}"),
+    ("<answer>a hyperbola</answer>", "\\text{parabola}"),
+    ("The answer is Maria.", "\\text{Evelyn}"),
+    ("<answer>sqrt(7)/3</answer>", "\\frac{\\sqrt{7}}{2}"),
+    ("\\boxed{2.6}", "2,5"),
+    # a tower of two exponents over constants against a number gold: refused, not computed
+    ("\\boxed{\\pi^{\\pi^{\\pi}}}", "36"),
 ]
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
@@ -187,6 +207,27 @@ RIGHT = [
     # a unit in \mathrm with an exponent; an implication that solves for its unknown
     ("\\boxed{3.2 \\, \\mathrm{kg/m^3}}", "3.2"),
     ("\\boxed{5y = 60 \\Rightarrow y = 12}", "12"),
+    # a true factorial chain; `!` after bold; markdown code; numbers in words; scientific notation
+    ("\\boxed{6! = 720}", "720"),
+    ("The answer is **41**!", "41"),
+    ("The answer is `41`.", "41"),
+    ("The answer is:\n```\n41\n```", "41"),
+    ("The answer is twenty-three.", "23"),
+    ("Final answer: one hundred and five", "105"),
+    ("The answer is negative seven.", "-7"),
+    ("The answer is 4.1e3.", "4100"),
+    ("\\boxed{4.1 \\times 10^{3}}", "4100"),
+    # tuples whose commas are no decimal commas; LaTeX environments are no prose
+    ("\\boxed{(1,0)}", "(1,0)"),
+    ("\\boxed{(0,-3,0)}", "(0,-3,0)"),
+    ("<answer>\\begin{pmatrix}1\\\\-4\\end{pmatrix}</answer>", "\\begin{pmatrix} 1 \\\\ -4 \\end{pmatrix}"),
+    # choice letters, words for a prose gold, plain-text math
+    ("**Answer:** (B)", "\\text{(B)}"),
+    ("<answer>Option D</answer>", "\\text{(D)}"),
+    ("<answer>a parabola</answer>", "\\text{parabola}"),
+    ("The answer is Evelyn.", "\\text{Evelyn}"),
+    ("<answer>sqrt(7)/2</answer>", "\\frac{\\sqrt{7}}{2}"),
+    ("<answer>(2, pi/3)</answer>", "(2, \\frac{\\pi}{3})"),
 ]
 
 RIGHT_MATH_ONLY = [
@@ -194,7 +235,10 @@ RIGHT_MATH_ONLY = [
     # an exact answer against a gold rounded to many places rounds to it (the number reward wants the numeral)
     ("\\boxed{\\sqrt{13}}", "3.605551275463989"),
     ("\\boxed{\\sqrt{206}}", "14.352700094407323"),  # a float's repr: its last digit is one off the rounding
-    ("Die Antwort ist 4,5.", "4,5"),  # a gold `4,5` is a list (MATH's `-2,1`): the same spelling is right
+    ("Die Antwort ist 4,5.", "4,5"),  # a gold `4,5` is a list (MATH's `-2,1`) or a decimal comma: both are right
+    ("\\boxed{4.5}", "4,5"),
+    ("\\boxed{\\frac{9}{2}}", "4,5"),
+    ("\\boxed{4, 5}", "4,5"),
     ("\\boxed{" + "(" * 12 + "5" + ")" * 12 + "}", "5"),  # nested within MAX_DEPTH: math-verify still reads it
 ]
 
@@ -244,7 +288,7 @@ def test_hostile_shapes_are_refused_at_once():
     """A tower of exponents over any base, a binomial past MAX_DIGITS digits, brackets nested past MAX_DEPTH: 0 from the
     rules alone, well under 50 ms (math-verify spent its whole 5 s timeout on each)."""
     import time
-    for text in ("\\boxed{a^{a^{a^{a^{a}}}}}", "\\boxed{\\dbinom{5^{20}}{3^{20}}}", "\\boxed{" + "(" * 40 + "3" + ")" * 40 + "}"):
+    for text in ("\\boxed{a^{a^{a^{a^{a}}}}}", "\\boxed{e^{e^{e}}}", "\\boxed{\\dbinom{5^{20}}{3^{20}}}", "\\boxed{" + "(" * 40 + "3" + ")" * 40 + "}"):
         start = time.perf_counter()
         assert A._plan(text, "3", False) == (0.0, []), text
         assert time.perf_counter() - start < 0.05, text
