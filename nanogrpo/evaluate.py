@@ -1,10 +1,9 @@
 """Evaluation, one path: prompt a benchmark row, generate, score, pass@k; and the trainers' held-out accuracy.
 
-eval.py (the CLI), train.py's in-run evals (`eval_benchmarks`, `eval_every`), sft.py's and
-scripts/generate.py all run through this module, so a number from one of them means the same as from
-the others. Tasks, prompts and defaults live in nanogrpo/tasks/benchmarks.py; the metrics (pass@k) there too.
-The sampler, the prompt encoding and the scoring are the trainer's own (nanogrpo/rollout.py). Over 500 lines because
-it is that one path whole: the run, its resumable samples file, the strict and lenient scores, the held-out accuracy.
+eval.py, train.py's in-run evals, sft.py's and scripts/generate.py all run through this module, so their numbers
+mean the same. Tasks, prompts, defaults and pass@k live in nanogrpo/tasks/benchmarks.py; the sampler, the prompt
+encoding and the scoring are the trainer's own (nanogrpo/rollout.py). Over 500 lines because it is that one path
+whole: the run, its resumable samples file, the strict and lenient scores, the held-out accuracy.
 """
 
 from __future__ import annotations
@@ -355,10 +354,9 @@ def complete_calls(task: Task, n: int, rank: int, world: int, recorded: dict) ->
 
 
 class SampleFile:
-    """OUT's .samples.jsonl, written as the eval goes, so a stopped eval keeps every finished generate call: each
-    rank appends each call's records to its part (rank R > 0: OUT.samples.rankR.jsonl), rank 0 merges them at the
-    end; OUT.samples.args.json holds the arguments (run_args) until then. A resumed run reads them all, raises
-    ResumeMismatch when the arguments differ, and keeps the finished calls' records (docs/eval.md, "--resume")."""
+    """OUT's .samples.jsonl, written as the eval goes (each rank its part, merged by rank 0 at the end; the arguments
+    in OUT.samples.args.json until then), so a stopped eval keeps every finished call and a resumed one keeps them
+    or raises ResumeMismatch (docs/eval.md, "--resume")."""
 
     def __init__(self, out: Path, args: dict, resume: bool, rank: int, world: int, exclusive: bool = False):
         self.path, self.args, self.rank, self.world = samples_path(out), args, rank, world

@@ -150,12 +150,10 @@ def _names(names: list[str], note=lambda n: "") -> str:
 
 
 class CheckedSampler:
-    """A Sampler (nanogrpo/sampler.py's protocol) that checks the one it wraps, exactly, at every call (the module
-    docstring says why): `sync_weights` fingerprints each weight as it passes on, `generate` compares what the
-    sampler then used and holds with what the trainer asked for and pushed and keeps what differs in `findings`,
-    until the trainer rules on them over every rank (nanogrpo/checks/__init__.py `Checks.rule`). Anything else is
-    the wrapped sampler's. Off for a sampler that cannot report (no `held_weights` / `used`: a user's own); the gap
-    gate then reads the gap's history instead."""
+    """A Sampler that checks the one it wraps, exactly, at every call: `sync_weights` fingerprints each weight as it
+    passes on, `generate` compares what the sampler then used and holds with what the trainer asked for and pushed
+    and keeps what differs in `findings` until the trainer rules on them (`Checks.rule`). Anything else is the
+    wrapped sampler's. Off for a sampler that cannot report (a user's own): the gap gate alone watches it."""
 
     def __init__(self, sampler, dtype: torch.dtype, hf: nn.Module, weights, moments: bool = False):
         """`moments`: ask the sampler for each draw's calibration sums (SamplingParams.moments: max_sample_z)."""

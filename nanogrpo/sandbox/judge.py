@@ -1,11 +1,9 @@
 """Judging one program against one problem (the code schema, docs/data.md), on one sandbox session.
 
-A test passes only if the program finishes within its limits, exits 0 and its output matches.
-stdio: LiveCodeBench rules (`stdio_match`). call / assert: values come out of the sandbox as tagged
-JSON (see harness.py) and are compared here, outside it (against an integer exactly, else within 1e-9).
-Output that cannot be decoded or compared is a wrong answer (0); None is only for the sandbox failing.
-Each test is judged on its whole output, in time linear in it; the Verdict keeps an excerpt
-(`kept_output_chars`).
+A test passes only if the program finishes within its limits, exits 0 and its output matches (stdio, call and
+assert, each compared outside the sandbox: docs/sandbox.md, "Verdicts"). Output that cannot be decoded or compared
+is a wrong answer (0); None is only for the sandbox failing. Each test is judged on its whole output, in time
+linear in it; the Verdict keeps an excerpt (`kept_output_chars`).
 """
 import asyncio
 import hashlib
@@ -131,10 +129,9 @@ def _numbers_equal(got, want) -> bool:
 
 
 def values_equal(got, want) -> bool:
-    """`got`, the harness's tagged JSON (harness.encode), equals `want`, the expected JSON value. Walked side by
-    side without decoding `got`: no set or dict is built of the program's values (a 2.2 MB set of ints that all
-    hash alike took 88 s or more to decode), and the walk goes no deeper than `want`. Tuples compare as lists, `True` is
-    not `1`; JSON holds no set, bytes, complex or non-string key, so such a value is simply wrong."""
+    """`got`, the harness's tagged JSON (harness.encode), equals `want`, the expected JSON value. Walked side by side
+    without decoding `got` (no set or dict is built of the program's values) and no deeper than `want`; tuples compare
+    as lists, `True` is not `1`, a set, bytes or complex is simply wrong (why each: docs/sandbox.md, "Verdicts")."""
     if isinstance(got, dict):  # a tagged value
         tag, got = got.get("__t"), got.get("v")
         if tag == "dict":

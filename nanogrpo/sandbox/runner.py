@@ -1,11 +1,10 @@
 """The in-sandbox executor (stdlib only; runs under the system python3 inside the sandbox).
 
-One long-lived runner per pool slot (the "warm worker"): it reads length-prefixed JSON requests on
-stdin and, per execution, forks a supervisor (`start_child`) that makes the execution's own namespaces
-(confine.py) and pipe / socket budget (seccomp.py), then forks the program, which drops to the slot's
-non-root uid, applies rlimits and its syscall filter, starts a new session and execs. The slot's own
-namespaces are made once, by bwrap; and a `python3 -I ...` program is not exec'd at all: the forked child
-runs it in this already-started interpreter (`run_inprocess`), which skips the interpreter's start-up.
+One long-lived runner per pool slot (the "warm worker") reads length-prefixed JSON requests on stdin and, per
+execution, forks a supervisor (`start_child`) that makes the execution's namespaces (confine.py) and pipe / socket
+budget (seccomp.py), then forks the program: non-root uid, rlimits, syscall filter, new session, exec. A
+`python3 -I ...` program is not exec'd: the forked child runs it in this started interpreter (`run_inprocess`).
+What each layer stops: docs/sandbox.md.
 
 Requests: {"op": "probe"} | {"op": "exec", "job": str, "files": {name: text}, "argv": [...],
 "stdin": str, "limits": {...}, "clean"?, "fresh_interpreter"?, "hash_seed"?} | {"op": "end", "job": str}.
