@@ -79,12 +79,10 @@ def _init_split(backend: str, samplers: int, device_id) -> None:
 
 
 def loopback_store() -> dist.Store | None:
-    """A job on one node (torchrun's LOCAL_WORLD_SIZE = WORLD_SIZE): the store every process group of the run meets
-    on, a TCPStore of rank 0's listening on 127.0.0.1 only (`master_listen_fd`), behind a SignedStore, and gloo's and
-    NCCL's sockets on the loopback interface (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, where not set). Its port
-    reaches the other ranks through torchrun's store, signed too (or is MASTER_PORT when torchrun does not share
-    its store). None on more nodes: torchrun's store, as env:// has it. Why, and what stays open: docs/sandbox.md,
-    "Trust boundaries"."""
+    """A job on one node (torchrun's LOCAL_WORLD_SIZE = WORLD_SIZE): the store every process group meets on, a
+    TCPStore of rank 0's on 127.0.0.1 only, behind a SignedStore, with gloo's and NCCL's sockets on loopback and its
+    port passed through torchrun's store, signed too. None on more nodes: torchrun's store, as env:// has it. How,
+    why, and what stays open: docs/sandbox.md, "Trust boundaries"."""
     import socket
     from datetime import timedelta
 

@@ -433,10 +433,8 @@ class TorchSampler:
 
     @torch.no_grad()
     def sync_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy (HF state-dict name, full tensor) pairs into the model in place, one at a time.
-
-        With tied embeddings `lm_head.weight` and `model.embed_tokens.weight` are one tensor, so
-        either name updates it. Every name is consumed before an error is raised, because the
+        """Copy (HF state-dict name, full tensor) pairs into the model in place, one at a time. A tied lm_head and
+        embedding are one tensor, so either name updates it. Every name is consumed before an error is raised: the
         trainer's iterator runs collectives that all ranks must finish."""
         params = dict(self.model.named_parameters(remove_duplicate=False))  # a tied tensor under both names
         problems, updated = [], set()
