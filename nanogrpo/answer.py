@@ -747,7 +747,7 @@ _EXACT = re.compile(rf"[-+]?\s*(?:\\frac\{{\s*{_SIGNED}\s*\}}\{{\s*{_SIGNED}\s*\
                     rf"\\frac\{{\d+\}}\{{\d+\}}\s*\)|{_NUM}(?:(?:\s*(?:\\times|\\cdot|\*)\s*10)?\s*\^\s*\{{?\s*[-+]?\d+\s*\}}?)?)")
 _FRAC_PARTS = re.compile(r"\\frac\{([^{}]*)\}\{([^{}]*)\}")
 _BINOM = re.compile(r"\\[dt]?binom ?\{((?:[^{}]|\{[^{}]*\}){0,200})\} ?\{((?:[^{}]|\{[^{}]*\}){0,200})\}")
-_ONE_DECIMAL = re.compile(r"(?<!\d)-?\d+(?:\{,\}|,)\d")  # no thousands group, no list of many digits (`1,22` stays a list)
+_ONE_DECIMAL = re.compile(r"(?<!\d)-?\d+\{,\}\d")  # LaTeX's decimal comma; a bare `-2,1` is MATH's list of roots
 _DECIMAL_GOLD, _COMMA_NUMBER = re.compile(r"[-+]?0(?:\{,\}|,)\d+"), re.compile(r"(?<![\d.,}-])(-?\d+)(?:\{,\}|,)(\d+)(?![\d.,{])")
 _TOWER = re.compile(r"\^ ?\{[^{}]*\^")  # `e^{e^{e}}`: against a number gold, arithmetic or nothing (sympy took 1.7 s)
 _IMPLIES = re.compile(r"\\(?:Rightarrow|Longrightarrow|implies)(?![a-zA-Z])")
@@ -986,7 +986,7 @@ def _plan(completion, answer, numeral_only: bool) -> tuple[float | None, list[tu
 
 
 def _planned(completion, answer, numeral_only: bool) -> tuple[float | None, list[tuple[str, str]]]:
-    if _ONE_DECIMAL.fullmatch(str(answer).strip()):  # `3,5`: a list (MATH's `-2,1`) or a decimal comma; either is right
+    if _ONE_DECIMAL.fullmatch(str(answer).strip()):  # `3{,}5`: a list or a decimal comma; either is right
         as_decimal = _planned(completion, re.sub(r"\{,\}|,", ".", str(answer).strip()), numeral_only)
         if as_decimal[0] == 1.0:
             return as_decimal

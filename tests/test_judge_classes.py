@@ -98,6 +98,8 @@ WRONG_MATH = [
     ("\\boxed{\\{5, 9\\}}", "(5, 9)"),
     ("\\boxed{(5, 9)}", "\\{5, 9\\}"),
     ("\\boxed{375}", "0,375"),
+    ("\\boxed{-2.1}", "-2,1"),  # MATH-500's roots -2 and 1: one decimal is not the list
+    ("\\boxed{4.5}", "4,5"),
     ("\\boxed{3^{3^{3^{3}}}}", "7"),
     ("\\boxed{9^{9^{9^{9}}}}", "9"),
     ("\\boxed{100000!}", "7"),
@@ -235,10 +237,10 @@ RIGHT_MATH_ONLY = [
     # an exact answer against a gold rounded to many places rounds to it (the number reward wants the numeral)
     ("\\boxed{\\sqrt{13}}", "3.605551275463989"),
     ("\\boxed{\\sqrt{206}}", "14.352700094407323"),  # a float's repr: its last digit is one off the rounding
-    ("Die Antwort ist 4,5.", "4,5"),  # a gold `4,5` is a list (MATH's `-2,1`) or a decimal comma: both are right
-    ("\\boxed{4.5}", "4,5"),
-    ("\\boxed{\\frac{9}{2}}", "4,5"),
-    ("\\boxed{4, 5}", "4,5"),
+    ("\\boxed{4.5}", "4{,}5"),  # a gold `4{,}5` is a list or LaTeX's decimal comma: both are right
+    ("\\boxed{\\frac{9}{2}}", "4{,}5"),
+    ("\\boxed{4, 5}", "4{,}5"),
+    ("\\boxed{4, 5}", "4,5"),  # a bare `4,5` is a list (MATH-500's `-2,1`: roots)
     ("\\boxed{" + "(" * 12 + "5" + ")" * 12 + "}", "5"),  # nested within MAX_DEPTH: math-verify still reads it
 ]
 
