@@ -74,11 +74,17 @@ _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE = re.compile(r"[{}]")
 # "the answer is", "Final answer:", "**Answer:** ", GSM8K's "#### "
 _VERB = r"(?:is\b|(?=isn't\b)|:|=|(?:would|will|should|must)\s+be\b|was\b)"
-_STATEMENT = re.compile(rf"(?i)(?:\banswer\b[*\s]{{0,4}}{_VERB}|####)[*:\s]{{0,4}}")
+_STATEMENT = re.compile(rf"(?i)(?:\banswer\b[*\s]{{0,4}}{_VERB}|####|答案[*\s]{{0,4}}[是为:：])[*:：\s]{{0,4}}")
+_HEADING = re.compile(r"(?i)answer[*: \t]{0,4}\n")  # "### Final Answer" with the answer on the next line
+_HEADING_START = re.compile(r"(?i)(?<![#* \t])[#* \t]*(?:final\s+)?$")  # what may precede "answer" on its line
+_ANCHORS = ("answer", "####", "答案")
 # after a box: "final answer is / : / would be", and a "Final Answer" heading with the answer on the next line
-_FINAL_STATEMENT = re.compile(rf"(?i)(?:\bfinal\s+answer\b(?:[*\s]{{0,4}}{_VERB}|[* \t]{{0,4}}\n)|####)[*:\s]{{0,4}}")
+_FINAL_STATEMENT = re.compile(rf"(?i)(?:\bfinal\s+answer\b(?:[*\s]{{0,4}}{_VERB}|[* \t]{{0,4}}\n)|####|最终答案[*\s]{{0,4}}[是为:：])"
+                              r"[*:：\s]{0,4}")
 # markdown bold and code: `**Answer: 17**` is `Answer: 17`, `` `17` `` is 17 (a single `*` is a product); a `!` after
 # closing bold ends the sentence (`**18**!`), one inside it is a factorial (`**5!**`)
+_VULGAR = str.maketrans({c: f"\\frac{{{n}}}{{{d}}}" for c, (n, d) in zip("½⅓⅔¼¾⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞", [
+    (1, 2), (1, 3), (2, 3), (1, 4), (3, 4), (1, 5), (2, 5), (3, 5), (4, 5), (1, 6), (5, 6), (1, 8), (3, 8), (5, 8), (7, 8)])})
 _EMPHASIS = re.compile(r"(?<=\S)\*\*!|\*\*|__|`+")
 # "not 17", "isn't 17", "definitely not 17": a statement that negates states no answer
 _NEGATION = re.compile(r"(?i)(?:n't|'t\b|\s|^)\s*(?:[a-z]+ly\s+)?(?:not|never)\b|^\s*(?:is)?n?'t\b")
@@ -93,10 +99,10 @@ _ANSWER_CLOSE = re.compile(r"(?i)</answer>")
 _QUOTES = re.compile(r"^(?:\\?[\"'])+")  # `"..."` or `\"...\"` around a stated answer
 _QUOTES_END = re.compile(r"(?<![\\\"'])(?:\\?[\"'])+$")  # from a run's first quote only: linear
 _CLAUSE_END = re.compile(r"\n|\.(?=\s|$)|,\s+(?!or\b)(?=[A-Za-z]{2}|i\.e\.)|;|\s(?:because|since|which|so|as|but|rather\s+than|"
-                         r"instead\s+of|\(\s*not)\b")  # "20 rather than 21", "30 (not 33)": the answer is 20, 30
+                         r"instead\s+of)\b|\s\((?=\s*[A-Za-z]{3,}\b)|。")  # "20 rather than 21", "30 (not 33)", "5 (since 6 ..)": 20, 30, 5
 _NEGATED_END = re.compile(_CLAUSE_END.pattern + r"|:(?=\s)|\s(?:[\u2014\u2013]|--)\s")  # "isn't 6: it's 7", "not 6 — 7"
 # a number as working writes it (thousands separators in any spelling: `normalise` joins them)
-_WORKING_NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?: \d{3})+(?![\d.,/])|(?<![\w.])-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,])\d{3}(?!\d))*"
+_WORKING_NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?: \d{3})+(?![\d.,/])|(?<![\w.])-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,'\u2019])\d{3}(?!\d))*"
                              r"(?:\.\d+|,(?:\d\d?|\d{4,})(?![\d,]))?(?:/\d+(?![\d.]))?")  # `3,5` as written: a decimal comma or a list
 _DIGIT = re.compile(r"\d")
 _WORD = re.compile(r"[A-Za-z]{3,}|\b(?:so|is|it|be|we|to|of|at|by|an|as|if|on|us|my)\b")  # prose, not `AB`
@@ -251,20 +257,19 @@ def _value_of(box: str) -> tuple | None:
 
 
 def _last_statement(text: str) -> re.Match | None:
-    """The last "answer is" / `####` statement, found from the end."""
+    """The last "answer is" / `####` / "答案是" statement or "Final Answer" heading, found from the end."""
     lower = text.lower()
-    a, h = lower.rfind("answer"), text.rfind("####")
+    at = [lower.rfind(k) for k in _ANCHORS]
     for _ in range(1_000):  # bounded: a text of near-misses ("answers", "answer was") stops here
-        j = max(a, h)
+        j = max(at)
         if j < 0:
             return None
-        m = _STATEMENT.match(text, j)
+        m = _STATEMENT.match(text, j) or (_HEADING.match(text, j) if _HEADING_START.match(
+            text, text.rfind("\n", 0, j) + 1, j) else None)
         if m:
             return m
-        if j == a:
-            a = lower.rfind("answer", 0, a)
-        else:
-            h = text.rfind("####", 0, h)
+        k = at.index(j)
+        at[k] = lower.rfind(_ANCHORS[k], 0, j)
     return None
 
 
@@ -273,7 +278,7 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
     in order (docs/judge.md): the boxes, and a "final answer" statement after them; else the last `<answer>` tag
     read as a box; else the last "answer is" statement (negated: none; corrected: the correction); else a short
     bare answer; else the working's result (`_working`). An unclosed box is None; over MAX_ANSWERS is a hedge."""
-    text = _TIMES_X.sub(" * ", _EMPHASIS.sub("", final_text(str(completion))[-READ_CHARS:]))
+    text = _TIMES_X.sub(" * ", _EMPHASIS.sub("", final_text(str(completion))[-READ_CHARS:].translate(_VULGAR)))
     out = _boxes(text)
     if out and out[0][0] == "hedge":
         return out
@@ -406,13 +411,16 @@ def _corrected(text: str, end: int) -> list | None:
 # A thousands separator between digit groups, in every spelling: `1{,}000`, `1,\!000` (MATH), `1,\! 000`, `1\,000`,
 # `1\ 000`, `1~000`, `1\!000`, `1\;000`, `1\:000`, the Unicode thin / no-break spaces. Unambiguous: it sits
 # between a digit and exactly three digits. Plain `1,000` and `1 000` are `_PLAIN_THOUSANDS`.
-_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!\s?|\\,|\\!|\\;|\\:|\\ |~|[\u00a0\u2009\u202f])(?=\d{3}(?!\d))")
+_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!\s?|\\,|\\!|\\;|\\:|\\ |~|[\u00a0\u2009\u202f'\u2019])(?=\d{3}(?!\d))")
 # a whole number grouped by plain commas or spaces (`1,000,000`, `1 000`), not inside a bracket's list
 _PLAIN_THOUSANDS = re.compile(r"(?<![\d.,(\[{])[1-9]\d{0,2}(?:,\d{3})+(?![\d,)\]}])(?:\.\d+)?|(?<![\d.])\d{1,3}(?: \d{3})+(?![\d ])")
 _UNICODE = str.maketrans({"\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\u22c5": "\\cdot ", "\u03c0": "\\pi ",
                           "\u221e": "\\infty ", "\u2264": "\\le ", "\u2265": "\\ge ", "\u2260": "\\ne ",
                           "\u2248": "\\approx ", "\u2026": "\\ldots ", "\u00b0": "^\\circ ", "\u2192": "\\to ",
-                          "\u221a": "\\sqrt", "\u00a0": " "})
+                          "\u221a": "\\sqrt", "\u00a0": " ", "\u2019": "'"})
+_ROOT = re.compile(r"\u221a ?(\d+(?:\.\d+)?|\([^()]{1,40}\))")  # `√16` is 4, not `\sqrt16` (= `\sqrt{1}6`)
+_SUPERSCRIPT = re.compile("[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")  # `10⁵` is `10^{5}`
+_SUPER_DIGITS = str.maketrans("⁻⁺⁰¹²³⁴⁵⁶⁷⁸⁹", "-+0123456789")
 # `\\le` for `\le`: a command written with its backslash escaped (JSON in a model's text)
 _DOUBLED = re.compile(r"\\\\(?=(?:le|ge|leq|geq|lt|gt|ne|neq|frac|dfrac|sqrt|pi|cdot|times|infty|in)(?![a-zA-Z]))")
 _WHITE = re.compile(r"\s+")
@@ -509,7 +517,9 @@ def normalise(text: str) -> Answer:
     """The one spelling both sides are compared in: delimiters, sizing, spacing, wrappers and thousands separators
     gone; `\\dfrac` / `\\frac14` / mixed numbers spelled `\\frac{}{}`; a trailing unit word dropped; the percent
     and angle marks taken off into flags (how they compare: `equal`)."""
-    s = _DOUBLED.sub(r"\\", _WHITE.sub(" ", str(text).translate(_UNICODE)))  # one space: every `\s*` below is short
+    s = _SUPERSCRIPT.sub(lambda m: "^{" + m.group().translate(_SUPER_DIGITS) + "}", str(text))
+    s = _ROOT.sub(lambda m: "\\sqrt{" + m.group(1).strip("()") + "}", s)
+    s = _DOUBLED.sub(r"\\", _WHITE.sub(" ", s.translate(_UNICODE).translate(_VULGAR)))  # one space: every `\s*` below is short
     s = _E_NOTATION.sub(r"\1 \\times 10^{\2}", _THOUSANDS.sub("", s))
     s = _PLAIN_MATH.sub(lambda m: "\\sqrt{" + m.group(1) + "}" if m.group(1) else "\\pi ", s.replace("\\$", " "))
     s = _SIZED.sub(lambda m: "" if m.group(1) == "." else m.group(1), s)

@@ -8,6 +8,12 @@ from nanogrpo import answer as A
 
 # wrong answers: 0 under both rewards
 WRONG = [
+    # Unicode roots take their whole operand (`√25` is 5, not `\sqrt{2}5`); a parenthesis opening on a word is an
+    # aside, not the answer; Chinese statements; superscript powers
+    ("Answer: √25", "10"),
+    ("The answer is 9 (since 8 would be too few).", "8"),
+    ("答案是 38", "37"),
+    ("Answer: 3 × 10⁴", "3000"),
     # a chain whose sides differ is a false statement, not its last side
     ("\\boxed{x = 23 = 22}", "22"),
     ("\\boxed{23 = 22}", "22"),
@@ -94,6 +100,8 @@ WRONG = [
 ]
 
 WRONG_MATH = [
+    ("### Final Answer\n\n**\\frac{5}{8}**", "\\frac59"),
+    ("Answer: ⅜", "\\frac38 + 1"),
     ("\\boxed{7}", "7xy"),
     ("\\boxed{\\{5, 9\\}}", "(5, 9)"),
     ("\\boxed{(5, 9)}", "\\{5, 9\\}"),
@@ -126,6 +134,11 @@ WRONG_MATH = [
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
 RIGHT = [
+    ("The answer is 9 (since 8 would be too few).", "9"),
+    ("答案是：37", "37"),
+    ("计算得 6×7=42。\n最终答案：42", "42"),
+    ("Die Antwort ist 2'480'000.", "2480000"),
+    ("Answer: 3 × 10⁴", "30000"),
     ("<answer>\\frac{3}{8}</answer>", "\\frac{3}{8}"),
     ("<answer>\\sqrt{11}</answer>", "\\sqrt{11}"),
     ("<answer>6\\pi</answer>", "6\\pi"),
@@ -233,6 +246,12 @@ RIGHT = [
 ]
 
 RIGHT_MATH_ONLY = [
+    ("Answer: √(37)", "\\sqrt{37}"),
+    ("So the height is 4√11.\n\n**Answer: 4√11**", "4\\sqrt{11}"),
+    ("Answer: ⅜", "\\frac38"),
+    ("Answer: 2¼", "\\frac94"),
+    ("### Final Answer\n\n**\\frac{5}{9}**", "\\frac59"),
+    ("## Answer\n\n**(2, \\frac{\\pi}{3})**", "(2, \\frac{\\pi}{3})"),
     ("\\boxed{5!}", "120"),
     # an exact answer against a gold rounded to many places rounds to it (the number reward wants the numeral)
     ("\\boxed{\\sqrt{13}}", "3.605551275463989"),
