@@ -75,7 +75,7 @@ _BRACE = re.compile(r"[{}]")
 # "the answer is", "Final answer:", "**Answer:** ", GSM8K's "#### "
 _VERB = r"(?:is\b|(?=isn't\b)|:|=|(?:would|will|should|must)\s+be\b|was\b)"
 _STATEMENT = re.compile(rf"(?i)(?:\banswer\b[*\s]{{0,4}}{_VERB}|####|答案[*\s]{{0,4}}[是为:：])[*:：\s]{{0,4}}")
-_HEADING = re.compile(r"(?i)answer[*: \t]{0,4}\n")  # "### Final Answer" with the answer on the next line
+_HEADING = re.compile(r"(?i)answer[*: \t]{0,4}\n")  # "### Final Answer" with the answer on the last line
 _HEADING_START = re.compile(r"(?i)(?<![#* \t])[#* \t]*(?:final\s+)?$")  # what may precede "answer" on its line
 _ANCHORS = ("answer", "####", "答案")
 # after a box: "final answer is / : / would be", and a "Final Answer" heading with the answer on the next line
@@ -256,6 +256,14 @@ def _value_of(box: str) -> tuple | None:
     return None if value is None else (value, norm.unit, norm.angle, norm.percent)
 
 
+def _heading(text: str, j: int) -> re.Match | None:
+    """A "### Final Answer" heading at `j` over the text's last line when that line is one clause (its answer); a
+    heading over working ("## Answer" then sentences or lines of it) is no statement: the working's result is."""
+    m = _HEADING.match(text, j) if _HEADING_START.match(text, text.rfind("\n", 0, j) + 1, j) else None
+    rest = text[m.end():].strip().rstrip(".") if m else "\n"
+    return m if "\n" not in rest and not _CLAUSE_END.search(rest) else None
+
+
 def _last_statement(text: str) -> re.Match | None:
     """The last "answer is" / `####` / "答案是" statement or "Final Answer" heading, found from the end."""
     lower = text.lower()
@@ -264,8 +272,7 @@ def _last_statement(text: str) -> re.Match | None:
         j = max(at)
         if j < 0:
             return None
-        m = _STATEMENT.match(text, j) or (_HEADING.match(text, j) if _HEADING_START.match(
-            text, text.rfind("\n", 0, j) + 1, j) else None)
+        m = _STATEMENT.match(text, j) or _heading(text, j)
         if m:
             return m
         k = at.index(j)

@@ -134,6 +134,10 @@ WRONG_MATH = [
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
 RIGHT = [
+    # an "Answer" heading over a section of working: its result, not the section's first sentence
+    ("## Answer\n\nTo count them, we add the rows. Therefore there are 23 seats.", "23"),
+    ("**Answer**\n\nFirst, 5+6=11. Then 11*2=22.\n\nSo she has 22 stamps.", "22"),
+    ("## Answer\n\nStep 1: 5 + 6 = 11\nStep 2: 11 * 2 = 22", "22"),
     ("The answer is 9 (since 8 would be too few).", "9"),
     ("答案是：37", "37"),
     ("计算得 6×7=42。\n最终答案：42", "42"),
