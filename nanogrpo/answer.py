@@ -259,9 +259,11 @@ def _value_of(box: str) -> tuple | None:
 def _heading(text: str, j: int) -> re.Match | None:
     """A "### Final Answer" heading at `j` over the text's last line when that line is one clause (its answer); a
     heading over working ("## Answer" then sentences or lines of it) is no statement: the working's result is."""
-    m = _HEADING.match(text, j) if _HEADING_START.match(text, text.rfind("\n", 0, j) + 1, j) else None
-    rest = text[m.end():].strip().rstrip(".") if m else "\n"
-    return m if "\n" not in rest and not _CLAUSE_END.search(rest) else None
+    if not _HEADING_START.match(text, text.rfind("\n", 0, j) + 1, j):
+        return None
+    m = _HEADING.match(text, j)
+    rest = text[m.end():].strip().rstrip(".") if m else ""
+    return m if m and "\n" not in rest and not _CLAUSE_END.search(rest) else None
 
 
 def _last_statement(text: str) -> re.Match | None:
@@ -424,8 +426,8 @@ _PLAIN_THOUSANDS = re.compile(r"(?<![\d.,(\[{])[1-9]\d{0,2}(?:,\d{3})+(?![\d,)\]
 _UNICODE = str.maketrans({"\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\u22c5": "\\cdot ", "\u03c0": "\\pi ",
                           "\u221e": "\\infty ", "\u2264": "\\le ", "\u2265": "\\ge ", "\u2260": "\\ne ",
                           "\u2248": "\\approx ", "\u2026": "\\ldots ", "\u00b0": "^\\circ ", "\u2192": "\\to ",
-                          "\u221a": "\\sqrt", "\u00a0": " ", "\u2019": "'"})
-_ROOT = re.compile(r"\u221a ?(\d+(?:\.\d+)?|\([^()]{1,40}\))")  # `√16` is 4, not `\sqrt16` (= `\sqrt{1}6`)
+                          "\u221a": "\\sqrt", "\u00a0": " ", "\u2019": "'"}) | _VULGAR
+_ROOT = re.compile(r"\u221a ?(\d+(?:\.\d+)?|[A-Za-z]|\([^()]{1,40}\))")  # `√16` is 4, not `\sqrt16` (= `\sqrt{1}6`)
 _SUPERSCRIPT = re.compile("[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")  # `10⁵` is `10^{5}`
 _SUPER_DIGITS = str.maketrans("⁻⁺⁰¹²³⁴⁵⁶⁷⁸⁹", "-+0123456789")
 # `\\le` for `\le`: a command written with its backslash escaped (JSON in a model's text)
@@ -526,7 +528,7 @@ def normalise(text: str) -> Answer:
     and angle marks taken off into flags (how they compare: `equal`)."""
     s = _SUPERSCRIPT.sub(lambda m: "^{" + m.group().translate(_SUPER_DIGITS) + "}", str(text))
     s = _ROOT.sub(lambda m: "\\sqrt{" + m.group(1).strip("()") + "}", s)
-    s = _DOUBLED.sub(r"\\", _WHITE.sub(" ", s.translate(_UNICODE).translate(_VULGAR)))  # one space: every `\s*` below is short
+    s = _DOUBLED.sub(r"\\", _WHITE.sub(" ", s.translate(_UNICODE)))  # one space: every `\s*` below is short
     s = _E_NOTATION.sub(r"\1 \\times 10^{\2}", _THOUSANDS.sub("", s))
     s = _PLAIN_MATH.sub(lambda m: "\\sqrt{" + m.group(1) + "}" if m.group(1) else "\\pi ", s.replace("\\$", " "))
     s = _SIZED.sub(lambda m: "" if m.group(1) == "." else m.group(1), s)
@@ -1072,13 +1074,14 @@ _GOLDS: dict = {}  # a worker's parsed golds: a group's completions share one
 _ROUNDED_GOLD = re.compile(r"-?\d+\.(\d{8,})")  # a decimal gold to 8+ places is a rounding of an exact value
 
 
-def _sympy_equal(core: str, gold_core: str, timeout: int | None) -> float | None:
+def _sympy_equal(core: str, gold_core: str) -> float | None:
     """Runs inside a worker: 1.0 when math-verify finds the two cores equal, 0.0 when not (or the answer does not
-    parse), None when the gold does not parse."""
+    parse), None when the gold does not parse. math-verify's own (wall-clock) timeouts are off: `_work` bounds
+    the item's CPU."""
     from math_verify import verify
 
     gold = _GOLDS.get(gold_core)
-    if gold is None:  # no inner timeout: golds were read at load (`gold_error`); the pool's hard limit still holds
+    if gold is None:  # golds were read at load (`gold_error`); `_work`'s CPU alarm and the pool's limit still hold
         gold = _mv_parse(gold_core, None)
         if len(_GOLDS) > 256:
             _GOLDS.clear()
@@ -1086,30 +1089,30 @@ def _sympy_equal(core: str, gold_core: str, timeout: int | None) -> float | None
     if not gold:
         return None
     try:  # Order matters: verify is not symmetric (the gold decides how equations/intervals are read).
-        pred = _mv_parse(core, timeout)
+        pred = _mv_parse(core, None)
         rounded = _ROUNDED_GOLD.fullmatch(gold_core)
         if rounded and pred:  # a gold rounded to many places (`4.123105625617661`): an exact answer rounds to it
             real, imag = pred[0].evalf(len(rounded.group(1)) + 10).as_real_imag()  # sympy Floats: every digit
             half_unit = max(Fraction(1, 2 * 10 ** len(rounded.group(1))),  # or a double's error: a gold
                             abs(Fraction(gold_core)) / 2 ** 51)  # printed from a float (`repr`) is off in its last digit
             return float(abs(float(imag)) < 1e-12 and abs(Fraction(str(real)) - Fraction(gold_core)) <= half_unit)
-        return float(bool(pred) and verify(gold, pred, timeout_seconds=timeout))
+        return float(bool(pred) and verify(gold, pred, timeout_seconds=None))
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:  # too long, too costly (math-verify's timeout), or nothing sympy can compare: not equal
         return 0.0
 
 
-def _math_verify_alone(completion: str, answer: str, timeout: int | None) -> float:
+def _math_verify_alone(completion: str, answer: str) -> float:
     """Runs inside a worker: math-verify on its own, as lighteval's MATH-500 and verl's math_verify reward run it:
     the gold boxed and read as LaTeX, the completion's text after `</think>` read for an expression or LaTeX,
     boxed first; verify with its default 6-digit float rounding."""
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-    gold = parse("\\boxed{" + str(answer) + "}", [LatexExtractionConfig()], parsing_timeout=timeout)
+    gold = parse("\\boxed{" + str(answer) + "}", [LatexExtractionConfig()], parsing_timeout=None)
     pred = parse(final_text(str(completion))[-READ_CHARS:], [ExprExtractionConfig(),
-                 LatexExtractionConfig(boxed_match_priority=0)], parsing_timeout=timeout)
-    return float(bool(gold) and bool(pred) and verify(gold, pred, timeout_seconds=timeout))
+                 LatexExtractionConfig(boxed_match_priority=0)], parsing_timeout=None)
+    return float(bool(gold) and bool(pred) and verify(gold, pred, timeout_seconds=None))
 
 
 class _CpuTimeout(BaseException):  # a BaseException, as math-verify's own: its `except Exception` lets it through
@@ -1125,7 +1128,7 @@ def _work(item: list, inner_timeout: int) -> float | None:
     signal.setitimer(signal.ITIMER_PROF, inner_timeout)
     try:
         kind, a, b = item
-        return _sympy_equal(a, b, None) if kind == "equal" else _math_verify_alone(a, b, None)
+        return _sympy_equal(a, b) if kind == "equal" else _math_verify_alone(a, b)
     except _CpuTimeout:
         return 0.0
     finally:
