@@ -144,7 +144,7 @@ def _clause(text: str, i: int) -> str | None:
     found, numbers = _working(clause), _WORKING_NUMBER.findall(clause)
     if len(numbers) > 1 and _has_words(clause) and re.search(r"(?i)\bor\b", clause):
         return ", ".join(numbers)  # "18, or possibly 20": a hedge, the list of its answers
-    return found if found and re.search(r"[\d\\$]|^[A-E]$", found) else None
+    return found if found and re.search(r"[\d\\$\u221a\u03c0]|^[A-E]$", found) else None  # `√x`, `π`: math
 
 
 _OPERATION = re.compile(r"(?i)\b(?:double|twice|triple|half|times|of|plus|minus|sum|product|difference|total|more|less|"
@@ -563,10 +563,39 @@ def normalise(text: str) -> Answer:
     s = _strip_braces(s)
     if s.startswith("+"):
         s = s[1:].lstrip()
-    return Answer(s, pct > 0, angle, re.sub(r"[\s{}.]", "", units).lower())
+    return Answer(s, pct > 0, angle, _unit_key(units))
 
 
 _UNIT_SET = frozenset(_UNITS2.split())
+# one spelling per unit, so that `48 feet` answers `48 \text{ ft}` and `3 square inches` answers `3 in^2`
+_UNIT_NAMES = {"meter": "m", "metre": "m", "kilometer": "km", "kilometre": "km", "centimeter": "cm", "centimetre": "cm",
+               "millimeter": "mm", "millimetre": "mm", "foot": "ft", "feet": "ft", "inch": "in", "yard": "yd",
+               "mile": "mi", "gram": "g", "kilogram": "kg", "pound": "lb", "ounce": "oz", "liter": "l", "litre": "l",
+               "gallon": "gal", "second": "s", "sec": "s", "minute": "min", "hour": "h", "hr": "h", "year": "yr",
+               "dollar": "usd", "euro": "eur", "mph": "mi/h", "kph": "km/h", "kmh": "km/h", "sq": "square"}
+
+
+def _unit_key(units: str) -> str:
+    """Units in one spelling: names to symbols, plurals to singulars, `square X` to `x^2`, ` per ` to `/`."""
+    out, power = [], ""
+    for w in re.findall(r"[a-z]+|\^\{?\d\}?|/", units.lower().replace(" per ", "/")):
+        w = _UNIT_NAMES.get(w) or _UNIT_NAMES.get(_singular(w)) or _singular(w)
+        if w in ("square", "cubic"):
+            power = "^2" if w == "square" else "^3"
+            continue
+        out.append(w.replace("{", "").replace("}", "") if w[0] == "^" else w + power)
+        power = ""
+    return "".join(out)
+
+
+def _singular(word: str) -> str:
+    """`inches` -> `inch`, `hrs` -> `hr`, `boxes` -> `box`, `cookies` -> `cookie`; `glass`, `ms`, `^2` as they are."""
+    for k in (1, 2):
+        if word[:-k] in _UNIT_NAMES:
+            return word[:-k]
+    if re.search(r"(?:s|x|ch|sh)es$", word):
+        return word[:-2]
+    return word[:-1] if len(word) > 2 and word.endswith("s") and not word.endswith("ss") else word
 
 
 def _is_unit(words: str) -> bool:

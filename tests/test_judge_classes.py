@@ -8,6 +8,8 @@ from nanogrpo import answer as A
 
 # wrong answers: 0 under both rewards
 WRONG = [
+    ("\\boxed{52 \\text{ m}}", "52 \\text{ cm}"),  # another unit, however spelled, is another quantity
+    ("\\boxed{52 \\text{ square feet}}", "52 \\text{ ft}^3"),
     # Unicode roots take their whole operand (`√25` is 5, not `\sqrt{2}5`); a parenthesis opening on a word is an
     # aside, not the answer; Chinese statements; superscript powers
     ("Answer: √25", "10"),
@@ -100,6 +102,7 @@ WRONG = [
 ]
 
 WRONG_MATH = [
+    ("Answer: π", "2\\pi"),  # pi alone after a statement is read as math
     ("### Final Answer\n\n**\\frac{5}{8}**", "\\frac59"),
     ("Answer: ⅜", "\\frac38 + 1"),
     ("\\boxed{7}", "7xy"),
@@ -134,6 +137,11 @@ WRONG_MATH = [
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
 RIGHT = [
+    # units in any spelling of the gold's: names or symbols, plurals, `square X` for `X^2`, ` per ` for `/`
+    ("\\boxed{52 \\text{ feet}}", "52 \\text{ ft}"),
+    ("The area is \\boxed{52 \\text{ square inches}}.", "52 \\text{ in}^2"),
+    ("The answer is 52 kilometers per hour.", "52 \\text{ km/h}"),
+    ("\\boxed{52\\text{ hrs}}", "52 \\text{ hours}"),
     # an "Answer" heading over a section of working: its result, not the section's first sentence
     ("## Answer\n\nTo count them, we add the rows. Therefore there are 23 seats.", "23"),
     ("**Answer**\n\nFirst, 5+6=11. Then 11*2=22.\n\nSo she has 22 stamps.", "22"),
@@ -251,6 +259,8 @@ RIGHT = [
 
 RIGHT_MATH_ONLY = [
     ("Answer: √(37)", "\\sqrt{37}"),
+    ("Answer: √y", "\\sqrt{y}"),  # a root or pi alone after a statement is math, not prose
+    ("The answer is π.", "\\pi"),
     ("So the height is 4√11.\n\n**Answer: 4√11**", "4\\sqrt{11}"),
     ("Answer: ⅜", "\\frac38"),
     ("Answer: 2¼", "\\frac94"),
