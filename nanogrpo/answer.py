@@ -168,7 +168,7 @@ def _working(text: str) -> str | None:
     choice, spelled = _CHOICE.fullmatch(text), _in_words(text) if len(text) <= 80 else None
     if choice or spelled:  # "Option (C)" is C; "twenty-one" is 21
         return choice.group(1) if choice else spelled
-    if not _has_words(text):
+    if not _has_words(text) or _IN_BASE.fullmatch(text.rstrip(".")):  # `4210 in base 5` is `4210_{5}`
         return text if len(text) <= ANSWER_CHARS else None
     span, number = _last_span(text), _last_number(text)
     if span is not None and (number is None or number[0] <= span[0]):
@@ -426,12 +426,12 @@ _PLAIN_THOUSANDS = re.compile(r"(?<![\d.,(\[{])[1-9]\d{0,2}(?:,\d{3})+(?![\d,)\]
 _UNICODE = str.maketrans({"\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\u22c5": "\\cdot ", "\u03c0": "\\pi ",
                           "\u221e": "\\infty ", "\u2264": "\\le ", "\u2265": "\\ge ", "\u2260": "\\ne ",
                           "\u2248": "\\approx ", "\u2026": "\\ldots ", "\u00b0": "^\\circ ", "\u2192": "\\to ",
-                          "\u221a": "\\sqrt", "\u00a0": " ", "\u2019": "'"}) | _VULGAR
+                          "\u221a": "\\sqrt", "\u00a0": " ", "\u2019": "'", "\u00a2": " cents"}) | _VULGAR
 _ROOT = re.compile(r"\u221a ?(\d+(?:\.\d+)?|[A-Za-z]|\([^()]{1,40}\))")  # `√16` is 4, not `\sqrt16` (= `\sqrt{1}6`)
 _SUPERSCRIPT = re.compile("[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")  # `10⁵` is `10^{5}`
 _SUPER_DIGITS = str.maketrans("⁻⁺⁰¹²³⁴⁵⁶⁷⁸⁹", "-+0123456789")
 # `\\le` for `\le`: a command written with its backslash escaped (JSON in a model's text)
-_DOUBLED = re.compile(r"\\\\(?=(?:le|ge|leq|geq|lt|gt|ne|neq|frac|dfrac|sqrt|pi|cdot|times|infty|in)(?![a-zA-Z]))")
+_DOUBLED = re.compile(r"(?<!\\)\\\\(?=(?:le|ge|leq|geq|lt|gt|ne|neq|frac|dfrac|sqrt|pi|cdot|times|infty|in)(?![a-zA-Z]))")
 _WHITE = re.compile(r"\s+")
 _SIZED = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg)\s*(\\[{}|]|[()\[\]|]|\.)")
 _DELIMS = re.compile(r"\\[()\[\]]|\$|\\displaystyle|\\textstyle")
@@ -529,6 +529,7 @@ def normalise(text: str) -> Answer:
     s = _SUPERSCRIPT.sub(lambda m: "^{" + m.group().translate(_SUPER_DIGITS) + "}", str(text))
     s = _ROOT.sub(lambda m: "\\sqrt{" + m.group(1).strip("()") + "}", s)
     s = _DOUBLED.sub(r"\\", _WHITE.sub(" ", s.translate(_UNICODE)))  # one space: every `\s*` below is short
+    s = _IN_BASE.sub(r"\1_{\2}", s)
     s = _E_NOTATION.sub(r"\1 \\times 10^{\2}", _THOUSANDS.sub("", s))
     s = _PLAIN_MATH.sub(lambda m: "\\sqrt{" + m.group(1) + "}" if m.group(1) else "\\pi ", s.replace("\\$", " "))
     s = _SIZED.sub(lambda m: "" if m.group(1) == "." else m.group(1), s)
@@ -802,6 +803,7 @@ _IMPLIES = re.compile(r"\\(?:Rightarrow|Longrightarrow|implies)(?![a-zA-Z])")
 
 
 _BASE = re.compile(r"([0-9A-Fa-f]+)_\{?\s*(\d+)\s*\}?")
+_IN_BASE = re.compile(r"(?i)(?<![\w.])([0-9A-F]+) ?(?:\\text ?\{ ?)?(?:in )?base ?\}?[ -]?(\d+) ?\}?")
 
 
 class _TooLong(Exception):

@@ -26,7 +26,7 @@ GOLD_ONLY = {"_SPANS"}  # reads a gold's math spans (trusted data, refused past 
 UNITS = ["mx+", "ab+", "m\\angle ", "\\angle", "x_1'", "f(x)+", "(x, ", "a", "1", "1,000", "1 000 ", "1\\,", "9.",
          " ", "km ", "km/", " per ", "\\text{cm}", "{", "}", "$", "\\(", "= ", "\\boxed{", "answer is ", "####",
          "\\frac{1}{2}", "a.", "**", "x=1, ", "\\le ", "3\\frac{1}{2}", "1.5\\times10^{3}", "\"'", "ab", "1a", "\\\\le",
-         "<answer>", "not ", "thousand ", "!"]
+         "<answer>", "not ", "thousand ", "!", "1 in base ", "\\text{ in base }"]
 TAILS = ["", "=", "!", " x", "}"]
 
 

@@ -102,6 +102,8 @@ WRONG = [
 ]
 
 WRONG_MATH = [
+    ("#### 3021 in base 5", "3021_{4}"),
+    ("#### 3021", "3021_{4}"),
     ("Answer: π", "2\\pi"),  # pi alone after a statement is read as math
     ("### Final Answer\n\n**\\frac{5}{8}**", "\\frac59"),
     ("Answer: ⅜", "\\frac38 + 1"),
@@ -137,6 +139,7 @@ WRONG_MATH = [
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
 RIGHT = [
+    ("### Final Answer\n\n**7.5¢**", "7.5 \\text{ cents}"),
     # units in any spelling of the gold's: names or symbols, plurals, `square X` for `X^2`, ` per ` for `/`
     ("\\boxed{52 \\text{ feet}}", "52 \\text{ ft}"),
     ("The area is \\boxed{52 \\text{ square inches}}.", "52 \\text{ in}^2"),
@@ -258,6 +261,9 @@ RIGHT = [
 ]
 
 RIGHT_MATH_ONLY = [
+    ("#### 3021 in base 4", "3021_{4}"),  # a numeral in base b in words is the gold's `N_b`
+    ("\\boxed{3021 \\text{ in base } 4}", "3021_4"),
+    ("**\\begin{pmatrix}\\frac{9}{25}\\\\\\frac{12}{25}\\end{pmatrix}**", "\\begin{pmatrix} 9/25 \\\\ 12/25 \\end{pmatrix}"),
     ("Answer: √(37)", "\\sqrt{37}"),
     ("Answer: √y", "\\sqrt{y}"),  # a root or pi alone after a statement is math, not prose
     ("The answer is π.", "\\pi"),
