@@ -74,10 +74,10 @@ _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE = re.compile(r"[{}]")
 # "the answer is", "Final answer:", "**Answer:** ", GSM8K's "#### "
 _VERB = r"(?:is\b|(?=isn't\b)|:|=|(?:would|will|should|must)\s+be\b|was\b)"
-_STATEMENT = re.compile(rf"(?i)(?:\banswer\b[*\s]{{0,4}}{_VERB}|####|答案[*\s]{{0,4}}[是为:：])[*:：\s]{{0,4}}")
+_STATEMENT = re.compile(rf"(?i)(?:\b(?:answer|(?:option|choice)(?= is \(?(?-i:[A-E])\)?(?![\w(])))\b[*\s]{{0,4}}{_VERB}|####|答案[*\s]{{0,4}}[是为:：])[*:：\s]{{0,4}}")
 _HEADING = re.compile(r"(?i)answer[*: \t]{0,4}\n")  # "### Final Answer" with the answer on the last line
 _HEADING_START = re.compile(r"(?i)(?<![#* \t])[#* \t]*(?:final\s+)?$")  # what may precede "answer" on its line
-_ANCHORS = ("answer", "####", "答案")
+_ANCHORS = ("answer", "####", "答案", "option", "choice")
 # after a box: "final answer is / : / would be", and a "Final Answer" heading with the answer on the next line
 _FINAL_STATEMENT = re.compile(rf"(?i)(?:\bfinal\s+answer\b(?:[*\s]{{0,4}}{_VERB}|[* \t]{{0,4}}\n)|####|最终答案[*\s]{{0,4}}[是为:：])"
                               r"[*:：\s]{0,4}")
@@ -92,8 +92,8 @@ _NEGATED_BOX = re.compile(r"(?i)(?:\bnot|\bnever|n't)[\s$]{0,3}$")  # "is not $\
 # "X, which is Y", "X, so Y", "X, that is Y": the answer is Y
 _CONNECTIVE = re.compile(r"(?i),?\s*(?:(?:which\s+(?:is|gives|equals|makes)|so|that\s+is|giving|making)\b|i\.e\.)[:,\s]*")
 # a later correction after an unboxed statement ("The answer is 17. Wait, I forgot one, so 18."): read after it
-_CORRECTION = re.compile(r"(?i)\b(?:wait|actually|oops|sorry|correction|mistake|forgot|missed|recount|instead|hmm|hold\s+on|"
-                         r"miscount(?:ed)?|that\s+should\s+be)\b")
+_CORRECTION = re.compile(r"(?i)\b(?:wait|actually|oops|sorry|correction|correcting|mistake|error|incorrect|forgot|missed|"
+                         r"recount|instead|hmm|hold\s+on|miscount(?:ed)?|that\s+should\s+be)\b")
 _ANSWER_TAG = re.compile(r"(?i)<answer>")
 _ANSWER_CLOSE = re.compile(r"(?i)</answer>")
 _QUOTES = re.compile(r"^(?:\\?[\"'])+")  # `"..."` or `\"...\"` around a stated answer
@@ -292,6 +292,8 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
     if out and out[0][0] == "hedge":
         return out
     end = out.pop()[1] if out else -1
+    if end >= 0 and not out:  # every box negated ("It is not $\boxed{17}$."): what follows them answers, if anything
+        text = text[end:]
     fixed = _corrected(text, end) if out else None
     if fixed:  # "\boxed{17} Wait, I miscounted, it's 18.": the correction replaces the boxes
         return fixed
@@ -340,7 +342,7 @@ def _boxes(text: str) -> list:
             out = [("box", boxed[-1])]
         else:  # several different boxes are one answer: their list (a hedge against a single gold)
             out = [("boxes", ", ".join(boxed))]
-    return out + [("end", end)] if out else []
+    return out + [("end", end)] if out or end >= 0 else []
 
 
 def _answer_tag(text: str) -> list | None:
@@ -439,6 +441,7 @@ _SPACES = re.compile(r"(?<!\\)\\[,:;! ]|~|\s+")
 _FRAC = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 _FRAC_ARG = r"(\{[^{}]*\}|\\[a-zA-Z]+|[0-9a-zA-Z])"
 _FRAC_SHORT = re.compile(r"\\frac\s*" + _FRAC_ARG + r"\s*" + _FRAC_ARG)
+_OVER = re.compile(r"(\{[^{}]*\}|(?<!\d)\d+) ?\\over(?![a-zA-Z]) ?(\{[^{}]*\}|\d+)")  # TeX's `{3}\over{4}` is `\frac{3}{4}`
 _MIXED = re.compile(r"(?<![\d}.^_])(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
 _WRAPPERS = re.compile(r"\\(?:boxed|fbox|text|textbf|textit|textrm|textnormal|textsf|mathrm|mathbf|mathit|mathsf|"
                        r"boldsymbol|bm|mbox|emph|operatorname)\s*\{([^{}]*)\}")
@@ -555,6 +558,7 @@ def normalise(text: str) -> Answer:
     s = _REPEATING.sub(_repeating, s)
     s = _FRAC.sub(r"\\frac", s)
     s = _FRAC_SHORT.sub(lambda m: "\\frac{" + m.group(1).strip("{}") + "}{" + m.group(2).strip("{}") + "}", s)
+    s = _OVER.sub(lambda m: "\\frac{" + m.group(1).strip("{}") + "}{" + m.group(2).strip("{}") + "}", s)
     s = _MIXED.sub(lambda m: f"({m.group(1)}+\\frac{{{m.group(2)}}}{{{m.group(3)}}})"
                    if int(m.group(2)) < int(m.group(3)) else m.group(), s)
     unit = _UNIT_TAIL.search(s)
@@ -803,6 +807,9 @@ _IMPLIES = re.compile(r"\\(?:Rightarrow|Longrightarrow|implies)(?![a-zA-Z])")
 
 
 _BASE = re.compile(r"([0-9A-Fa-f]+)_\{?\s*(\d+)\s*\}?")
+_CHOICE_GOLD = re.compile(r"\(?([A-E])\)?")
+_CHOICE_LEAD = re.compile(r"\(([A-E])\)(?: |$)")
+_FRACTION = re.compile(r"-?(?:\(?(\d+)\+)?(?:\\frac\{(\d+)\}\{(\d+)\}|(\d+)/(\d+))\)?")
 _IN_BASE = re.compile(r"(?i)(?<![\w.])([0-9A-F]+) ?(?:\\text ?\{ ?)?(?:in )?base ?\}?[ -]?(\d+) ?\}?")
 
 
@@ -936,19 +943,23 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
         return 0.0  # 90 radians is not 90 degrees
     if norm.unit and gold.answer.unit and norm.unit != gold.answer.unit:
         return 0.0  # cm^3 is not cm^2
+    letter, lead = _CHOICE_GOLD.fullmatch(gold.answer.core), _CHOICE_LEAD.match(core)
+    if lead and letter:  # AMC's `\textbf{(C)}\ 12`: its letter against a choice gold, its value against a value
+        return float(lead.group(1) == letter.group(1))
+    core = core[lead.end():].strip() if lead and core[lead.end():].strip() else core
     base = _BASE.fullmatch(gold.answer.core)
-    if base or _BASE.fullmatch(core):  # `52_8`: a numeral in base 8, the same digits in the same base
-        got = _BASE.fullmatch(core)
-        return float(bool(base and got) and (got.group(1).lstrip("0"), got.group(2)) == (base.group(1).lstrip("0"),
-                                                                                          base.group(2)))
+    if base or _BASE.fullmatch(core):  # `52_8`: a numeral in base 8, the same digits in the same base; the digits
+        got = _BASE.fullmatch(core)  # alone answer it too (the question named the base): `52`, not 42
+        digits, radix = got.groups() if got else (core, base.group(2))
+        return float(bool(base) and (digits.lstrip("0"), radix) == (base.group(1).lstrip("0"), base.group(2)))
     try:
         value = exact_number(core)
     except _TooLong:
         return 0.0
     if numeral_only:  # the number reward: the number itself, no arithmetic left to do (`(-5)` is -5 written so)
         core = core[1:-1].strip() if core[:1] == "(" and core[-1:] == ")" and _NUMERAL.fullmatch(core[1:-1].strip()) else core
-        return float(value is not None and (_NUMERAL.fullmatch(core) or _SCIENTIFIC.fullmatch(core)) is not None
-                     and value == gold.value)
+        return float(value is not None and value == gold.value and bool(
+            _NUMERAL.fullmatch(core) or _SCIENTIFIC.fullmatch(core) or _in_lowest_terms(core)))
     if value is not None and gold.value is not None:
         return float(value == gold.value)
     if gold.value is not None and (re.search(r"[\[\]]|\\[{}]", core) or len(_split_top(core) or [core, ""]) > 1
@@ -958,6 +969,16 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     if {_shape(core), _shape(gold.answer.core)} == {"set", "tuple"}:
         return 0.0  # a set is not a tuple (math-verify compares their elements)
     return core
+
+
+def _in_lowest_terms(core: str) -> bool:
+    """A fraction or mixed number in lowest terms (`\\frac{5}{4}`, `5/4`, `1\\frac{1}{4}`): a number the model
+    computed, for the number reward; `\\frac{336}{2}` is division left undone."""
+    m = _FRACTION.fullmatch(core.replace(" ", ""))
+    if m is None:
+        return False
+    p, q = int(m.group(2) or m.group(4)), int(m.group(3) or m.group(5))
+    return q > 1 and math.gcd(p, q) == 1 and (m.group(1) is None or p < q)
 
 
 def _solved(core: str) -> str:

@@ -8,6 +8,10 @@ from nanogrpo import answer as A
 
 # wrong answers: 0 under both rewards
 WRONG = [
+    # a negated box is no answer, and neither is what it negates; a stated error between boxes corrects the first
+    ("It is definitely not $\\boxed{61}$.", "61"),
+    ("Initially I got $\\boxed{63}$, but I made an error. Correcting it, the final answer is $\\boxed{64}$.", "63"),
+    ("\\boxed{\\textbf{(C)}\\ 13}", "12"),  # AMC's choice then value: the value is the answer
     ("\\boxed{52 \\text{ m}}", "52 \\text{ cm}"),  # another unit, however spelled, is another quantity
     ("\\boxed{52 \\text{ square feet}}", "52 \\text{ ft}^3"),
     # Unicode roots take their whole operand (`√25` is 5, not `\sqrt{2}5`); a parenthesis opening on a word is an
@@ -102,8 +106,13 @@ WRONG = [
 ]
 
 WRONG_MATH = [
+    ("\\boxed{{5}\\over{8}}", "\\frac57"),
+    ("\\boxed{\\textbf{(A)}\\ 9}", "\\text{(E)}"),
+    ("The correct option is (A).", "\\text{(D)}"),
+    ("\\boxed{43}", "61_7"),  # 61 in base 7 is 43: the value in base 10 is not the numeral asked for
+    ("\\boxed{61_7}", "61"),
+    ("One option is a brute force search, which gives 42.", "41"),
     ("#### 3021 in base 5", "3021_{4}"),
-    ("#### 3021", "3021_{4}"),
     ("Answer: π", "2\\pi"),  # pi alone after a statement is read as math
     ("### Final Answer\n\n**\\frac{5}{8}**", "\\frac59"),
     ("Answer: ⅜", "\\frac38 + 1"),
@@ -139,6 +148,9 @@ WRONG_MATH = [
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
 RIGHT = [
+    ("It is not $\\boxed{17}$ but 18.", "18"),
+    ("Initially I got $\\boxed{63}$, but I made an error. Correcting it, the final answer is $\\boxed{64}$.", "64"),
+    ("\\boxed{\\textbf{(C)}\\ 12}", "12"),
     ("### Final Answer\n\n**7.5¢**", "7.5 \\text{ cents}"),
     # units in any spelling of the gold's: names or symbols, plurals, `square X` for `X^2`, ` per ` for `/`
     ("\\boxed{52 \\text{ feet}}", "52 \\text{ ft}"),
@@ -261,6 +273,12 @@ RIGHT = [
 ]
 
 RIGHT_MATH_ONLY = [
+    ("\\boxed{{5}\\over{7}}", "\\frac57"),  # TeX's \\over
+    ("The correct option is **D**.", "\\text{(D)}"),  # a choice: "option is" / "choice is" before a letter states it
+    ("Answer: (B) $\\frac{7}{3}$", "\\text{(B)}"),  # a letter gold: the letter before the value answers
+    ("\\boxed{\\textbf{(E)}\\ 9}", "\\text{(E)}"),
+    ("#### 3021", "3021_{4}"),
+    ("\\boxed{61}", "61_7"),  # a base-7 gold: its digits alone answer (the question named the base)
     ("#### 3021 in base 4", "3021_{4}"),  # a numeral in base b in words is the gold's `N_b`
     ("\\boxed{3021 \\text{ in base } 4}", "3021_4"),
     ("**\\begin{pmatrix}\\frac{9}{25}\\\\\\frac{12}{25}\\end{pmatrix}**", "\\begin{pmatrix} 9/25 \\\\ 12/25 \\end{pmatrix}"),

@@ -27,6 +27,9 @@ def test_number_reward_reads_adversarial_boxes_in_linear_time():
     ("\\boxed{1\\,000}", "1000", 1.0), ("\\boxed{1{,}000}", "1000", 1.0), ("\\boxed{1,\\!000}", "1000", 1.0),
     ("so 1\\,000 apples", "1000", 1.0), ("\\boxed{1\\,000}", "1", 0.0),
     ("\\boxed{18\\%}", "18", 1.0), ("\\boxed{18\\%}", "0.18", 0.0), ("\\boxed{22 * 46 - 844}", "168", 0.0),
+    # a fraction in lowest terms is a computed number; one that is not is division left undone
+    ("\\boxed{\\frac{7}{4}}", "1.75", 1.0), ("\\boxed{7/4}", "1.75", 1.0), ("\\boxed{1\\frac{3}{4}}", "1.75", 1.0),
+    ("\\boxed{\\frac{14}{8}}", "1.75", 0.0), ("\\boxed{\\frac{7}{4}}", "1.7", 0.0), ("\\boxed{\\frac{7}{1}}", "7", 0.0),
 ])
 def test_number_reward_answers(text, gold, want):
     assert number_reward(text, gold) == want

@@ -192,7 +192,8 @@ def test_exact_reward():
     ("\\boxed{1.50}", "1.5", 1.0),
     ("\\boxed{-3}", "-3", 1.0),
     ("\\boxed{168 apples}", "168", 1.0),  # a unit word is not part of the number
-    ("\\boxed{\\frac{1}{2}}", "0.5", 0.0),
+    ("\\boxed{\\frac{1}{2}}", "0.5", 1.0),  # a fraction in lowest terms is a computed number
+    ("\\boxed{\\frac{2}{4}}", "0.5", 0.0),  # one that is not is division left undone
     ("\\boxed{12} wait, \\boxed{13}", "13", 0.0),  # two different boxed answers: a hedge
     ("\\boxed{12} wait, \\boxed{13}", "12", 0.0),
     ("12 * 14 = 168\nThe answer is 168.", "168", 1.0),  # no box: the last number, as GSM8K's graders
