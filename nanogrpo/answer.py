@@ -94,6 +94,8 @@ _CONNECTIVE = re.compile(r"(?i),?\s*(?:(?:which\s+(?:is|gives|equals|makes)|so|t
 # a later correction after an unboxed statement ("The answer is 17. Wait, I forgot one, so 18."): read after it
 _CORRECTION = re.compile(r"(?i)\b(?:wait|actually|oops|sorry|correction|correcting|mistake|error|incorrect|forgot|missed|"
                          r"recount|instead|hmm|hold\s+on|miscount(?:ed)?|that\s+should\s+be)\b")
+_NO_ANSWER = re.compile(r"(?i)\b(?:cannot|can ?not|can't|unable to|not able to) (?:be )?(?:determined?|find|found|solved?|"
+                        r"answer(?:ed)?|compute[d]?|figured?|calculated?)\b")  # a closing refusal after the working
 _ANSWER_TAG = re.compile(r"(?i)<answer>")
 _ANSWER_CLOSE = re.compile(r"(?i)</answer>")
 _QUOTES = re.compile(r"^(?:\\?[\"'])+")  # `"..."` or `\"...\"` around a stated answer
@@ -105,7 +107,8 @@ _NEGATED_END = re.compile(_CLAUSE_END.pattern + r"|:(?=\s)|\s(?:[\u2014\u2013]|-
 _WORKING_NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?: \d{3})+(?![\d.,/])|(?<![\w.])-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,'\u2019])\d{3}(?!\d))*"
                              r"(?:\.\d+|,(?:\d\d?|\d{4,})(?![\d,]))?(?:/\d+(?![\d.]))?")  # `3,5` as written: a decimal comma or a list
 _DIGIT = re.compile(r"\d")
-_WORD = re.compile(r"[A-Za-z]{3,}|\b(?:so|is|it|be|we|to|of|at|by|an|as|if|on|us|my)\b")  # prose, not `AB`
+_WORD = re.compile(r"[A-Za-z]{3,}|[^\W\dA-Za-z_]{2,}|\b(?:so|is|it|be|we|to|of|at|by|an|as|if|on|us|my)\b")  # prose (any
+# script: `Ответ`, `答えは`), not `AB`
 _COMMAND = re.compile(r"\\[A-Za-z]+")
 _ENVIRONMENT = re.compile(r"\\(?:begin|end) ?\{[A-Za-z]+\*?\}")  # `\begin{pmatrix}` is LaTeX, not a word
 
@@ -144,7 +147,7 @@ def _clause(text: str, i: int) -> str | None:
     found, numbers = _working(clause), _WORKING_NUMBER.findall(clause)
     if len(numbers) > 1 and _has_words(clause) and re.search(r"(?i)\bor\b", clause):
         return ", ".join(numbers)  # "18, or possibly 20": a hedge, the list of its answers
-    return found if found and re.search(r"[\d\\$\u221a\u03c0]|^[A-E]$", found) else None  # `√x`, `π`: math
+    return found if found and (re.search(r"[\d\\$\u221a\u03c0]|^[A-E]$", found) or _in_words(found)) else None  # `√x`, `π`
 
 
 _OPERATION = re.compile(r"(?i)\b(?:double|twice|triple|half|times|of|plus|minus|sum|product|difference|total|more|less|"
@@ -314,7 +317,11 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
     bare = text.strip()
     if bare and len(bare) <= 200 and "\n" not in bare and not _has_words(bare):
         return [("bare", bare)]
-    found = _working(text[-ANSWER_CHARS * 10 :])
+    tail = text[-ANSWER_CHARS * 10 :]
+    number = _last_number(tail)
+    if number and _NO_ANSWER.search(tail, number[0]):  # "... so 371. I cannot determine the answer.": none
+        return []
+    found = _working(tail)
     return [("working", found)] if found else []
 
 
@@ -676,6 +683,13 @@ def _drop_names(s: str, order: tuple | None = None) -> str:
             rank = order if order and sorted(order) == sorted(names) else sorted(names)
             return "(" + ", ".join(v for _, v in sorted(named, key=lambda nv: rank.index(nv[0]))) + ")"
         parts = [v for _, v in named]
+    if len(parts) == 1 and s.startswith("\\{") and s.endswith("\\}"):  # `\{1 \pm \sqrt{5}, -2\}`: its elements
+        return "\\{" + ", ".join(_both_signs(_split_top(s[2:-2]) or [s[2:-2]])) + "\\}"
+    return ", ".join(_both_signs(parts))
+
+
+def _both_signs(parts: list[str]) -> list[str]:
+    """Each part with `\\pm` / `\\mp` as its two values (`1 \\pm \\sqrt{5}` -> `1 + \\sqrt{5}`, `1 - \\sqrt{5}`)."""
     out = []
     for p in parts:
         if 1 <= len(_PM.findall(p)) <= 3 and "=" not in p:
@@ -683,7 +697,7 @@ def _drop_names(s: str, order: tuple | None = None) -> str:
                     _PM.sub(lambda m: "-" if m.group(1) == "pm" else "+", p)]
         else:
             out.append(p)
-    return ", ".join(p.strip() for p in out)
+    return [p.strip() for p in out]
 
 
 def _names_of(s: str) -> tuple:
@@ -806,7 +820,7 @@ _TOWER = re.compile(r"\^ ?\{[^{}]*\^")  # `e^{e^{e}}`: against a number gold, ar
 _IMPLIES = re.compile(r"\\(?:Rightarrow|Longrightarrow|implies)(?![a-zA-Z])")
 
 
-_BASE = re.compile(r"([0-9A-Fa-f]+)_\{?\s*(\d+)\s*\}?")
+_BASE = re.compile(r"([0-9A-Fa-f]+)_\{?\s*\(?(\d+)\)?\s*\}?")  # `52_8`, `52_{8}`, `52_{(8)}`
 _CHOICE_GOLD = re.compile(r"\(?([A-E])\)?")
 _CHOICE_LEAD = re.compile(r"\(([A-E])\)(?: |$)")
 _FRACTION = re.compile(r"-?(?:\(?(\d+)\+)?(?:\\frac\{(\d+)\}\{(\d+)\}|(\d+)/(\d+))\)?")
@@ -935,6 +949,8 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     core = norm.core if gold.equation and not _IN_SET.match(norm.core) else _last_side(_drop_names(norm.core,
                                                                                                    gold.names))
     core = core if gold.equation else _solved(core)
+    spelled = _in_words(core) if gold.value is not None and core[:1].isalpha() and len(core) <= 80 else None
+    core = spelled or core  # `\boxed{twenty-seven}`, `$eighteen$`: the number those words are
     if not core or _too_big(core) or (gold.value is not None and _TOWER.search(core) and _side_value(core) is None):
         return 0.0  # nothing, or a power tower / factorial past any gold: refused before math-verify's timeout
     if _relations(core) - _relations(gold.answer.core):

@@ -8,6 +8,9 @@ from nanogrpo import answer as A
 
 # wrong answers: 0 under both rewards
 WRONG = [
+    # a closing refusal after the working states no answer (its last number was read as the answer)
+    ("First, 41 \\times 9 = 369, so the product term is $369$.\n\nI cannot determine the answer from this.", "369"),
+    ("\\boxed{twenty-six}", "27"),  # a number in words in a box is that number
     # a negated box is no answer, and neither is what it negates; a stated error between boxes corrects the first
     ("It is definitely not $\\boxed{61}$.", "61"),
     ("Initially I got $\\boxed{63}$, but I made an error. Correcting it, the final answer is $\\boxed{64}$.", "63"),
@@ -106,6 +109,8 @@ WRONG = [
 ]
 
 WRONG_MATH = [
+    ("\\boxed{\\{-3, 2+\\sqrt7\\}}", "\\{2\\pm\\sqrt{7},-3\\}"),
+    ("\\boxed{63_{(9)}}", "63_8"),
     ("\\boxed{{5}\\over{8}}", "\\frac57"),
     ("\\boxed{\\textbf{(A)}\\ 9}", "\\text{(E)}"),
     ("The correct option is (A).", "\\text{(D)}"),
@@ -148,6 +153,12 @@ WRONG_MATH = [
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
 RIGHT = [
+    # prose in any script is prose: `Ответ: $540.0$` after Russian working is its math span, not the whole text
+    ("Сначала $51 \\cdot 9 = 459$, затем $459 - 9 = 450$.\n\nОтвет: $631.0$.", "631"),
+    ("まず $6 \\times 38 = 228$ を計算します。\n\nしたがって、答えは $9876$ です。", "9876"),
+    ("\\boxed{four hundred twenty-eight}", "428"),
+    ("Final Answer: The final answer is $nineteen$. I hope it is correct.", "19"),
+    ("She has 42 apples left.\n\nIt cannot be more, since the box is full.", "42"),  # "cannot" alone is no refusal
     ("It is not $\\boxed{17}$ but 18.", "18"),
     ("Initially I got $\\boxed{63}$, but I made an error. Correcting it, the final answer is $\\boxed{64}$.", "64"),
     ("\\boxed{\\textbf{(C)}\\ 12}", "12"),
@@ -273,6 +284,9 @@ RIGHT = [
 ]
 
 RIGHT_MATH_ONLY = [
+    ("\\boxed{\\{-3, 2-\\sqrt7, 2+\\sqrt7\\}}", "\\{2\\pm\\sqrt{7},-3\\}"),  # `\\pm` inside a set gold: two elements
+    ("<answer>2+\\sqrt7,2-\\sqrt7,-3</answer>", "\\{2\\pm\\sqrt{7},-3\\}"),
+    ("Final Answer: The final answer is $63_{(8)}$. I hope it is correct.", "63_8"),
     ("\\boxed{{5}\\over{7}}", "\\frac57"),  # TeX's \\over
     ("The correct option is **D**.", "\\text{(D)}"),  # a choice: "option is" / "choice is" before a letter states it
     ("Answer: (B) $\\frac{7}{3}$", "\\text{(B)}"),  # a letter gold: the letter before the value answers
