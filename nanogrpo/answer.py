@@ -94,8 +94,8 @@ _CONNECTIVE = re.compile(r"(?i),?\s*(?:(?:which\s+(?:is|gives|equals|makes)|so|t
 # a later correction after an unboxed statement ("The answer is 17. Wait, I forgot one, so 18."): read after it
 _CORRECTION = re.compile(r"(?i)\b(?:wait|actually|oops|sorry|correction|correcting|mistake|error|incorrect|forgot|missed|"
                          r"recount|instead|hmm|hold\s+on|miscount(?:ed)?|that\s+should\s+be)\b")
-_NO_ANSWER = re.compile(r"(?i)\b(?:cannot|can ?not|can't|unable to|not able to) (?:be )?(?:determined?|find|found|solved?|"
-                        r"answer(?:ed)?|compute[d]?|figured?|calculated?)\b")  # a closing refusal after the working
+_NO_ANSWER = re.compile(r"(?i)\b(?:cannot|can ?not|can't|unable to|not able to) (?:be )?(?:determined?|solved?|answer(?:ed)?|"
+                        r"(?:find|compute|calculate|get|give) (?:the|an|a|this) (?:answer|value|result|solution))\b")
 _ANSWER_TAG = re.compile(r"(?i)<answer>")
 _ANSWER_CLOSE = re.compile(r"(?i)</answer>")
 _QUOTES = re.compile(r"^(?:\\?[\"'])+")  # `"..."` or `\"...\"` around a stated answer
@@ -966,7 +966,7 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     base = _BASE.fullmatch(gold.answer.core)
     if base or _BASE.fullmatch(core):  # `52_8`: a numeral in base 8, the same digits in the same base; the digits
         got = _BASE.fullmatch(core)  # alone answer it too (the question named the base): `52`, not 42
-        digits, radix = got.groups() if got else (core, base.group(2))
+        digits, radix = got.groups() if got else (core if _numeral_in(base) else "", base.group(2))
         return float(bool(base) and (digits.lstrip("0"), radix) == (base.group(1).lstrip("0"), base.group(2)))
     try:
         value = exact_number(core)
@@ -985,6 +985,11 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     if {_shape(core), _shape(gold.answer.core)} == {"set", "tuple"}:
         return 0.0  # a set is not a tuple (math-verify compares their elements)
     return core
+
+
+def _numeral_in(base: re.Match) -> bool:
+    """`52_8` is a numeral in base 8; `a_1`, `b_2` are names with an index (no digit `a` in base 1)."""
+    return all(int(d, 36) < int(base.group(2)) for d in base.group(1))
 
 
 def _in_lowest_terms(core: str) -> bool:

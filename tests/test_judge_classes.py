@@ -109,6 +109,7 @@ WRONG = [
 ]
 
 WRONG_MATH = [
+    ("\\boxed{a}", "a_1"),  # an indexed name is no base numeral: its letter alone is not it
     ("\\boxed{\\{-3, 2+\\sqrt7\\}}", "\\{2\\pm\\sqrt{7},-3\\}"),
     ("\\boxed{63_{(9)}}", "63_8"),
     ("\\boxed{{5}\\over{8}}", "\\frac57"),
@@ -153,6 +154,7 @@ WRONG_MATH = [
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
 RIGHT = [
+    ("She has 42 apples.\n\nI can't find a better way to say it.", "42"),
     # prose in any script is prose: `Ответ: $540.0$` after Russian working is its math span, not the whole text
     ("Сначала $51 \\cdot 9 = 459$, затем $459 - 9 = 450$.\n\nОтвет: $631.0$.", "631"),
     ("まず $6 \\times 38 = 228$ を計算します。\n\nしたがって、答えは $9876$ です。", "9876"),
