@@ -1,0 +1,37 @@
+"""The answer judge on the blind probes (data/judge/probes.jsonl, scored by scripts/bench/judge_probes.py): no probe
+and reward gets more rows wrong than it did when its misses were last fixed. A rule that breaks a layout a probe
+holds fails here even when the corpus' spellings still pass. The counts left are the stated choices of
+docs/judge.md (the number reward's 0 for arithmetic left undone such as `\\boxed{4!}`, answer-first layouts read
+by their last number) and the gaps it lists."""
+
+import pytest
+
+import judge_corpus
+import judge_probes
+
+# (probe, reward): (right answers not scored 1.0, wrong answers not scored 0.0), measured at the commit adding this
+MISSES_AT_MOST = {
+    (5, "math"): (2, 0), (5, "number"): (16, 0),
+    (6, "math"): (6, 0), (6, "number"): (4, 0),
+    (7, "math"): (5, 3), (7, "number"): (4, 3),
+    (8, "math"): (3, 1), (8, "number"): (1, 1),
+    (9, "math"): (4, 1), (9, "number"): (1, 0),
+}
+
+
+@pytest.mark.slow
+def test_no_probe_gets_more_rows_wrong_than_when_it_was_fixed():
+    rows = judge_probes.scored_rows()
+    found = judge_probes.misses(rows, judge_corpus.strict_verdicts(rows))
+    assert set(found) == set(MISSES_AT_MOST)
+    worse = {key: (len(cell["right"]), len(cell["wrong"])) for key, cell in found.items()
+             if len(cell["right"]) > MISSES_AT_MOST[key][0] or len(cell["wrong"]) > MISSES_AT_MOST[key][1]}
+    examples = [(key, kind, row["gold"], row["answer"][-120:], v) for key in worse
+                for kind in ("right", "wrong") for row, v in found[key][kind]]
+    assert not worse, (worse, examples[:10])
+
+
+def test_the_probes_are_labelled_rows():
+    rows = [r for r in judge_probes.scored_rows() if r["reward"] == "math"]
+    assert len(rows) > 3000 and {r["label"] for r in rows} == {0, 1}
+    assert {r["probe"] for r in rows} == {5, 6, 7, 8, 9}
