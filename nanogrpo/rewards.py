@@ -262,11 +262,6 @@ def math_reward(completion: str, answer: str, timeout_s: float = _answer.DEFAULT
     return math_rewards([completion], [answer], timeout_s)[0]
 
 
-def code_reward(completion: str, problem: dict) -> float | None:
-    """Fraction of tests passed in the sandbox (see nanogrpo.sandbox); None if the sandbox failed."""
-    return code_rewards([completion], [problem])[0]
-
-
 def code_rewards(completions: list[str], problems: list[dict], **opts) -> list[float | None]:
     try:
         from nanogrpo.sandbox import code_rewards as sandbox_code_rewards  # lazy: optional sub-package
