@@ -9,7 +9,7 @@ larger of the two; what each holds: docs/throughput.md, 'The memory planner's mo
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
@@ -84,9 +84,6 @@ class Plan:
     @property
     def fits(self) -> bool | None:
         return None if self.budget is None else self.peak <= self.budget
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "peak": self.peak, "fits": self.fits}
 
     def summary(self) -> str:
         s = (f"peak {self.peak / GIB:.1f} GiB per process (update {self.update / GIB:.1f}: weights + grads + AdamW "

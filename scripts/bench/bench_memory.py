@@ -29,6 +29,7 @@ attention 6 x L^2 x d_attn x layers per sequence; recomputation (activation chec
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -147,9 +148,9 @@ def worker(argv: list[str], steps: int, completion_tokens: int, seed: int, profi
     try:  # the planner's figure for the same config and shapes (absent in older checkouts)
         from nanogrpo import memory
 
-        out["plan"] = memory.plan(cfg, memory.shape_of(hf_cfg), world=dist.world_size(), device=device.type,
-                                  prompt_tokens=out["prompt_tokens_max"], completion_tokens=n,
-                                  sampler=False).as_dict()
+        plan = memory.plan(cfg, memory.shape_of(hf_cfg), world=dist.world_size(), device=device.type,
+                           prompt_tokens=out["prompt_tokens_max"], completion_tokens=n, sampler=False)
+        out["plan"] = {**dataclasses.asdict(plan), "peak": plan.peak, "fits": plan.fits}
     except ImportError:
         out["plan"] = None
     dist.close()
