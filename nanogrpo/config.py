@@ -364,9 +364,10 @@ def _bare(value) -> str:  # a value as on the command line: policy_loss=clip, wa
     return value if isinstance(value, str) and value else _toml(value)
 
 
-def ignored_knobs(cfg: Config) -> list[str]:
-    """One sentence per key set away from its default that the configuration ignores (APPLIES), in table order."""
-    said, out = set(), []
+def _check_applies(cfg: Config) -> None:
+    """Refuse every key set away from its default that the configuration ignores (APPLIES): one sentence each, in
+    table order."""
+    said, ignored = set(), []
     for row in APPLIES:
         if row.holds(cfg):
             continue
@@ -378,13 +379,8 @@ def ignored_knobs(cfg: Config) -> list[str]:
                 continue
             said.add(key)
             now = ", ".join(f"{k}={_bare(getattr(cfg, k))}" for k in row.against)
-            out.append(f"{key} = {_toml(value)} needs {row.needs}; with {now} it has no effect: {row.instead}, "
-                       f"or leave {key} at its default {_toml(default)}")
-    return out
-
-
-def _check_applies(cfg: Config) -> None:
-    ignored = ignored_knobs(cfg)
+            ignored.append(f"{key} = {_toml(value)} needs {row.needs}; with {now} it has no effect: {row.instead}, "
+                           f"or leave {key} at its default {_toml(default)}")
     if len(ignored) == 1:
         raise ConfigError(f"config key {ignored[0]}")
     if ignored:
