@@ -123,14 +123,14 @@ def load_rows(source: str, kind: str | None = None, split: str = "train", n: int
     else:  # a user's rows function that breaks (an exception, an exit) is named
         with usercode.contained(f"{source}: its rows({split!r}, {n}, {seed})", data.DataError):
             rows = task.rows(split, n, seed)
-    if source not in TASKS:
         checked(rows, source)
+    named = [(f"{source} {split} row {i}", r) for i, r in enumerate(rows)]
     # the verdict is known from kind only where the caller says what it reads (rollout.row_kind's gold_check, None too)
     verifier = answer_verifier(task, kind if "gold_check" in kw else None, kw.get("gold_check"))
     if verifier:  # it compares with each row's answer: a row without one is named now, not after steps of None
-        data.check_answers([(f"{source} {split} row {i}", r) for i, r in enumerate(rows)], verifier)
+        data.check_answers(named, verifier)
     if kw.get("gold_check"):  # its golds read as the run's verdict reads them, as a file's are
-        data.check_golds([(f"{source} {split} row {i}", r) for i, r in enumerate(rows)], kw["gold_check"])
+        data.check_golds(named, kw["gold_check"])
     return rows
 
 
