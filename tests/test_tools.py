@@ -577,9 +577,10 @@ def test_probe_tool_copy_names_a_bad_model_directory_before_probing_any(tmp_path
 def test_warm_start_tool_rows_copy_9_and_10_digit_outputs_alike():
     """Half the tool transcripts copy a 9-digit output (15% of uniform products): a warm start that saw
     mostly 10-digit outputs copied by position and got no 9-digit product right, a ceiling GRPO cannot lift."""
-    from nanogrpo.tasks.multiply import warm_start_rows
+    sys.path.insert(0, str(ROOT / "scripts" / "models"))
+    from tool_rows import multiply_warm_start_rows
 
-    rows = warm_start_rows(4000, 0, tool_frac=0.5, tool_cfg=FENCE)
+    rows = multiply_warm_start_rows(4000, 0, tool_frac=0.5, tool_cfg=FENCE)
     used = [r for r in rows if len(r["segments"]) == 3]
     nine = sum(len(r["segments"][2][0]) == 9 for r in used) / len(used)
     assert 0.4 < nine < 0.6, nine
@@ -593,9 +594,10 @@ def test_warm_start_rows_are_the_rollout_format_with_the_output_unscored(tokeniz
     block the loop inserts), and sft.py scores the code and the answer, never the tool output."""
     import sft
     from nanogrpo import config as C
-    from nanogrpo.tasks.multiply import warm_start_rows
+    sys.path.insert(0, str(ROOT / "scripts" / "models"))
+    from tool_rows import multiply_warm_start_rows
 
-    [row] = json.loads(json.dumps(warm_start_rows(1, 0, tool_frac=1.0, tool_cfg=FENCE)))  # as written to a file
+    [row] = json.loads(json.dumps(multiply_warm_start_rows(1, 0, tool_frac=1.0, tool_cfg=FENCE)))  # as written to a file
     a, b = (int(x) for x in row["problem"][:-1].split("*"))
     ids, scored = sft.encode_row(row, tokenizer, C.Config(tools=True))
     output = tools.output_block(FENCE, f"{a * b}\n")

@@ -116,13 +116,19 @@ def test_large_rows_match_the_naive_solver_have_large_numbers_and_disjoint_split
 def test_worked_answers_are_right_in_text_and_as_code():
     """Every template's solution, written from its steps: each text line is a true equation ending at the
     answer, and the tool's code prints the answer (run here as Python)."""
+    import sys
+    from pathlib import Path
+
     from nanogrpo.tools import ToolConfig, output_block
 
+    sys.path.insert(0, str(Path(__file__).parent.parent / "scripts" / "models"))
+    import tool_rows
+
     cfg = ToolConfig()
-    rows = W.warm_start_rows(400, 0, tool_frac=0.5, tool_cfg=cfg)
+    rows = tool_rows.word_problems_warm_start_rows(400, 0, tool_frac=0.5, tool_cfg=cfg)
     kinds = {1: 0, 3: 0}
     for r in rows:
-        segs, final = r["segments"], W.FINAL.format(r["answer"])
+        segs, final = r["segments"], tool_rows.FINAL.format(r["answer"])
         kinds[len(segs)] += 1
         if len(segs) == 1:  # text: "x op y = r" lines, then the final line
             *lines, last = segs[0][0].split("\n")

@@ -3,8 +3,8 @@ generated.
 
 "word_problems" shows GRPO on a real pretrained model on CPU with nothing to download; "word_problems_large" (larger
 numbers) is a chat model's tool task. Each template carries its solution as steps (TEMPLATES), from which
-`warm_start_rows` writes worked answers; an instance is held out by a fixed hash. Why each, and the held-out split:
-docs/data.md, "Built-in tasks".
+scripts/models/tool_rows.py writes worked answers; an instance is held out by a fixed hash. Why each, and the
+held-out split: docs/data.md, "Built-in tasks".
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ NAMES = [("Ava", "she"), ("Ben", "he"), ("Chloe", "she"), ("Diego", "he"), ("Emm
          ("Maya", "she"), ("Noah", "he"), ("Olga", "she"), ("Pedro", "he")]
 ITEMS = ["apples", "marbles", "stickers", "cookies", "pencils", "cards", "shells", "balloons", "stamps", "beads"]
 HELDOUT_PERCENT = 10
-FINAL = "Therefore, the final answer is: $\\boxed{{{}}}$."  # the last line eval.py's math prompt asks for
 
 # Per template: its text ({n} {p} {P} {m} {item} with the operands {a} {b} {c}), its solution as steps
 # (x, op, y) where x, y are operands or "r" (the previous step's result), and its operand samplers, small and
@@ -119,30 +118,3 @@ def large_word_problem_rows(split: str, n: int, seed: int = 0) -> list[dict]:
     """The "word_problems_large" rows: n rows, deterministic in (split, n, seed)."""
     return [row for _, row in _instances(split, n, seed, True, "word_problems_large")]
 
-
-def text_solution(t: int, a: int, b: int, c: int) -> str:
-    """A worked answer in text, one line per step, then the final line eval.py's math prompt asks for."""
-    steps = solve(t, a, b, c)
-    return "\n".join(f"{x} {op} {y} = {r}" for x, op, y, r in steps) + "\n" + FINAL.format(steps[-1][3])
-
-
-def tool_transcript(t: int, a: int, b: int, c: int, tool_cfg) -> list[tuple[str, bool]]:
-    """A tool-using answer as (text, written by the model) segments: the expression as code, its output (context
-    only, wrapped as nanogrpo/tools.py wraps it), the final line. The same tags the tool loop runs."""
-    from nanogrpo.tools import output_block
-
-    answer = solve(t, a, b, c)[-1][3]
-    code = f"{tool_cfg.open}\nprint({expression(t, a, b, c)})\n{tool_cfg.close}\n"
-    return [(code, True), (output_block(tool_cfg, f"{answer}\n"), False), (FINAL.format(answer), True)]
-
-
-def warm_start_rows(n: int, seed: int, tool_frac: float, tool_cfg) -> list[dict]:
-    """Supervised rows of "word_problems_large" train instances: {"problem", "answer", "segments"}; `tool_frac`
-    of them answer with the tool, the rest in text. Never a held-out instance, and not the rows of a GRPO run
-    with a small seed (the instances are drawn with seed 1,000,000 + seed)."""
-    rng = random.Random(f"word_problems_large-warm-{seed}")
-    out = []
-    for inst, row in _instances("train", n, 1_000_000 + seed, True, "word_problems_large"):
-        segs = tool_transcript(*inst, tool_cfg) if rng.random() < tool_frac else [(text_solution(*inst), True)]
-        out.append({"problem": row["problem"], "answer": row["answer"], "segments": segs})
-    return out

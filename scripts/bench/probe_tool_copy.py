@@ -4,7 +4,7 @@
 
 For each of the 200 held-out products of the built-in `multiply` task (the held-out set train.py and
 scripts/bench/bench_tools.py score), the model is given the prompt, the code and the tool's real output
-(`nanogrpo/tasks/multiply.py: tool_transcript`, exactly as a rollout shows them) and decodes the answer
+(`scripts/models/tool_rows.py: multiply_transcript`, exactly as a rollout shows them) and decodes the answer
 greedily. It isolates the copy from the decision to call the tool: a model that copies by position and not
 by content gets every 10-digit product right and no 9-digit one. Prints one row per model: right answers
 per product length, and a few wrong ones.
@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # tool_rows.py
 
 
 def probe(model_dir: str, n: int = 200) -> tuple[dict[int, list[int]], list[tuple[str, str]]]:
@@ -24,14 +25,15 @@ def probe(model_dir: str, n: int = 200) -> tuple[dict[int, list[int]], list[tupl
     import torch
 
     from nanogrpo import model as M
-    from nanogrpo.tasks.multiply import multiply_rows, operands, tool_transcript
+    from nanogrpo.tasks.multiply import multiply_rows, operands
     from nanogrpo.tools import ToolConfig
+    from tool_rows import multiply_transcript
 
     tok, model = M.load_tokenizer(model_dir), M.load_model(model_dir).eval()
     by_len: dict[int, list[int]] = {}
     wrong = []
     for r in multiply_rows("test", n):
-        code, output, _ = tool_transcript(*operands(r), ToolConfig())
+        code, output, _ = multiply_transcript(*operands(r), ToolConfig())
         ids = tok(r["problem"] + code[0] + output[0], return_tensors="pt").input_ids
         with torch.no_grad():
             out = model.generate(ids, max_new_tokens=len(r["answer"]) + 2, do_sample=False,

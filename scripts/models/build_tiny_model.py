@@ -54,8 +54,9 @@ def warm_start(out: Path, seed: int, steps: int, target: float, tools: bool = Fa
     import sft
     import tiny
     from nanogrpo.tasks.arithmetic import arithmetic_rows
-    from nanogrpo.tasks.multiply import multiply_rows, warm_start_rows
+    from nanogrpo.tasks.multiply import multiply_rows
     from nanogrpo.tools import ToolConfig
+    from tool_rows import multiply_warm_start_rows
 
     build = out.with_name(out.name + ".build")
     if build.exists():
@@ -65,7 +66,7 @@ def warm_start(out: Path, seed: int, steps: int, target: float, tools: bool = Fa
     # a fixed number of rows (one epoch of ROWS[tools]); a longer run cycles them (data.PromptStream), so the
     # most steps never changes what a run that stops earlier sees: raising it only lets a slow seed go on
     if tools:
-        rows = warm_start_rows(ROWS[tools], seed, tool_frac, ToolConfig())
+        rows = multiply_warm_start_rows(ROWS[tools], seed, tool_frac, ToolConfig())
         val = multiply_rows("train", 256, seed=20_000 + seed)
     else:
         rows = tiny.curriculum_rows(ROWS[tools], seed)

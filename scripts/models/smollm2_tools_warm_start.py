@@ -3,7 +3,7 @@
     python scripts/models/smollm2_tools_warm_start.py                      # -> .cache/smollm2-135m-tools
     python scripts/models/smollm2_tools_warm_start.py --out DIR --seed 1 --tool-frac 0.3 [key=value ...]
 
-1. Rows: `--rows` train instances of "word_problems_large" (nanogrpo/tasks/word_problems.py warm_start_rows), a
+1. Rows: `--rows` train instances of "word_problems_large" (scripts/models/tool_rows.py), a
    `--tool-frac` share answered with the tool (the expression as code, its output as unscored context, the final
    line), the rest worked in text, both written from each template's own solution, in the `segments` format.
 2. `sft.py configs/smollm2_tools_warm_start.toml model=--model task=ROWS seed=--seed` (overrides after the flags
@@ -29,13 +29,13 @@ MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")  # 
 
 def build(out: Path, model: str, seed: int, rows: int, tool_frac: float, overrides: list[str]) -> dict:
     from nanogrpo import config as C
-    from nanogrpo.tasks.word_problems import warm_start_rows
     from nanogrpo.tools import ToolConfig
+    from tool_rows import word_problems_warm_start_rows
 
     if not (Path(model) / "config.json").is_file():
         sys.exit(f"no model at {model}: convert SmolLM2 first (python scripts/models/smollm2_to_hf.py)")
     cfg = C.load([str(RECIPE), f"model={model}", *overrides])  # bad keys fail here, before any compute
-    made = warm_start_rows(rows, seed, tool_frac, ToolConfig.from_config(cfg))
+    made = word_problems_warm_start_rows(rows, seed, tool_frac, ToolConfig.from_config(cfg))
     info = sft_to_model(made, RECIPE, out, model, seed, overrides)
     info.update(tool_frac=tool_frac, evals=[{k: m.get(k) for k in ("step", "heldout_accuracy", "heldout_tool_use")}
                                             for m in info["evals"]])
