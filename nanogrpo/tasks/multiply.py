@@ -20,12 +20,6 @@ def row(a: int, b: int) -> dict:
     return {"problem": f"{a}*{b}=", "answer": str(a * b)}
 
 
-def operands(r: dict) -> tuple[int, int]:
-    """(a, b) of a row made by `row`: "48213*90127=" -> (48213, 90127)."""
-    a, b = r["problem"][:-1].split("*")
-    return int(a), int(b)
-
-
 def multiply_rows(split: str, n: int, seed: int = 0) -> list[dict]:
     """n rows, deterministic in (split, n, seed); test rows are distinct held-out pairs."""
     rng = random.Random(f"multiply-{split}-{seed}" if split == "train" else "multiply-test")

@@ -70,14 +70,6 @@ def solve(t: int, a: int, b: int, c: int) -> list[tuple[int, str, int, int]]:
     return out
 
 
-def expression(t: int, a: int, b: int, c: int) -> str:
-    """The solution as one Python expression: "12 * 34 - 5" (division is exact, so // is the quotient)."""
-    values, expr = {"a": str(a), "b": str(b), "c": str(c)}, ""
-    for x, op, y in TEMPLATES[t][1]:  # no template needs brackets (tests/test_word_problems.py evaluates each)
-        expr = f"{expr if x == 'r' else values[x]} {'//' if op == '/' else op} {expr if y == 'r' else values[y]}"
-    return expr
-
-
 def _is_heldout(t: int, a: int, b: int, c: int) -> bool:
     # A fixed integer hash (not Python's salted hash()), the same in every process and for every seed.
     h = ((((t * 1_000_003 + a) * 1_000_033 + b) * 1_000_037 + c) * 2_654_435_761) % (1 << 32)

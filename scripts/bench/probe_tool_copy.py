@@ -25,9 +25,9 @@ def probe(model_dir: str, n: int = 200) -> tuple[dict[int, list[int]], list[tupl
     import torch
 
     from nanogrpo import model as M
-    from nanogrpo.tasks.multiply import multiply_rows, operands
+    from nanogrpo.tasks.multiply import multiply_rows
     from nanogrpo.tools import ToolConfig
-    from tool_rows import multiply_transcript
+    from tool_rows import multiply_transcript, operands
 
     tok, model = M.load_tokenizer(model_dir), M.load_model(model_dir).eval()
     by_len: dict[int, list[int]] = {}

@@ -12,10 +12,16 @@ from __future__ import annotations
 import random
 
 from nanogrpo.tasks import word_problems as W
-from nanogrpo.tasks.multiply import multiply_rows, operands
+from nanogrpo.tasks.multiply import multiply_rows
 from nanogrpo.tools import output_block
 
 FINAL = "Therefore, the final answer is: $\\boxed{{{}}}$."  # the last line eval.py's math prompt asks for
+
+
+def operands(r: dict) -> tuple[int, int]:
+    """(a, b) of a multiply row: "48213*90127=" -> (48213, 90127)."""
+    a, b = r["problem"][:-1].split("*")
+    return int(a), int(b)
 
 
 def multiply_transcript(a: int, b: int, tool_cfg) -> list[tuple[str, bool]]:
@@ -51,11 +57,19 @@ def text_solution(t: int, a: int, b: int, c: int) -> str:
     return "\n".join(f"{x} {op} {y} = {r}" for x, op, y, r in steps) + "\n" + FINAL.format(steps[-1][3])
 
 
+def expression(t: int, a: int, b: int, c: int) -> str:
+    """An instance's solution as one Python expression: "12 * 34 - 5" (division is exact, so // is the quotient)."""
+    values, expr = {"a": str(a), "b": str(b), "c": str(c)}, ""
+    for x, op, y in W.TEMPLATES[t][1]:  # no template needs brackets (tests/test_word_problems.py evaluates each)
+        expr = f"{expr if x == 'r' else values[x]} {'//' if op == '/' else op} {expr if y == 'r' else values[y]}"
+    return expr
+
+
 def word_problems_transcript(t: int, a: int, b: int, c: int, tool_cfg) -> list[tuple[str, bool]]:
     """A tool-using answer to a word problem as (text, written by the model) segments: the expression as code, its
     output (context only), the final line."""
     answer = W.solve(t, a, b, c)[-1][3]
-    code = f"{tool_cfg.open}\nprint({W.expression(t, a, b, c)})\n{tool_cfg.close}\n"
+    code = f"{tool_cfg.open}\nprint({expression(t, a, b, c)})\n{tool_cfg.close}\n"
     return [(code, True), (output_block(tool_cfg, f"{answer}\n"), False), (FINAL.format(answer), True)]
 
 
