@@ -9,13 +9,14 @@ import pytest
 import judge_corpus
 import judge_probes
 
-# (probe, reward): (right answers not scored 1.0, wrong answers not scored 0.0), measured at the commit adding this
+# (probe, reward): (right answers not scored 1.0, wrong answers not scored 0.0), after each probe's fixes
 MISSES_AT_MOST = {
     (5, "math"): (2, 0), (5, "number"): (16, 0),
     (6, "math"): (6, 0), (6, "number"): (4, 0),
     (7, "math"): (5, 3), (7, "number"): (4, 3),
     (8, "math"): (3, 1), (8, "number"): (1, 1),
     (9, "math"): (4, 1), (9, "number"): (1, 0),
+    (10, "math"): (44, 3), (10, "number"): (11, 1),  # scored blind at 8138e97, not yet fixed (docs/judge.md)
 }
 
 
@@ -34,4 +35,4 @@ def test_no_probe_gets_more_rows_wrong_than_when_it_was_fixed():
 def test_the_probes_are_labelled_rows():
     rows = [r for r in judge_probes.scored_rows() if r["reward"] == "math"]
     assert len(rows) > 3000 and {r["label"] for r in rows} == {0, 1}
-    assert {r["probe"] for r in rows} == {5, 6, 7, 8, 9}
+    assert {r["probe"] for r in rows} == {5, 6, 7, 8, 9, 10}
