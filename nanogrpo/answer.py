@@ -591,7 +591,7 @@ def _unit_key(units: str) -> str:
     """Units in one spelling: names to symbols, plurals to singulars, `square X` to `x^2`, ` per ` to `/`."""
     out, power = [], ""
     for w in re.findall(r"[a-z]+|\^\{?\d\}?|/", units.lower().replace(" per ", "/")):
-        w = _UNIT_NAMES.get(w) or _UNIT_NAMES.get(_singular(w)) or _singular(w)
+        w = _UNIT_NAMES.get(w) or _UNIT_NAMES.get(one := _singular(w), one)
         if w in ("square", "cubic"):
             power = "^2" if w == "square" else "^3"
             continue
@@ -821,7 +821,6 @@ _IMPLIES = re.compile(r"\\(?:Rightarrow|Longrightarrow|implies)(?![a-zA-Z])")
 
 
 _BASE = re.compile(r"([0-9A-Fa-f]+)_\{?\s*\(?(\d+)\)?\s*\}?")  # `52_8`, `52_{8}`, `52_{(8)}`
-_CHOICE_GOLD = re.compile(r"\(?([A-E])\)?")
 _CHOICE_LEAD = re.compile(r"\(([A-E])\)(?: |$)")
 _FRACTION = re.compile(r"-?(?:\(?(\d+)\+)?(?:\\frac\{(\d+)\}\{(\d+)\}|(\d+)/(\d+))\)?")
 _IN_BASE = re.compile(r"(?i)(?<![\w.])([0-9A-F]+) ?(?:\\text ?\{ ?)?(?:in )?base ?\}?[ -]?(\d+) ?\}?")
@@ -959,7 +958,7 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
         return 0.0  # 90 radians is not 90 degrees
     if norm.unit and gold.answer.unit and norm.unit != gold.answer.unit:
         return 0.0  # cm^3 is not cm^2
-    letter, lead = _CHOICE_GOLD.fullmatch(gold.answer.core), _CHOICE_LEAD.match(core)
+    letter, lead = _CHOICE.fullmatch(gold.answer.core), _CHOICE_LEAD.match(core)
     if lead and letter:  # AMC's `\textbf{(C)}\ 12`: its letter against a choice gold, its value against a value
         return float(lead.group(1) == letter.group(1))
     core = core[lead.end():].strip() if lead and core[lead.end():].strip() else core

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -39,11 +38,13 @@ def scored_rows() -> list[dict]:
 
 
 def misses(rows: list[dict], verdicts: list) -> dict[tuple, dict[str, list]]:
-    """(probe, reward) -> {"right": right answers not scored 1.0, "wrong": wrong ones not scored 0.0}."""
-    out: dict[tuple, dict[str, list]] = defaultdict(lambda: {"right": [], "wrong": [], "rows": 0})
+    """(probe, reward) -> {"right": right answers not scored 1.0, "wrong": wrong ones not scored 0.0, "rows",
+    "labelled right": how many rows, how many of them right}."""
+    out: dict[tuple, dict] = defaultdict(lambda: {"right": [], "wrong": [], "rows": 0, "labelled right": 0})
     for row, v in zip(rows, verdicts):
         cell = out[(row["probe"], row["reward"])]
         cell["rows"] += 1
+        cell["labelled right"] += row["label"] == 1
         if row["label"] == 1 and v != 1.0:
             cell["right"].append((row, v))
         elif row["label"] == 0 and v != 0.0:
@@ -60,15 +61,13 @@ def main(argv=None) -> None:
     print("| probe | reward | rows | right | right -> not 1.0 | wrong | wrong -> 1.0 or None |")
     print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
     for (probe, reward), cell in sorted(found.items()):
-        right = sum(r["label"] == 1 for r in rows if (r["probe"], r["reward"]) == (probe, reward))
-        wrong = cell["rows"] - right
+        right, wrong = cell["labelled right"], cell["rows"] - cell["labelled right"]
         print(f"| {probe} | {reward} | {cell['rows']} | {right} | {len(cell['right'])} | {wrong} | {len(cell['wrong'])} |")
     if args.misses:
         for key, cell in sorted(found.items()):
             for kind in ("right", "wrong"):
                 for row, v in cell[kind]:
                     print(f"{key} {kind} -> {v}: gold {row['gold']!r}: ...{row['answer'][-160:]!r}")
-    sys.stdout.flush()
 
 
 if __name__ == "__main__":
