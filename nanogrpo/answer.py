@@ -63,9 +63,15 @@ RULES_S = 0.5  # the rules' share of an item's deadline (they take under 50 ms o
 # ---------------------------------------------------------------- extraction: which text is the answer
 
 
+# A chat template's end of turn: a model that writes one has finished; what follows is a turn it imagined.
+_END_OF_TURN = re.compile(r"<\|(?:im_end|endoftext|eot_id|end)\|>|</s>|<end_of_turn>|<｜end▁of▁sentence｜>")
+
+
 def final_text(completion: str) -> str:
-    """The part of a completion that answers: after the last `</think>` when a think block closes (a box
-    inside the thinking is a draft, not the answer), else all of it."""
+    """The part of a completion that answers: up to its first end-of-turn marker, and after the last `</think>`
+    when a think block closes (a box inside the thinking is a draft, not the answer)."""
+    end = _END_OF_TURN.search(completion)
+    completion = completion[: end.start()] if end else completion
     cut = completion.rfind("</think>")
     return completion if cut < 0 else completion[cut + len("</think>") :]
 
@@ -74,10 +80,13 @@ _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE = re.compile(r"[{}]")
 # "the answer is", "Final answer:", "**Answer:** ", GSM8K's "#### "
 _VERB = r"(?:is\b|(?=isn't\b)|:|=|(?:would|will|should|must)\s+be\b|was\b)"
-_STATEMENT = re.compile(rf"(?i)(?:\b(?:answer|(?:option|choice)(?= is \(?(?-i:[A-E])\)?(?![\w(])))\b[*\s]{{0,4}}{_VERB}|####|答案[*\s]{{0,4}}[是为:：])[*:：\s]{{0,4}}")
+_STATEMENT = re.compile(rf"(?i)(?:\b(?:answer|final\s+result|(?:option|choice)(?= is \(?(?-i:[A-E])\)?(?![\w(])))\b[*\s]{{0,4}}{_VERB}|####|答案[*\s]{{0,4}}[是为:：])[*:：\s]{{0,4}}")
+# "3, 5, 7 is the final answer.": the answer before the statement, on the text's last line (read with fullmatch)
+_ANSWER_FIRST = re.compile(r"(?i)[ \t]*(?:(?:so|thus|therefore|hence)\b,?[ \t]*)?(\S[^\n]{0,199}?)[ \t]+is(n't|[ \t]+not)?[ \t]+(?:the|my|our)[ \t]+"
+                           r"(?:final[ \t]+|correct[ \t]+)?answer[ \t]*[.!]?[ \t]*")
 _HEADING = re.compile(r"(?i)answer[*: \t]{0,4}\n")  # "### Final Answer" with the answer on the last line
 _HEADING_START = re.compile(r"(?i)(?<![#* \t])[#* \t]*(?:final\s+)?$")  # what may precede "answer" on its line
-_ANCHORS = ("answer", "####", "答案", "option", "choice")
+_ANCHORS = ("answer", "####", "答案", "option", "choice", "final result")
 # after a box: "final answer is / : / would be", and a "Final Answer" heading with the answer on the next line
 _FINAL_STATEMENT = re.compile(rf"(?i)(?:\bfinal\s+answer\b(?:[*\s]{{0,4}}{_VERB}|[* \t]{{0,4}}\n)|####|最终答案[*\s]{{0,4}}[是为:：])"
                               r"[*:：\s]{0,4}")
@@ -96,6 +105,9 @@ _CORRECTION = re.compile(r"(?i)\b(?:wait|actually|oops|sorry|correction|correcti
                          r"recount|instead|hmm|hold\s+on|miscount(?:ed)?|that\s+should\s+be)\b")
 _NO_ANSWER = re.compile(r"(?i)\b(?:cannot|can ?not|can't|unable to|not able to) (?:be )?(?:determined?|solved?|answer(?:ed)?|"
                         r"(?:find|compute|calculate|get|give) (?:the|an|a|this) (?:answer|value|result|solution))\b")
+# working that stops mid-sentence (a completion cut at its token budget): its result was never written
+_UNFINISHED = re.compile(r"(?i)(?:[:=,]|\b(?:and|or|the|an?|of|to|by|with|then|we|is|are|was|for|that|as|but|into|from|"
+                         r"gives?|get|equals?))[ \t\n]*$")
 _ANSWER_TAG = re.compile(r"(?i)<answer>")
 _ANSWER_CLOSE = re.compile(r"(?i)</answer>")
 _QUOTES = re.compile(r"^(?:\\?[\"'])+")  # `"..."` or `\"...\"` around a stated answer
@@ -107,7 +119,7 @@ _NEGATED_END = re.compile(_CLAUSE_END.pattern + r"|:(?=\s)|\s(?:[\u2014\u2013]|-
 _WORKING_NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?: \d{3})+(?![\d.,/])|(?<![\w.])-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,'\u2019])\d{3}(?!\d))*"
                              r"(?:\.\d+|,(?:\d\d?|\d{4,})(?![\d,]))?(?:/\d+(?![\d.]))?")  # `3,5` as written: a decimal comma or a list
 _DIGIT = re.compile(r"\d")
-_WORD = re.compile(r"[A-Za-z]{3,}|[^\W\dA-Za-z_]{2,}|\b(?:so|is|it|be|we|to|of|at|by|an|as|if|on|us|my)\b")  # prose (any
+_WORD = re.compile(r"[A-Za-z]{3,}|[^\W\dA-Za-z_]{2,}|\b(?:[Ss]o|[Ii][st]|[Bb][ey]|[Ww]e|[Tt]o|[Oo][fn]|[Aa][tns]|[Ii]f|[Uu]s|[Mm]y)\b")  # prose (any
 # script: `Ответ`, `答えは`), not `AB`
 _COMMAND = re.compile(r"\\[A-Za-z]+")
 _ENVIRONMENT = re.compile(r"\\(?:begin|end) ?\{[A-Za-z]+\*?\}")  # `\begin{pmatrix}` is LaTeX, not a word
@@ -175,7 +187,7 @@ def _working(text: str) -> str | None:
         return text if len(text) <= ANSWER_CHARS else None
     span, number = _last_span(text), _last_number(text)
     if span is not None and (number is None or number[0] <= span[0]):
-        return span[1]
+        return re.sub(r"^\s*=(?!=)", "", span[1])  # "the distance $= 2\\sqrt{15}$": the value after the `=`
     if number is None:
         return None
     end, found = number
@@ -311,6 +323,9 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
     tag = _answer_tag(text)
     if tag is not None:
         return tag
+    first = _answer_first(text)
+    if first is not None:
+        return first
     last = _last_statement(text)
     if last is not None:
         return _stated(text, last)
@@ -321,8 +336,24 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
     number = _last_number(tail)
     if number and _NO_ANSWER.search(tail, number[0]):  # "... so 371. I cannot determine the answer.": none
         return []
+    if _UNFINISHED.search(tail, max(0, len(tail) - 20)):  # "Now divide by the time to find the speed:": cut off
+        return []
     found = _working(tail)
     return [("working", found)] if found else []
+
+
+def _answer_first(text: str) -> list | None:
+    """The answer of a last line "X is the (final) answer." (X's last sentence, read as a statement's clause is),
+    or None; "This is the answer." names none, and "X is not the answer." states none: []."""
+    line = text.rstrip()[-ANSWER_CHARS:]
+    m = _ANSWER_FIRST.fullmatch(line, line.rfind("\n") + 1)
+    if m and m.group(2):
+        return []
+    said = m.group(1).rsplit(". ", 1)[-1].strip() if m else ""
+    if not said or said.lower() in ("this", "that", "it", "which", "here", "below"):
+        return None
+    found = _working(said)
+    return [("statement", found)] if found else [("statement", said)] if _is_prose(said) else None
 
 
 def _boxes(text: str) -> list:
@@ -341,15 +372,23 @@ def _boxes(text: str) -> list:
             out = []  # "\boxed{24} Actually, I double counted: \boxed{20}": a stated correction replaces the boxes
         end = close + 1
         if not _NEGATED_BOX.search(text, max(0, m.start() - 12), m.start()):
-            out.append(("box", text[m.end() : close]))
+            out.append(("box", _box_answer(text[m.end() : close])))
     boxed = list(dict.fromkeys(b.strip() for _, b in out))
     if len(boxed) > 1:
         values = {_value_of(b) for b in boxed}
         if len(values) == 1 and None not in values:  # one number spelled twice (`15\\frac{39}{40}`, `\\frac{639}{40}`)
             out = [("box", boxed[-1])]
-        else:  # several different boxes are one answer: their list (a hedge against a single gold)
-            out = [("boxes", ", ".join(boxed))]
+        else:  # several different boxes: each must be right (`_planned` reads them as one list against a list gold)
+            out = [("box", b) for b in boxed]
     return out + [("end", end)] if out or end >= 0 else []
+
+
+def _box_answer(inner: str) -> str:
+    """A box's answer: its content, or what a statement inside it states (`\\boxed{\\text{The answer is } 3}`)."""
+    plain = _TEXT_WRAP.sub(r"\1", inner) if "answer" in inner.lower() else ""
+    last = _last_statement(plain) if plain else None
+    stated = _stated(plain, last) if last else []
+    return stated[-1][1] if stated and stated[-1][1] else inner
 
 
 def _answer_tag(text: str) -> list | None:
@@ -436,6 +475,8 @@ _UNICODE = str.maketrans({"\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\
                           "\u221e": "\\infty ", "\u2264": "\\le ", "\u2265": "\\ge ", "\u2260": "\\ne ",
                           "\u2248": "\\approx ", "\u2026": "\\ldots ", "\u00b0": "^\\circ ", "\u2192": "\\to ",
                           "\u221a": "\\sqrt", "\u00a0": " ", "\u2019": "'", "\u00a2": " cents"}) | _VULGAR
+_SQRT_DIGITS = re.compile(r"\\sqrt ?(\d{2,})(?![\d.])")  # `\sqrt13`, `\sqrt 13`: TeX's `\sqrt{1}3`, a model's √13
+_IMAGINARY = re.compile(r"(?<=[\d}]) (?=i(?![A-Za-z]))")  # `7 i` is `7i` (after spaces are made one)
 _ROOT = re.compile(r"\u221a ?(\d+(?:\.\d+)?|[A-Za-z]|\([^()]{1,40}\))")  # `√16` is 4, not `\sqrt16` (= `\sqrt{1}6`)
 _SUPERSCRIPT = re.compile("[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")  # `10⁵` is `10^{5}`
 _SUPER_DIGITS = str.maketrans("⁻⁺⁰¹²³⁴⁵⁶⁷⁸⁹", "-+0123456789")
@@ -561,8 +602,8 @@ def normalise(text: str) -> Answer:
     s = _unwrap(_OR.sub(",", s))
     s = _PLAIN_THOUSANDS.sub(lambda m: m.group().replace(",", "").replace(" ", ""), s)
     s = _COMMAS.sub(", ", s)
-    s = _SPACES.sub(" ", s).strip()
-    s = _REPEATING.sub(_repeating, s)
+    s = _IMAGINARY.sub("", _SPACES.sub(" ", s).strip())
+    s = _SQRT_DIGITS.sub(r"\\sqrt{\1}", _REPEATING.sub(_repeating, s))
     s = _FRAC.sub(r"\\frac", s)
     s = _FRAC_SHORT.sub(lambda m: "\\frac{" + m.group(1).strip("{}") + "}{" + m.group(2).strip("{}") + "}", s)
     s = _OVER.sub(lambda m: "\\frac{" + m.group(1).strip("{}") + "}{" + m.group(2).strip("{}") + "}", s)
@@ -892,9 +933,9 @@ def gold_of(answer) -> Gold:
     s = _decimal_commas(s, True) if comma else s
     if len(s) > 10 * ANSWER_CHARS:
         raise ValueError(f"a gold of {len(s)} characters is no answer")
-    boxes = [b for k, b in final_answers(s) if k in ("box", "boxes")] if _BOX.search(s) else []
-    if boxes and boxes[-1] is not None:
-        s = boxes[-1]
+    boxes = [b for k, b in final_answers(s) if k == "box"] if _BOX.search(s) else []
+    if boxes and None not in boxes:
+        s = ", ".join(boxes)
     whole = _DELIMITED.fullmatch(s)
     if whole:
         s = next(g for g in whole.groups() if g is not None).strip()
@@ -938,8 +979,9 @@ def number_gold_error(answer) -> str | None:
 # ---------------------------------------------------------------- comparison
 
 
-def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -> float | str:
-    """1.0 / 0.0 where the rules decide alone; else the answer's core, for math-verify to compare symbolically."""
+def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -> float | str | list[str]:
+    """1.0 / 0.0 where the rules decide alone; else the answer's core (or a chain's sides), for math-verify to
+    compare symbolically."""
     if answer is None or not answer.strip() or len(answer) > ANSWER_CHARS:
         return 0.0
     if gold.prose is not None:
@@ -952,7 +994,11 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     core = spelled or core  # `\boxed{twenty-seven}`, `$eighteen$`: the number those words are
     if not core or _too_big(core) or (gold.value is not None and _TOWER.search(core) and _side_value(core) is None):
         return 0.0  # nothing, or a power tower / factorial past any gold: refused before math-verify's timeout
-    if _relations(core) - _relations(gold.answer.core):
+    extra = _relations(core) - _relations(gold.answer.core)
+    sides = core.split("=") if extra == {"="} else []
+    if len(sides) > 1 and all(p.strip() and p[-1:] not in "<>!:" and not _UNKNOWN.search(_unwrap(p)) for p in sides):
+        return _every_side([_verdict_without_sympy(p, gold, numeral_only) for p in sides])  # `\arcsin(-1/2) = -\frac{\pi}{6}`
+    if extra:
         return 0.0  # a relation, an approximation or an arrow the gold does not have: it says something else
     if norm.angle and gold.answer.angle and norm.angle != gold.answer.angle:
         return 0.0  # 90 radians is not 90 degrees
@@ -984,6 +1030,15 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     if {_shape(core), _shape(gold.answer.core)} == {"set", "tuple"}:
         return 0.0  # a set is not a tuple (math-verify compares their elements)
     return core
+
+
+def _every_side(verdicts: list) -> float | list[str]:
+    """A chain of values (no unknown) whose sides arithmetic cannot check is right when every side is the gold:
+    0.0 if a side is not, 1.0 if all are, else the sides math-verify must compare."""
+    if 0.0 in verdicts:
+        return 0.0
+    todo = [c for v in verdicts if not isinstance(v, float) for c in ([v] if isinstance(v, str) else v)]
+    return todo or 1.0
 
 
 def _numeral_in(base: re.Match) -> bool:
@@ -1090,6 +1145,9 @@ def _planned(completion, answer, numeral_only: bool) -> tuple[float | None, list
     answers = final_answers(completion)
     if not answers:
         return 0.0, []
+    boxes = [text for kind, text in answers if kind == "box"]
+    if len(boxes) > 1 and None not in boxes and (_shape(gold.answer.core) or len(_split_top(gold.answer.core) or []) > 1):
+        answers = [("boxes", ", ".join(boxes))] + [a for a in answers if a[0] != "box"]  # `\boxed{3}, \boxed{5}`: a list
     todo = []
     for kind, text in answers:
         if kind == "working" and text and not gold.equation:
@@ -1097,8 +1155,8 @@ def _planned(completion, answer, numeral_only: bool) -> tuple[float | None, list
         got = _verdict_without_sympy(text, gold, numeral_only)
         if got == 0.0:
             return 0.0, []
-        if isinstance(got, str):
-            todo.append((got, gold.answer.core))
+        if not isinstance(got, float):
+            todo += [(c, gold.answer.core) for c in ([got] if isinstance(got, str) else got)]
     return (1.0, []) if not todo else (None, sorted(set(todo)))
 
 

@@ -106,6 +106,18 @@ WRONG = [
     ("The answer is negative seven.", "7"),
     ("\\boxed{4.1 \\times 10^{3}}", "410"),
     ("The answer is 4.1e3.", "41000"),
+    # what follows an end-of-turn marker is an imagined turn, not the answer
+    ("The answer is 58.<|im_end|>\nHuman: and doubled?\nAssistant: The answer is 116.", "116"),
+    ("ANSWER: 23</s> ANSWER: 24", "24"),
+    # "X is the answer" on the last line; a box that holds a statement
+    ("Adding up the parts gives the total.\n\nTherefore, 212 is the answer.", "221"),
+    ("\\boxed{\\text{The answer is } 47}", "74"),
+    ("It is 31.\n\n31 is not the answer.", "31"),
+    # working cut off mid-sentence: its last number above is no answer
+    ("First, 7 \\times 8 = 56 boxes.\nNow we divide the boxes among the trucks to find", "56"),
+    ("So far 14 + 9 = 23 seats.\nThe remaining seats are:", "23"),
+    # several different boxes against a single gold: each must be right
+    ("So $\\boxed{16}$, or written differently, $\\boxed{17}$.", "17"),
 ]
 
 WRONG_MATH = [
@@ -150,6 +162,14 @@ WRONG_MATH = [
     ("\\boxed{2.6}", "2,5"),
     # a tower of two exponents over constants against a number gold: refused, not computed
     ("\\boxed{\\pi^{\\pi^{\\pi}}}", "36"),
+    # a chain of values: every side must be the gold
+    ("So $\\arccos(1/2) = \\frac{\\pi}{4}$", "\\frac{\\pi}{4}"),
+    ("Thus $\\sqrt{75} = 5\\sqrt{2}$", "5\\sqrt{2}"),
+    ("We get $g(3) + g(4) = \\frac{11}{5}$", "\\frac{11}{5}"),  # a side with a function name: the relation rule
+    ("\\boxed{2(m+3)} which can also be written as \\boxed{2m+5}", "2m+6"),
+    ("\\boxed{\\sqrt 19}", "\\sqrt{1}9"),  # `\\sqrt` over two digits is their root, not TeX's `\\sqrt{1}9`
+    ("\\boxed{4 - 5 i}", "4+5i"),
+    ("The final result is odd.", "\\text{even}"),
 ]
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
@@ -315,6 +335,20 @@ RIGHT_MATH_ONLY = [
     ("\\boxed{4, 5}", "4{,}5"),
     ("\\boxed{4, 5}", "4,5"),  # a bare `4,5` is a list (MATH-500's `-2,1`: roots)
     ("\\boxed{" + "(" * 12 + "5" + ")" * 12 + "}", "5"),  # nested within MAX_DEPTH: math-verify still reads it
+    # the text up to the first end-of-turn marker; "X is the answer"; "Final result:"; a statement in a box
+    ("So the image is\n\\[\n\\boxed{-4 + 3 i}\n\\]<|endoftext|>", "-4+3i"),
+    ("ANSWER: 5\\sqrt3<|eot_id|>", "5\\sqrt{3}"),
+    ("Checking each divisor, we keep these.\n\nTherefore, -4, 2, 9 is the final answer.", "-4,2,9"),
+    ("The curve has both foci inside.\n\nHyperbola is the answer.<|im_end|>", "\\text{hyperbola}"),
+    ("Comparing their speeds.\n\nFinal result: Marcus\n", "\\text{Marcus}"),
+    ("\\boxed{\\text{The answer is } \\frac{3}{8}}", "\\frac38"),
+    # a chain of values no arithmetic can check: right when math-verify finds every side the gold
+    ("So $\\arccos(1/2) = \\frac{\\pi}{3}$", "\\frac{\\pi}{3}"),
+    ("Thus $\\sqrt{50} = 5\\sqrt{2}$", "5\\sqrt{2}"),
+    ("\\boxed{2(m+3)} which can also be written as \\boxed{2m+6}", "2m+6"),  # two spellings of one answer
+    ("\\boxed{3}, \\boxed{8}", "3, 8"),  # against a list gold, the boxes are the list
+    ("distance $= 2\\sqrt 15$", "2\\sqrt{15}"),
+    ("\\boxed{4 + 5 i}", "4+5i"),
 ]
 
 
