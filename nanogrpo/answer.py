@@ -208,9 +208,18 @@ _NUMBER_WORDS = {w: i if i < 20 else 10 * (i - 18) for i, w in enumerate((
     "eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety").split())}
 
 
+_PARTS = {"half": 2, "halve": 2, "third": 3, "quarter": 4, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7,
+          "eighth": 8, "ninth": 9, "tenth": 10}
+
+
 def _in_words(text: str) -> str | None:
-    """A number written in words alone (`twenty-one`, `one hundred and five`, `negative three`) in digits, else None."""
+    """A number written in words alone (`twenty-one`, `one hundred and five`, `negative three`, `three quarters`)
+    in digits, else None."""
     words = re.split(r"[\s-]+", text.lower().rstrip(".!"))
+    part = _PARTS.get(words[-1].removesuffix("s")) if len(words) > 1 else None
+    if part:  # `two thirds`, `a half`: a numerator in words over the part's denominator
+        top = "1" if words[:-1] == ["a"] else _in_words(" ".join(words[:-1]))
+        return None if top is None else ("-" if top[0] == "-" else "") + f"\\frac{{{top.lstrip('-')}}}{{{part}}}"
     sign = -1 if words[0] in ("negative", "minus") else 1
     total = part = seen = 0
     for w in words[sign < 0 :]:

@@ -104,6 +104,7 @@ WRONG = [
     # numbers in words and scientific notation: the value they spell
     ("The answer is twenty-three.", "32"),
     ("The answer is negative seven.", "7"),
+    ("The answer is three fifths.", "0.4"),
     ("\\boxed{4.1 \\times 10^{3}}", "410"),
     ("The answer is 4.1e3.", "41000"),
     # what follows an end-of-turn marker is an imagined turn, not the answer
@@ -170,6 +171,7 @@ WRONG_MATH = [
     ("\\boxed{\\sqrt 19}", "\\sqrt{1}9"),  # `\\sqrt` over two digits is their root, not TeX's `\\sqrt{1}9`
     ("\\boxed{4 - 5 i}", "4+5i"),
     ("The final result is odd.", "\\text{even}"),
+    ("\\boxed{two eighths}", "\\frac{2}{7}"),
 ]
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
@@ -303,6 +305,10 @@ RIGHT = [
     ("The answer is Evelyn.", "\\text{Evelyn}"),
     ("<answer>sqrt(7)/2</answer>", "\\frac{\\sqrt{7}}{2}"),
     ("<answer>(2, pi/3)</answer>", "(2, \\frac{\\pi}{3})"),
+    # a fraction in words: a numerator in words over a part's denominator
+    ("The answer is two fifths.", "\\frac25"),
+    ("\\boxed{seven eighths}", "0.875"),
+    ("So she ate a quarter of it.\n\nThe answer is a quarter.", "\\frac{1}{4}"),
 ]
 
 RIGHT_MATH_ONLY = [
