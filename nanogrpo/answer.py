@@ -1005,7 +1005,7 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
         return 0.0  # nothing, or a power tower / factorial past any gold: refused before math-verify's timeout
     extra = _relations(core) - _relations(gold.answer.core)
     sides = core.split("=") if extra == {"="} else []
-    if len(sides) > 1 and all(p.strip() and p[-1:] not in "<>!:" and not _UNKNOWN.search(_unwrap(p)) for p in sides):
+    if 1 < len(sides) <= MAX_ANSWERS and all(p.strip() and p[-1:] not in "<>!:" and not _UNKNOWN.search(_unwrap(p)) for p in sides):
         return _every_side([_verdict_without_sympy(p, gold, numeral_only) for p in sides])  # `\arcsin(-1/2) = -\frac{\pi}{6}`
     if extra:
         return 0.0  # a relation, an approximation or an arrow the gold does not have: it says something else
@@ -1155,7 +1155,8 @@ def _planned(completion, answer, numeral_only: bool) -> tuple[float | None, list
     if not answers:
         return 0.0, []
     boxes = [text for kind, text in answers if kind == "box"]
-    if len(boxes) > 1 and None not in boxes and (_shape(gold.answer.core) or len(_split_top(gold.answer.core) or []) > 1):
+    listed = gold.answer and (_shape(gold.answer.core) or len(_split_top(gold.answer.core) or []) > 1)
+    if len(boxes) > 1 and None not in boxes and (listed or gold.prose is not None):
         answers = [("boxes", ", ".join(boxes))] + [a for a in answers if a[0] != "box"]  # `\boxed{3}, \boxed{5}`: a list
     todo = []
     for kind, text in answers:

@@ -59,3 +59,23 @@ def test_the_split_is_by_the_gold():
 @pytest.mark.slow
 def test_the_corpus_is_what_the_script_writes():
     assert [json.dumps(r, ensure_ascii=False) for r in J.build()] == J.CORPUS.read_text().splitlines()
+
+
+@pytest.mark.slow
+def test_no_row_breaks_a_rule():
+    """judge_math turns an exception in its rules into 0.0 (a reward never raises), which hides a broken rule behind
+    a wrong answer's label: the rules themselves must raise nothing on any corpus or probe row (a gold they cannot
+    read is the one exception, `_Unreadable`: None)."""
+    import judge_probes
+    from nanogrpo import answer as A
+
+    rows = _rows() + judge_probes.scored_rows()
+    broke = []
+    for r in rows:
+        try:
+            A._plan(r["answer"], r["gold"], r["reward"] == "number")
+        except A._Unreadable:
+            pass
+        except Exception as e:  # noqa: BLE001 - the test's point
+            broke.append((r["gold"], r["answer"][-80:], repr(e)))
+    assert not broke, broke[:10]

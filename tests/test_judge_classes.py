@@ -172,6 +172,7 @@ WRONG_MATH = [
     ("\\boxed{4 - 5 i}", "4+5i"),
     ("The final result is odd.", "\\text{even}"),
     ("\\boxed{two eighths}", "\\frac{2}{7}"),
+    ("\\boxed{" + " = ".join(["\\sqrt{4}"] * 9) + "}", "2"),  # a chain of more than MAX_ANSWERS values: not sent on
 ]
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)

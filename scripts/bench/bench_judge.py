@@ -55,6 +55,11 @@ def hostile(size: int) -> dict[str, str]:
         "names, no box (short)": "+".join(["ab"] * 60),
         "chain of products (short)": "The answer is " + " x ".join(["9"] * 60) + " = 1.",
         "units and scale words": fill("5 km/h per thousand "),
+        "answers before 'is the answer'": fill("1 is the answer ", "2 is the final answer."),
+        "statements in boxes": fill("\\boxed{\\text{The answer is } 5} "),
+        "end-of-turn markers": fill("5</s>"),
+        "chain of values (short)": "\\boxed{" + " = ".join(f"\\sqrt{{{k}}}" for k in range(2, 100)) + "}",
+        "unfinished working": fill("7 and ", "the"),
     }
 
 
