@@ -64,7 +64,8 @@ RULES_S = 0.5  # the rules' share of an item's deadline (they take under 50 ms o
 
 
 # A chat template's end of turn: a model that writes one has finished; what follows is a turn it imagined.
-_END_OF_TURN = re.compile(r"<\|(?:im_end|endoftext|eot_id|end)\|>|</s>|<end_of_turn>|<｜end▁of▁sentence｜>")
+_END_OF_TURN = re.compile(r"<\|(?:im_end|endoftext|eot_id|end)\|>|</s>|<end_of_turn>|<｜end▁of▁sentence｜>|"
+                          r"\n[ \t]*(?:Human|User|USER):")  # or a new turn opened in plain text
 
 
 def final_text(completion: str) -> str:
@@ -80,7 +81,7 @@ _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE = re.compile(r"[{}]")
 # "the answer is", "Final answer:", "**Answer:** ", GSM8K's "#### "
 _VERB = r"(?:is\b|(?=isn't\b)|:|=|(?:would|will|should|must)\s+be\b|was\b)"
-_STATEMENT = re.compile(rf"(?i)(?:\b(?:answer|final\s+result|(?:option|choice)(?= is \(?(?-i:[A-E])\)?(?![\w(])))\b[*\s]{{0,4}}{_VERB}|####|答案[*\s]{{0,4}}[是为:：])[*:：\s]{{0,4}}")
+_STATEMENT = re.compile(rf"(?i)(?:\b(?:answer|final\s+result|(?:option|choice)(?= is \(?(?-i:[A-E])\)?(?![\w(])))\b\"?[*\s]{{0,4}}{_VERB}|####|答案[*\s]{{0,4}}[是为:：])[*:：\s]{{0,4}}")
 # "3, 5, 7 is the final answer.": the answer before the statement, on the text's last line (read with fullmatch)
 _ANSWER_FIRST = re.compile(r"(?i)[ \t]*(?:(?:so|thus|therefore|hence)\b,?[ \t]*)?(\S[^\n]{0,199}?)[ \t]+is(n't|[ \t]+not)?[ \t]+(?:the|my|our)[ \t]+"
                            r"(?:final[ \t]+|correct[ \t]+)?answer[ \t]*[.!]?[ \t]*")
@@ -103,15 +104,15 @@ _CONNECTIVE = re.compile(r"(?i),?\s*(?:(?:which\s+(?:is|gives|equals|makes)|so|t
 # a later correction after an unboxed statement ("The answer is 17. Wait, I forgot one, so 18."): read after it
 _CORRECTION = re.compile(r"(?i)\b(?:wait|actually|oops|sorry|correction|correcting|mistake|error|incorrect|forgot|missed|"
                          r"recount|instead|hmm|hold\s+on|miscount(?:ed)?|that\s+should\s+be)\b")
-_NO_ANSWER = re.compile(r"(?i)\b(?:cannot|can ?not|can't|unable to|not able to) (?:be )?(?:determined?|solved?|answer(?:ed)?|"
+_NO_ANSWER = re.compile(r"(?i)\b(?:cannot|can ?not|can't|unable to|not able to) (?:be )?(?:determined?|solved?|decided?|answer(?:ed)?|"
                         r"(?:find|compute|calculate|get|give) (?:the|an|a|this) (?:answer|value|result|solution))\b")
 # working that stops mid-sentence (a completion cut at its token budget): its result was never written
-_UNFINISHED = re.compile(r"(?i)(?:[:=,]|\b(?:and|or|the|an?|of|to|by|with|then|we|is|are|was|for|that|as|but|into|from|"
+_UNFINISHED = re.compile(r"(?i)(?:[:=,+*/×÷]|\\(?:times|cdot|div)|\b(?:and|or|the|an?|of|to|by|with|then|we|is|are|was|for|that|as|but|into|from|"
                          r"gives?|get|equals?))[ \t\n]*$")
 _ANSWER_TAG = re.compile(r"(?i)<answer>")
 _ANSWER_CLOSE = re.compile(r"(?i)</answer>")
 _QUOTES = re.compile(r"^(?:\\?[\"'])+")  # `"..."` or `\"...\"` around a stated answer
-_QUOTES_END = re.compile(r"(?<![\\\"'])(?:\\?[\"'])+$")  # from a run's first quote only: linear
+_QUOTES_END = re.compile(r"(?<![\\\"'])(?:\\?[\"'])+ ?\}?$")  # from a run's first quote only: linear; `"42"}`: JSON
 _CLAUSE_END = re.compile(r"\n|\.(?=\s|$)|,\s+(?!or\b)(?=[A-Za-z]{2}|i\.e\.)|;|\s(?:because|since|which|so|as|but|rather\s+than|"
                          r"instead\s+of)\b|\s\((?=\s*[A-Za-z]{3,}\b)|。")  # "20 rather than 21", "30 (not 33)", "5 (since 6 ..)": 20, 30, 5
 _NEGATED_END = re.compile(_CLAUSE_END.pattern + r"|:(?=\s)|\s(?:[\u2014\u2013]|--)\s")  # "isn't 6: it's 7", "not 6 — 7"
@@ -145,7 +146,7 @@ def closing_brace(text: str, i: int, within: int = ANSWER_CHARS) -> int | None:
 def _clause(text: str, i: int) -> str | None:
     """The answer a statement gives at `i` ("the answer is $\\frac12$." -> `\\frac12`), or None when what follows
     holds no digit and no LaTeX ("the answer is clear")."""
-    window = _QUOTES.sub("", text[i : i + ANSWER_CHARS].lstrip(), count=1)
+    window, quoted = _QUOTES.subn("", text[i : i + ANSWER_CHARS].lstrip(), count=1)
     for _ in range(MAX_ANSWERS):  # "double 17, which is 34": each connective moves on to the next clause
         end = _CLAUSE_END.search(window)
         follows = _CONNECTIVE.match(window, end.start()) if end else None
@@ -159,6 +160,8 @@ def _clause(text: str, i: int) -> str | None:
     found, numbers = _working(clause), _WORKING_NUMBER.findall(clause)
     if len(numbers) > 1 and _has_words(clause) and re.search(r"(?i)\bor\b", clause):
         return ", ".join(numbers)  # "18, or possibly 20": a hedge, the list of its answers
+    if found and quoted and not _has_words(found):  # `"answer": "p - q"`: quoted, an expression is the answer
+        return found
     return found if found and (re.search(r"[\d\\$\u221a\u03c0]|^[A-E]$", found) or _in_words(found)) else None  # `√x`, `π`
 
 
@@ -212,10 +215,16 @@ _PARTS = {"half": 2, "halve": 2, "third": 3, "quarter": 4, "fourth": 4, "fifth":
           "eighth": 8, "ninth": 9, "tenth": 10}
 
 
-def _in_words(text: str) -> str | None:
+def _in_words(text: str, noun: bool = True) -> str | None:
     """A number written in words alone (`twenty-one`, `one hundred and five`, `negative three`, `three quarters`)
-    in digits, else None."""
+    in digits, else None; a count noun after it is dropped (`Fourteen dollars`), a word that changes the value
+    (`five dozen`, `three times`) is not."""
     words = re.split(r"[\s-]+", text.lower().rstrip(".!"))
+    if (noun and len(words) > 1 and words[-1].isalpha() and len(words[-1]) > 2 and words[-1] not in _VALUE_WORDS
+            and words[-1].removesuffix("s") not in _PARTS):
+        counted = _in_words(" ".join(words[:-1]), noun=False)
+        if counted is not None and words[-1] not in _NUMBER_WORDS:
+            return counted
     part = _PARTS.get(words[-1].removesuffix("s")) if len(words) > 1 else None
     if part:  # `two thirds`, `a half`: a numerator in words over the part's denominator
         top = "1" if words[:-1] == ["a"] else _in_words(" ".join(words[:-1]))
@@ -419,14 +428,21 @@ def _answer_tag(text: str) -> list | None:
     return [("tag", inner)]
 
 
+_QUESTION = re.compile(r"(?:[^?.\n]|\.\d){1,200}\?(?!\S)")  # the stated clause ends on `?`
+_SPAN_START = re.compile(r"^\$([^$]{1,200})\$|^\\\(([^$]{1,200}?)\\\)")  # `$Even$`: the words in the span
+
+
 def _stated(text: str, last: re.Match) -> list:
     """The answer an unboxed statement gives: its clause; none when it negates (then what follows it, if that
     holds a number); a correction after it ("Wait, ... so 18") replaces it."""
     clause = _clause(text, last.end())
     rest = text[last.end() :]
+    if _QUESTION.match(rest):
+        return []  # "So maybe the answer is 25? Wait, ...", "Answer: 9? I'm not sure": a question, no answer
     if clause is None:
-        if not _NEGATION.match(rest):  # "The answer is an ellipse.": words, for a prose gold
-            words = _PROSE.match(rest[:ANSWER_CHARS].lstrip())
+        if not _NEGATION.match(rest):  # "The answer is an ellipse." (or `$Even$`): words, for a prose gold
+            head = _SPAN_START.sub(lambda m: m.group(1) or m.group(2), rest[:ANSWER_CHARS].lstrip(), count=1)
+            words = _PROSE.match(_unwrap(head))
             return [("statement", words.group())] if words and _is_prose(words.group()) else []
         after = _NEGATED_END.search(rest)  # "not 17; it is 18", "isn't 17: it's 18": what follows the negated clause
         found = _last_number(rest[after.end() :]) if after else None
@@ -500,8 +516,10 @@ _FRAC_ARG = r"(\{[^{}]*\}|\\[a-zA-Z]+|[0-9a-zA-Z])"
 _FRAC_SHORT = re.compile(r"\\frac\s*" + _FRAC_ARG + r"\s*" + _FRAC_ARG)
 _OVER = re.compile(r"(\{[^{}]*\}|(?<!\d)\d+) ?\\over(?![a-zA-Z]) ?(\{[^{}]*\}|\d+)")  # TeX's `{3}\over{4}` is `\frac{3}{4}`
 _MIXED = re.compile(r"(?<![\d}.^_])(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
-_WRAPPERS = re.compile(r"\\(?:boxed|fbox|text|textbf|textit|textrm|textnormal|textsf|mathrm|mathbf|mathit|mathsf|"
-                       r"boldsymbol|bm|mbox|emph|operatorname)\s*\{([^{}]*)\}")
+_WRAPPER = (r"\\(?:boxed|fbox|text|textbf|textit|textrm|textnormal|textsf|mathrm|mathbf|mathit|mathsf|boldsymbol|bm|"
+            r"mbox|emph|operatorname)\s*\{")
+_WRAPPERS = re.compile(_WRAPPER + r"([^{}]*)\}")
+_WRAPPER_OPEN = re.compile(_WRAPPER)
 _PLAIN_MATH = re.compile(r"(?<![\\A-Za-z])(?:sqrt ?\(([^()]{1,40})\)|pi(?![A-Za-z]))")  # `sqrt(3)/2`, `pi/2`
 _UPRIGHT_CONST = re.compile(r"\\(?:mathrm|mathit|operatorname|text)\s*\{\s*([ei])\s*\}")
 # `normalise` makes every run of white space one space first, so a searched rule reads ` ?` where `\s*` would
@@ -572,6 +590,12 @@ def _unwrap(s: str) -> str:
         if t == s:
             break
         s = t
+    for _ in range(MAX_ANSWERS):  # `\mathbf{1\frac{4}{5}}`: a wrapper around braces
+        m = _WRAPPER_OPEN.search(s)
+        close = closing_brace(s, m.end()) if m else None
+        if close is None:
+            break
+        s = s[: m.start()] + s[m.end() : close] + s[close + 1 :]
     return s
 
 

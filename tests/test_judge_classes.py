@@ -119,6 +119,13 @@ WRONG = [
     ("So far 14 + 9 = 23 seats.\nThe remaining seats are:", "23"),
     # several different boxes against a single gold: each must be right
     ("So $\\boxed{16}$, or written differently, $\\boxed{17}$.", "17"),
+    # a stated answer that is a question states none; "can't decide" after the working; a new turn in plain text
+    ("So perhaps the answer is \\(38\\)? Let me check that again, since the", "38"),
+    ("Answer: 12? Not certain; could be 13.", "12"),
+    ("It might be $45$ or $54$; I can't decide which.", "54"),
+    ("The total is 31.\n\nUser: and if one more joins?\nAssistant: The answer is 32.", "32"),
+    ("First 6 \\times 7 = 42, then 42 +", "42"),  # cut after an operator
+    ("Answer: Twelve dozen", "12"),  # a word that changes the value is no count noun
 ]
 
 WRONG_MATH = [
@@ -310,6 +317,10 @@ RIGHT = [
     ("The answer is two fifths.", "\\frac25"),
     ("\\boxed{seven eighths}", "0.875"),
     ("So she ate a quarter of it.\n\nThe answer is a quarter.", "\\frac{1}{4}"),
+    # JSON's answer field; a number in words with its count noun; a new turn in plain text is not the answer
+    ('Working above.\n\n{"reasoning": "done", "answer": "27"}', "27"),
+    ("Each box holds 4.\n\nAnswer: Thirty-two boxes", "32"),
+    ("So \\boxed{88}\n\nHuman: And what is 9 times 9?\n\nAssistant: \\boxed{81}", "88"),
 ]
 
 RIGHT_MATH_ONLY = [
@@ -356,6 +367,10 @@ RIGHT_MATH_ONLY = [
     ("\\boxed{3}, \\boxed{8}", "3, 8"),  # against a list gold, the boxes are the list
     ("distance $= 2\\sqrt 15$", "2\\sqrt{15}"),
     ("\\boxed{4 + 5 i}", "4+5i"),
+    # JSON's answer field, an expression; prose in a span; a wrapper around braces
+    ('{"reasoning": "see above", "answer": "m + n"}', "m+n"),
+    ("~~Answer: $\\text{odd}$~~\n\nCorrection: the answer is $Odd$.", "\\text{odd}"),
+    ("## Answer\n\n$\\mathbf{2\\frac{1}{3}}$", "2\\frac{1}{3}"),
 ]
 
 
