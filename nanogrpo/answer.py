@@ -65,7 +65,8 @@ RULES_S = 0.5  # the rules' share of an item's deadline (they take under 50 ms o
 
 # A chat template's end of turn: a model that writes one has finished; what follows is a turn it imagined.
 _END_OF_TURN = re.compile(r"<\|(?:im_end|endoftext|eot_id|end)\|>|</s>|<end_of_turn>|<｜end▁of▁sentence｜>|"
-                          r"\n[ \t]*(?:Human|User|USER):")  # or a new turn opened in plain text
+                          r"\n[ \t]*(?:Human|User|USER|Q|Question|Problem):")  # or a new turn or few-shot example
+# opened in plain text (lm-eval-harness stops GSM8K at `Q:` / `Question:`, Minerva at `Problem:`)
 
 
 def final_text(completion: str) -> str:
@@ -104,7 +105,7 @@ _CONNECTIVE = re.compile(r"(?i),?\s*(?:(?:which\s+(?:is|gives|equals|makes)|so|t
 # a later correction after an unboxed statement ("The answer is 17. Wait, I forgot one, so 18."): read after it
 _CORRECTION = re.compile(r"(?i)\b(?:wait|actually|oops|sorry|correction|correcting|mistake|error|incorrect|forgot|missed|"
                          r"recount|instead|hmm|hold\s+on|miscount(?:ed)?|that\s+should\s+be)\b")
-_NO_ANSWER = re.compile(r"(?i)\b(?:cannot|can ?not|can't|unable to|not able to) (?:be )?(?:determined?|solved?|decided?|answer(?:ed)?|"
+_NO_ANSWER = re.compile(r"(?i)\b(?:cannot|can ?not|can't|unable to|not able to) (?:be )?(?:determined?|solved?|decided?|tell|answer(?:ed)?|"
                         r"(?:find|compute|calculate|get|give) (?:the|an|a|this) (?:answer|value|result|solution))\b")
 # working that stops mid-sentence (a completion cut at its token budget): its result was never written
 _UNFINISHED = re.compile(r"(?i)(?:[:=,+*/×÷]|\\(?:times|cdot|div)|\b(?:and|or|the|an?|of|to|by|with|then|we|is|are|was|for|that|as|but|into|from|"
@@ -113,7 +114,7 @@ _ANSWER_TAG = re.compile(r"(?i)<answer>")
 _ANSWER_CLOSE = re.compile(r"(?i)</answer>")
 _QUOTES = re.compile(r"^(?:\\?[\"'])+")  # `"..."` or `\"...\"` around a stated answer
 _QUOTES_END = re.compile(r"(?<![\\\"'])(?:\\?[\"'])+ ?\}?$")  # from a run's first quote only: linear; `"42"}`: JSON
-_CLAUSE_END = re.compile(r"\n|\.(?=\s|$)|,\s+(?!or\b)(?=[A-Za-z]{2}|i\.e\.)|;|\s(?:because|since|which|so|as|but|rather\s+than|"
+_CLAUSE_END = re.compile(r"\n|(?<!\\left)(?<!\\right)\.(?=\s|$)|,\s+(?!or\b)(?=[A-Za-z]{2}|i\.e\.)|;|\s(?:because|since|which|so|as|but|rather\s+than|"
                          r"instead\s+of)\b|\s\((?=\s*[A-Za-z]{3,}\b)|。")  # "20 rather than 21", "30 (not 33)", "5 (since 6 ..)": 20, 30, 5
 _NEGATED_END = re.compile(_CLAUSE_END.pattern + r"|:(?=\s)|\s(?:[\u2014\u2013]|--)\s")  # "isn't 6: it's 7", "not 6 — 7"
 # a number as working writes it (thousands separators in any spelling: `normalise` joins them)
@@ -179,6 +180,9 @@ def _worked(clause: str) -> bool:
     return len(_WORKING_NUMBER.findall(clause)) >= 2 or _OPERATION.search(clause) is not None
 
 
+_WORDS_THEN_DIGITS = re.compile(r"([A-Za-z][A-Za-z \-]{2,100}) \((-?\d+)\)\.?")
+
+
 def _working(text: str) -> str | None:
     """A short answer as it stands; words around it ("the largest $n$ is 34") reduced to the last math span or
     number, whichever comes later (the last `=` side of a span: working's result)."""
@@ -186,6 +190,10 @@ def _working(text: str) -> str | None:
     choice, spelled = _CHOICE.fullmatch(text), _in_words(text) if len(text) <= 80 else None
     if choice or spelled:  # "Option (C)" is C; "twenty-one" is 21
         return choice.group(1) if choice else spelled
+    both = _WORDS_THEN_DIGITS.fullmatch(text) if len(text) <= 120 else None
+    if both and _in_words(both.group(1)) is not None:  # "seven hundred and fifty (75)": both, and both must agree
+        said = _in_words(both.group(1))
+        return said if said == both.group(2) else f"{said}, {both.group(2)}"
     if not _has_words(text) or _IN_BASE.fullmatch(text.rstrip(".")):  # `4210 in base 5` is `4210_{5}`
         return text if len(text) <= ANSWER_CHARS else None
     span, number = _last_span(text), _last_number(text)
@@ -615,7 +623,8 @@ def normalise(text: str) -> Answer:
     s = _DOUBLED.sub(r"\\", _WHITE.sub(" ", s.translate(_UNICODE)))  # one space: every `\s*` below is short
     s = _IN_BASE.sub(r"\1_{\2}", s)
     s = _E_NOTATION.sub(r"\1 \\times 10^{\2}", _THOUSANDS.sub("", s))
-    s = _PLAIN_MATH.sub(lambda m: "\\sqrt{" + m.group(1) + "}" if m.group(1) else "\\pi ", s.replace("\\$", " "))
+    s = _PLAIN_MATH.sub(lambda m: "\\sqrt{" + m.group(1) + "}" if m.group(1) else "\\pi ",
+                        _US_DOLLAR.sub(" ", s.replace("\\$", " ")))
     s = _SIZED.sub(lambda m: "" if m.group(1) == "." else m.group(1), s)
     s = _DELIMS.sub(" ", s)
     s = _UPRIGHT_CONST.sub(r"\1", s)
@@ -929,6 +938,7 @@ _E_NOTATION = re.compile(r"(?<![\w.\\])(\d+(?:\.\d+)?)[eE]([-+]?\d+)(?![\w.])") 
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")  # `$` (not the dollar sign `\$`), `\(`, `\[`
 _DELIMITED = re.compile(r"\$\$([^$]+)\$\$|\$([^$]+)\$|\\\[(.+)\\\]|\\\((.+)\\\)", re.S)
 _SPANS = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+_US_DOLLAR = re.compile(r"(?<![A-Za-z])US ?\$")  # `US$ 60`
 _TEXT_WRAP = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mbox)\s*\{([^{}\\$]*)\}")
 _PROSE = re.compile(r"[A-Za-z]+(?:[ ,']+[A-Za-z]+)*[.!]?")
 
@@ -1164,11 +1174,15 @@ def _plan(completion, answer, numeral_only: bool) -> tuple[float | None, list[tu
     return 0.0, []
 
 
-def _planned(completion, answer, numeral_only: bool) -> tuple[float | None, list[tuple[str, str]]]:
+def _planned(completion, answer, numeral_only: bool, local: bool = False) -> tuple[float | None, list[tuple[str, str]]]:
     if _ONE_DECIMAL.fullmatch(str(answer).strip()):  # `3{,}5`: a list or a decimal comma; either is right
         as_decimal = _planned(completion, re.sub(r"\{,\}|,", ".", str(answer).strip()), numeral_only)
         if as_decimal[0] == 1.0:
             return as_decimal
+    if not local and _CONTINENTAL.search(final_text(str(completion))[-10 * ANSWER_CHARS :]):
+        as_there = _planned(completion, answer, numeral_only, local=True)  # `2.500` in Spanish: 2500, or 2.5
+        if as_there[0] == 1.0:
+            return as_there
     try:
         gold = gold_of(answer)
     except Exception:
@@ -1184,6 +1198,7 @@ def _planned(completion, answer, numeral_only: bool) -> tuple[float | None, list
         answers = [("boxes", ", ".join(boxes))] + [a for a in answers if a[0] != "box"]  # `\boxed{3}, \boxed{5}`: a list
     todo = []
     for kind, text in answers:
+        text = _continental(text) if local and text else text
         if kind == "working" and text and not gold.equation:
             text = _last_side(text)  # working's last result: `12 \\times 14 = 168` -> 168 (`41 = 40` stays false)
         got = _verdict_without_sympy(text, gold, numeral_only)
@@ -1192,6 +1207,19 @@ def _planned(completion, answer, numeral_only: bool) -> tuple[float | None, list
         if not isinstance(got, float):
             todo += [(c, gold.answer.core) for c in ([got] if isinstance(got, str) else got)]
     return (1.0, []) if not todo else (None, sorted(set(todo)))
+
+
+# an answer stated in Spanish, French, German, Italian, Portuguese or Russian may write numbers as they do there
+# (`1.234,5` is 1234.5) or as English does (`1.250` is 1.25): either reading is right (a thousands group never
+# follows a lone 0: `0.125` is a decimal in both)
+_CONTINENTAL = re.compile(r"(?i)\b(?:respuesta|réponse|antwort|ergebnis|risposta|resposta)\b|ответ")
+_DOT_THOUSANDS = re.compile(r"(?<![\d.,])([1-9]\d{0,2})((?:\.\d{3})+)(?=,\d|(?![\d.,]))")
+_COMMA_DECIMAL = re.compile(r"(?<![\d.,])(\d+),(\d+)(?![\d.,])")
+
+
+def _continental(text: str) -> str:
+    text = _DOT_THOUSANDS.sub(lambda m: m.group(1) + m.group(2).replace(".", ""), text)
+    return _COMMA_DECIMAL.sub(r"\1.\2", text)
 
 
 class _Unreadable(Exception):

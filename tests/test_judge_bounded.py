@@ -19,7 +19,8 @@ LIMIT_S = 0.25  # a linear rule reads 10,000 characters in a few ms; exponential
 ANCHORED = {"_NAMED": "fullmatch", "_IN_SET": "match", "_BASE": "fullmatch", "_NUMERAL": "fullmatch",
             "_DELIMITED": "fullmatch", "_PROSE": "fullmatch", "_EXACT": "fullmatch", "_CONNECTIVE": "match",
             "_NEGATION": "match", "_SCALE_WORD": "match", "_ROUNDED_GOLD": "fullmatch",
-            "_FRACTION": "fullmatch", "_CHOICE_LEAD": "match", "_ANSWER_FIRST": "fullmatch"}
+            "_FRACTION": "fullmatch", "_CHOICE_LEAD": "match", "_ANSWER_FIRST": "fullmatch",
+            "_QUESTION": "match", "_WORDS_THEN_DIGITS": "fullmatch"}
 GOLD_ONLY = {"_SPANS"}  # reads a gold's math spans (trusted data, refused past 10 * ANSWER_CHARS): never policy text
 
 # each a piece of text that defeats some rule when repeated: the names' sums, symbols, separators, units,

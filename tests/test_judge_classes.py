@@ -126,6 +126,13 @@ WRONG = [
     ("The total is 31.\n\nUser: and if one more joins?\nAssistant: The answer is 32.", "32"),
     ("First 6 \\times 7 = 42, then 42 +", "42"),  # cut after an operator
     ("Answer: Twelve dozen", "12"),  # a word that changes the value is no count noun
+    # a few-shot continuation: the next example's answer is not this one's
+    ("A: 4 + 3 = 7 apples. The answer is 7.\n\nQ: Tom has 9 pens and buys 2. How many now?\nA: The answer is 11.", "11"),
+    ("Final Answer: The final answer is $12$. I hope it is correct.\n\nProblem:\nCompute $3 \\cdot 5$.\n\nSolution:\n"
+     "Final Answer: The final answer is $15$. I hope it is correct.", "15"),
+    ("It is either 44 or 14; I can't tell which.", "14"),  # a closing "can't tell" states no answer
+    ("The answer is six hundred and forty (64).", "64"),  # words and digits that disagree: both, a hedge
+    ("Por lo tanto, la respuesta es 2.500.", "25"),  # in Spanish `2.500` is 2500 (or, read as English, 2.5): never 25
 ]
 
 WRONG_MATH = [
@@ -321,6 +328,17 @@ RIGHT = [
     ('Working above.\n\n{"reasoning": "done", "answer": "27"}', "27"),
     ("Each box holds 4.\n\nAnswer: Thirty-two boxes", "32"),
     ("So \\boxed{88}\n\nHuman: And what is 9 times 9?\n\nAssistant: \\boxed{81}", "88"),
+    ("A: 6 * 4 = 24 cups. The answer is 24.\n\nQuestion: Sam reads 5 pages a day for 3 days. How many pages?\n"
+     "Answer: The answer is 15.", "24"),
+    ("The answer is twenty-four (24).", "24"),
+    ("So the total comes to US$ 75.\nFinal answer: US$ 75", "75"),
+    # an answer stated in Spanish, German, French or Russian writes numbers as they do there
+    ("Luego, 20 × 100 = 2.000.\nAsí que la respuesta final es $\\boxed{4.300}$.", "4300"),
+    ("Zuerst rechnen wir 7.500 / 3 = 2.500.\nAntwort: 12.500", "12,500"),
+    ("Donc la réponse est $0,625$.", "0.625"),
+    ("Следовательно, ответ $\\boxed{2,75}$.", "2.75"),
+    ("Also ist die Antwort $\\boxed{1.234,5}$.", "1234.5"),
+    ("Die Antwort ist $1.250$.", "1.25"),  # or as English writes it: either reading is right
 ]
 
 RIGHT_MATH_ONLY = [
@@ -371,6 +389,7 @@ RIGHT_MATH_ONLY = [
     ('{"reasoning": "see above", "answer": "m + n"}', "m+n"),
     ("~~Answer: $\\text{odd}$~~\n\nCorrection: the answer is $Odd$.", "\\text{odd}"),
     ("## Answer\n\n$\\mathbf{2\\frac{1}{3}}$", "2\\frac{1}{3}"),
+    ("Thus the answer is $\\left. \\dfrac{\\sqrt5}{5} \\right.$ .", "\\frac{\\sqrt{5}}{5}"),  # `\\right.` ends no sentence
 ]
 
 
