@@ -60,6 +60,8 @@ def hostile(size: int) -> dict[str, str]:
         "end-of-turn markers": fill("5</s>"),
         "chain of values (short)": "\\boxed{" + " = ".join(f"\\sqrt{{{k}}}" for k in range(2, 100)) + "}",
         "unfinished working": fill("7 and ", "the"),
+        "answers in two number formats": fill("respuesta 1.000,5 "),
+        "few-shot examples": fill("The answer is 5.\nQ: next?\nA: "),
     }
 
 
