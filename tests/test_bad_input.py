@@ -96,7 +96,7 @@ def test_missing_tokenizer_files_are_named(model_copy, tmp_path, capsys):
     with pytest.raises(M.ModelError, match="no tokenizer files"):
         train.main(small(model_copy, tmp_path / "out"))
     with pytest.raises(SystemExit):
-        eval_cli.main(["--model", str(model_copy), "--tasks", "gsm8k"])
+        eval_cli.main(["--model", str(model_copy), "--tasks", "gsm8k", "--out", str(tmp_path / "results.json")])
     assert "no tokenizer files" in capsys.readouterr().err
 
 
@@ -172,9 +172,10 @@ def math_file(tmp_path):
 
 @pytest.mark.parametrize("args,match", [(["--limit", "0"], "--limit"), (["--limit", "-1"], "--limit"),
                                         (["--tasks", ","], "names no task"), (["--tasks", "nosuch"], "nosuch")])
-def test_eval_bad_arguments_are_argparse_errors(tiny_model_dir, args, match, capsys, monkeypatch):
+def test_eval_bad_arguments_are_argparse_errors(tiny_model_dir, args, match, capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(eval_cli, "evaluate", lambda *a, **k: pytest.fail("evaluated despite bad arguments"))
-    argv = ["--model", tiny_model_dir, "--tasks", "gsm8k", *args]
+    # --out in a fresh folder: a results.json a user's own eval left in the checkout must not change what is checked
+    argv = ["--model", tiny_model_dir, "--tasks", "gsm8k", "--out", str(tmp_path / "results.json"), *args]
     with pytest.raises(SystemExit) as e:
         eval_cli.main(argv)
     assert e.value.code == 2 and match in capsys.readouterr().err
