@@ -227,7 +227,7 @@ def test_model_by_hub_id_resolves_through_the_cache_and_bad_names_are_errors(tin
         import eval
         res = eval.main(["--model", "nanogrpo-test/tiny-qwen", "--out", "{tmp_path / 'r.json'}", *{common!r}])
         print("MODEL", res["model"], res["tasks"]["arith"]["problems"])
-        eval.main(["--model", "nanogrpo-test/not-there", *{common!r}])
+        eval.main(["--model", "nanogrpo-test/not-there", "--out", "{tmp_path / 'r2.json'}", *{common!r}])
     """)
     assert res.returncode == 2, res.stderr[-3000:]  # the second call: argparse's error exit
     assert res.stdout.strip().splitlines()[-1] == f"MODEL {snap} 1"
