@@ -64,9 +64,10 @@ RULES_S = 0.5  # the rules' share of an item's deadline (they take under 50 ms o
 
 
 # A chat template's end of turn: a model that writes one has finished; what follows is a turn it imagined.
+# So does a new turn or few-shot example opened in plain text (lm-eval-harness stops GSM8K at `Q:` / `Question:`,
+# Minerva at `Problem:`).
 _END_OF_TURN = re.compile(r"<\|(?:im_end|endoftext|eot_id|end)\|>|</s>|<end_of_turn>|<｜end▁of▁sentence｜>|"
-                          r"\n[ \t]*(?:Human|User|USER|Q|Question|Problem):")  # or a new turn or few-shot example
-# opened in plain text (lm-eval-harness stops GSM8K at `Q:` / `Question:`, Minerva at `Problem:`)
+                          r"\n[ \t]*(?:Human|User|USER|Q|Question|Problem):")
 
 
 def final_text(completion: str) -> str:
@@ -191,8 +192,8 @@ def _working(text: str) -> str | None:
     if choice or spelled:  # "Option (C)" is C; "twenty-one" is 21
         return choice.group(1) if choice else spelled
     both = _WORDS_THEN_DIGITS.fullmatch(text) if len(text) <= 120 else None
-    if both and _in_words(both.group(1)) is not None:  # "seven hundred and fifty (75)": both, and both must agree
-        said = _in_words(both.group(1))
+    said = _in_words(both.group(1)) if both else None
+    if said is not None:  # "seven hundred and fifty (75)": both, and both must agree
         return said if said == both.group(2) else f"{said}, {both.group(2)}"
     if not _has_words(text) or _IN_BASE.fullmatch(text.rstrip(".")):  # `4210 in base 5` is `4210_{5}`
         return text if len(text) <= ANSWER_CHARS else None
@@ -229,9 +230,9 @@ def _in_words(text: str, noun: bool = True) -> str | None:
     (`five dozen`, `three times`) is not."""
     words = re.split(r"[\s-]+", text.lower().rstrip(".!"))
     if (noun and len(words) > 1 and words[-1].isalpha() and len(words[-1]) > 2 and words[-1] not in _VALUE_WORDS
-            and words[-1].removesuffix("s") not in _PARTS):
+            and words[-1] not in _NUMBER_WORDS and words[-1].removesuffix("s") not in _PARTS):
         counted = _in_words(" ".join(words[:-1]), noun=False)
-        if counted is not None and words[-1] not in _NUMBER_WORDS:
+        if counted is not None:
             return counted
     part = _PARTS.get(words[-1].removesuffix("s")) if len(words) > 1 else None
     if part:  # `two thirds`, `a half`: a numerator in words over the part's denominator
@@ -443,10 +444,10 @@ _SPAN_START = re.compile(r"^\$([^$]{1,200})\$|^\\\(([^$]{1,200}?)\\\)")  # `$Eve
 def _stated(text: str, last: re.Match) -> list:
     """The answer an unboxed statement gives: its clause; none when it negates (then what follows it, if that
     holds a number); a correction after it ("Wait, ... so 18") replaces it."""
-    clause = _clause(text, last.end())
     rest = text[last.end() :]
     if _QUESTION.match(rest):
         return []  # "So maybe the answer is 25? Wait, ...", "Answer: 9? I'm not sure": a question, no answer
+    clause = _clause(text, last.end())
     if clause is None:
         if not _NEGATION.match(rest):  # "The answer is an ellipse." (or `$Even$`): words, for a prose gold
             head = _SPAN_START.sub(lambda m: m.group(1) or m.group(2), rest[:ANSWER_CHARS].lstrip(), count=1)
@@ -1022,9 +1023,9 @@ def number_gold_error(answer) -> str | None:
 # ---------------------------------------------------------------- comparison
 
 
-def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -> float | str | list[str]:
-    """1.0 / 0.0 where the rules decide alone; else the answer's core (or a chain's sides), for math-verify to
-    compare symbolically."""
+def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -> float | list[str]:
+    """1.0 / 0.0 where the rules decide alone; else the cores math-verify must find equal to the gold (the answer's,
+    or a chain's sides)."""
     if answer is None or not answer.strip() or len(answer) > ANSWER_CHARS:
         return 0.0
     if gold.prose is not None:
@@ -1072,7 +1073,7 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
 
     if {_shape(core), _shape(gold.answer.core)} == {"set", "tuple"}:
         return 0.0  # a set is not a tuple (math-verify compares their elements)
-    return core
+    return [core]
 
 
 def _every_side(verdicts: list) -> float | list[str]:
@@ -1080,8 +1081,7 @@ def _every_side(verdicts: list) -> float | list[str]:
     0.0 if a side is not, 1.0 if all are, else the sides math-verify must compare."""
     if 0.0 in verdicts:
         return 0.0
-    todo = [c for v in verdicts if not isinstance(v, float) for c in ([v] if isinstance(v, str) else v)]
-    return todo or 1.0
+    return [c for v in verdicts if isinstance(v, list) for c in v] or 1.0
 
 
 def _numeral_in(base: re.Match) -> bool:
@@ -1193,8 +1193,8 @@ def _planned(completion, answer, numeral_only: bool, local: bool = False) -> tup
     if not answers:
         return 0.0, []
     boxes = [text for kind, text in answers if kind == "box"]
-    listed = gold.answer and (_shape(gold.answer.core) or len(_split_top(gold.answer.core) or []) > 1)
-    if len(boxes) > 1 and None not in boxes and (listed or gold.prose is not None):
+    if len(boxes) > 1 and None not in boxes and (gold.prose is not None or _shape(gold.answer.core)
+                                                 or len(_split_top(gold.answer.core) or []) > 1):
         answers = [("boxes", ", ".join(boxes))] + [a for a in answers if a[0] != "box"]  # `\boxed{3}, \boxed{5}`: a list
     todo = []
     for kind, text in answers:
@@ -1204,8 +1204,8 @@ def _planned(completion, answer, numeral_only: bool, local: bool = False) -> tup
         got = _verdict_without_sympy(text, gold, numeral_only)
         if got == 0.0:
             return 0.0, []
-        if not isinstance(got, float):
-            todo += [(c, gold.answer.core) for c in ([got] if isinstance(got, str) else got)]
+        if isinstance(got, list):
+            todo += [(c, gold.answer.core) for c in got]
     return (1.0, []) if not todo else (None, sorted(set(todo)))
 
 
