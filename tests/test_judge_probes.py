@@ -18,7 +18,8 @@ MISSES_AT_MOST = {
     (9, "math"): (2, 1), (9, "number"): (1, 0),
     (10, "math"): (3, 1), (10, "number"): (0, 0),
     (11, "math"): (1, 1), (11, "number"): (1, 0),
-    (12, "math"): (12, 5), (12, "number"): (7, 5),
+    (12, "math"): (0, 0), (12, "number"): (0, 0),
+    (13, "math"): (3, 1), (13, "number"): (1, 0),
 }
 
 
@@ -37,4 +38,4 @@ def test_no_probe_gets_more_rows_wrong_than_when_it_was_fixed():
 def test_the_probes_are_labelled_rows():
     rows = [r for r in judge_probes.scored_rows() if r["reward"] == "math"]
     assert len(rows) > 3000 and {r["label"] for r in rows} == {0, 1}
-    assert {r["probe"] for r in rows} == {5, 6, 7, 8, 9, 10, 11, 12}
+    assert {r["probe"] for r in rows} == {5, 6, 7, 8, 9, 10, 11, 12, 13}

@@ -62,6 +62,14 @@ def hostile(size: int) -> dict[str, str]:
         "unfinished working": fill("7 and ", "the"),
         "answers in two number formats": fill("respuesta 1.000,5 "),
         "few-shot examples": fill("The answer is 5.\nQ: next?\nA: "),
+        "listed options": fill("(A) 1 (B) 2 ", "The answer is (B)."),
+        "table answer rows": fill("| Answer | | 5 |\n"),
+        "marks and bullets": fill("- \u2705 5 \u2713\n\u2192 "),
+        "asides": fill("5 (the other root 9) "),
+        "either-or sentences": fill("either 1 or 2 "),
+        "inequalities": "\\boxed{" + fill("1 < x \\le ", "2}"),
+        "code fences": fill("```python\nx = 1  # 5\n"),
+        "questions then working": fill("So maybe the answer is 4? "),
     }
 
 
