@@ -81,24 +81,27 @@ def final_text(completion: str) -> str:
     return completion if cut < 0 else completion[cut + len("</think>") :]
 
 
-_BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BOX = re.compile(r"\\(?:boxed|fbox|framebox)\s*\{")
 _BRACE = re.compile(r"[{}]")
 # "the answer is", "Final answer:", "**Answer:** ", GSM8K's "#### "
 # the answer stated in Spanish, French, German, Italian, Portuguese or Russian: "Réponse : ellipse", "Ответ: 5"
 _FOREIGN = r"(?:\b(?:respuesta|réponse|antwort|risposta|resposta)\b|ответ)"
 _VERB = r"(?:is\b|(?=isn't\b)|:|=|(?:would|will|should|must)\s+be\b|was\b)"
-_STATEMENT = re.compile(rf"(?i)(?:\b(?:answer|final\s+result|(?:option|choice)(?= is \(?(?-i:[A-E])\)?(?![\w(])))\b(?:\"|\}}\s*&?|\s*&)?[*\s]{{0,4}}{_VERB}|####|答案[*\s]{{0,4}}[是为:：]"
-                        rf"|{_FOREIGN}(?:\s+finale?)?\s*(?::|(?:ist|lautet|es|est|è|é)\b))[*:：\s]{{0,4}}")
+_STATEMENT = re.compile(rf"(?i)(?:(?<![^\W_])(?:answer|final\s+result|(?:option|choice)(?= is \(?(?-i:[A-E])\)?(?![\w(])))\b(?:[\"']|\}}\s*&?|\s*&)?[*\s]{{0,4}}(?:{_VERB}|\.(?=[ \t]*(?:\$|\\\(|-?\d)))|####|答案[*\s]{{0,4}}[是为:：]"
+                        rf"|{_FOREIGN}(?:\s+finale?)?\s*(?::|(?:ist|lautet|es|est|è|é)\b)"
+                        r"|(?<![^\n])(?:final[ \t]*[:,]|ans[.:]|required\s+[a-z]+[ \t]*=)(?=[ \t]*\S)|(?<![^\n])=>"
+                        r"|(?:(?<=we )|(?<=i ))claim\s+(?:that\s+)?(?:[a-z]+\s+){0,4}?(?:is|equals|=)(?=\s))[*:：\s]{0,4}")
 # "3, 5, 7 is the final answer.": the answer before the statement, on the text's last line (read with fullmatch)
 _ANSWER_FIRST = re.compile(r"(?i)[ \t]*(?:(?:so|thus|therefore|hence)\b,?[ \t]*)?(\S[^\n]{0,199}?)[ \t]+is(n't|[ \t]+not)?[ \t]+(?:the|my|our)[ \t]+"
                            r"(?:final[ \t]+|correct[ \t]+)?answer[ \t]*[.!]?[ \t]*")
 _HEADING = re.compile(r"(?i)answer[*: \t]{0,4}\n")  # "### Final Answer" with the answer on the last line
 _HEADING_START = re.compile(r"(?i)(?<![#* \t])[#* \t]*(?:final\s+)?$")  # what may precede "answer" on its line
 _ANCHORS = ("answer", "####", "答案", "option", "choice", "final result", "respuesta", "réponse", "antwort", "risposta",
-            "resposta", "ответ")
+            "resposta", "ответ", "final", "ans", "required", "=>", "claim")
 # after a box: "final answer is / : / would be", and a "Final Answer" heading with the answer on the next line
 _FINAL_STATEMENT = re.compile(rf"(?i)(?:\bfinal\s+answer\b(?:[*\s]{{0,4}}{_VERB}|[* \t]{{0,4}}\n)|####|最终答案[*\s]{{0,4}}[是为:：]"
-                              r"|(?<![^\n])[ \t#>]{0,8}answer[ \t]{0,4}[:：])"
+                              r"|(?<![^\n])[ \t#>]{0,8}answer[ \t]{0,4}[:：]"
+                              r"|\bthe\s+answer\s+is\b(?!\s+(?:right|correct|wrong|incorrect|consistent|reasonable|valid|indeed|not)\b))"
                               r"[*:：\s]{0,4}")
 # markdown bold and code: `**Answer: 17**` is `Answer: 17`, `` `17` `` is 17 (a single `*` is a product); a `!` after
 # closing bold ends the sentence (`**18**!`), one inside it is a factorial (`**5!**`)
@@ -108,6 +111,8 @@ _EXTRACT = _VULGAR | {ord("\u2212"): "-", ord("\u2234"): "\\therefore "}  # `−
 # check marks, emoji and shapes decorate a line (`6 ✓`, `➡️ **7**`); a cross (`✗`, `❌`) rejects what it marks: kept
 _MARKS = re.compile("[\u25a0-\u25ff\u2600-\u2716\u2719-\u274b\u274d\u274f-\u27bf\ufe0f\U0001f300-\U0001faff]")
 _BULLET = re.compile(r"(?m)^[ \t]*(?:[\u2190-\u21ff\u2022\u2023\u2043\u2219\u25e6]|[-*](?=[ \t]))[ \t]*")  # `→ `, `• `, `- `
+_QED = re.compile(r"(?i)(?:\$\s*\\(?:square|blacksquare|Box|qed)\s*\$|\\(?:square|blacksquare|qed)|∎|\bQ\.?E\.?D\.?|"
+                  r"\bhence proved\b\.?|\bproved\.?)\s*$")
 _EMPHASIS = re.compile(r"(?<=\S)\*\*!|\*\*|__|`+")
 # "not 17", "isn't 17", "definitely not 17": a statement that negates states no answer
 _NEGATION = re.compile(r"(?i)(?:n't|'t\b|\s|^)\s*(?:[a-z]+ly\s+)?(?:not|never)\b|^\s*(?:is)?n?'t\b")
@@ -122,12 +127,13 @@ _NO_ANSWER = re.compile(r"(?i)\b(?:cannot|can ?not|can't|unable to|not able to) 
 # working that stops mid-sentence (a completion cut at its token budget): its result was never written
 _UNFINISHED = re.compile(r"(?i)(?:[:=,+*/×÷]|\\(?:times|cdot|div)|\b(?:and|or|the|an?|of|to|by|with|then|we|is|are|was|for|that|as|but|into|from|"
                          r"gives?|get|equals?))[ \t\n]*$")
-_ANSWER_TAG = re.compile(r"(?i)<answer>")
-_ANSWER_CLOSE = re.compile(r"(?i)</answer>")
+_ANSWER_TAG = re.compile(r"(?i)<(answer|final_answer|final|result|ans|choice)(?:\s[^<>]{0,40})?>")
 _QUOTES = re.compile(r"^(?:\\?[\"'])+")  # `"..."` or `\"...\"` around a stated answer
-_QUOTES_END = re.compile(r"(?<![\\\"'])(?:\\?[\"'])+ ?\}?$")  # from a run's first quote only: linear; `"42"}`: JSON
+_CLOSING_BRACE = re.compile(r"\}(\$*)$")
+_CLOSING_QUOTE = re.compile(r"\\?[\"']")
+_QUOTES_END = re.compile(r"(?<![\\\"'])(?:\\?[\"'])+ ?[}\]]{0,3}$")  # from a run's first quote only: linear; `"42"}`: JSON
 _CLAUSE_END = re.compile(r"\n|(?<!\\left)(?<!\\right)\.(?=\s|$)|,\s+(?!or\b)(?=[A-Za-z]{2}|i\.e\.)|;|\s(?:because|since|which|so|as|but|rather\s+than|"
-                         r"instead\s+of)\b|\s\((?=\s*[A-Za-z]{3,}\b)|。")  # "20 rather than 21", "30 (not 33)", "5 (since 6 ..)": 20, 30, 5
+                         r"instead\s+of)\b|\s\((?=\s*(?:[A-Za-z]{3,}\b|≈|~|\\approx))|。")  # "20 rather than 21", "30 (not 33)", "5 (since 6 ..)": 20, 30, 5
 _NEGATED_END = re.compile(_CLAUSE_END.pattern + r"|:(?=\s)|\s(?:[\u2014\u2013]|--)\s")  # "isn't 6: it's 7", "not 6 — 7"
 # a number as working writes it (thousands separators in any spelling: `normalise` joins them)
 _WORKING_NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?: \d{3})+(?![\d.,/])|(?<![\w.])-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,'\u2019])\d{3}(?!\d))*"
@@ -160,6 +166,8 @@ def _clause(text: str, i: int) -> str | None:
     """The answer a statement gives at `i` ("the answer is $\\frac12$." -> `\\frac12`), or None when what follows
     holds no digit and no LaTeX ("the answer is clear")."""
     window, quoted = _QUOTES.subn("", text[i : i + ANSWER_CHARS].lstrip(), count=1)
+    closing = _CLOSING_QUOTE.search(window) if quoted else None
+    window = window[: closing.start()] if closing else window  # `{'answer': '45', 'confidence': 0.9}`: 45
     for _ in range(MAX_ANSWERS):  # "double 17, which is 34": each connective moves on to the next clause
         end = _CLAUSE_END.search(window)
         follows = _CONNECTIVE.match(window, end.start()) if end else None
@@ -168,10 +176,13 @@ def _clause(text: str, i: int) -> str | None:
             break  # "42, which is 6 times 7": a plain answer before the connective is the answer
         window = window[follows.end():]
     clause = _QUOTES_END.sub("", (window[: end.start()] if end else window).strip(), count=1)
+    for _ in range(3):  # `'answer': 18}`, `\underline{\text{Answer} = 64,800}$$`: the brace closes around the statement
+        brace = _CLOSING_BRACE.search(clause) if clause.count("}") > clause.count("{") else None
+        clause = clause[: brace.start()].rstrip() + brace.group(1) if brace else clause
     if _STATEMENT.search(clause) or _NEGATION.match(clause):
         return None  # "Final Answer: The final answer is X": the inner statement gives X; "not X" gives none
     found, numbers = _working(clause), _WORKING_NUMBER.findall(clause)
-    if len(numbers) > 1 and _has_words(clause) and re.search(r"(?i)\bor\b", clause):
+    if len(numbers) > 1 and _has_words(clause) and re.search(r"(?i)\b(?:or|one of)\b", clause):
         return ", ".join(numbers)  # "18, or possibly 20": a hedge, the list of its answers
     if found and quoted and not _has_words(found):  # `"answer": "p - q"`: quoted, an expression is the answer
         return found
@@ -194,9 +205,11 @@ def _worked(clause: str) -> bool:
 
 _THEREFORE = re.compile(r"^(?:\\(?:therefore|because|implies|Rightarrow|Longrightarrow|q?quad|[,;:! ])\s*|=(?!=)\s*)+")
 _LATEX_LINE_NOT = re.compile(r"[&$]|\\[(\[]|\\(?:begin|end) ?\{(?![pbvBV]?matrix)")  # delimiters, align rows
-_ASIDE = re.compile(r"\s\((?=[^()\n]{0,200}[A-Za-z]{3})[^()\n]{1,200}\)")  # "(not year 12)", "(2 h 40 min)"
+# an aside: "(not year 12)", "(2 h 40 min)"; never LaTeX, `(\sqrt{3} + 1)` is math
+_ASIDE = re.compile(r"\s\((?=[^()\n$\\]{0,200}[A-Za-z]{3})[^()\n$\\]{1,200}\)")
 _EITHER, _OR_WORD = re.compile(r"(?i)\beither\b"), re.compile(r"(?i)\bor\b")
 _LATEX_NUMBER = re.compile(r"-?\\[dt]?frac ?\{[^{}]{1,40}\} ?\{[^{}]{1,40}\}|-?\\sqrt ?\{[^{}]{1,40}\}")
+_OVER_WORDS = re.compile(r"(-?\d+) over (\d+)\.?")
 _WORDS_THEN_DIGITS = re.compile(r"([A-Za-z][A-Za-z \-]{2,100}) \((-?\d+)\)\.?")
 
 
@@ -207,12 +220,15 @@ def _working(text: str) -> str | None:
     choice, spelled = _CHOICE.fullmatch(text), _in_words(text) if len(text) <= 80 else None
     if choice or spelled:  # "Option (C)" is C; "twenty-one" is 21
         return choice.group(1) if choice else spelled
+    over = _OVER_WORDS.fullmatch(text)
+    if over:  # "14 over 3"
+        return f"\\frac{{{over.group(1)}}}{{{over.group(2)}}}"
     both = _WORDS_THEN_DIGITS.fullmatch(text) if len(text) <= 120 else None
     said = _in_words(both.group(1)) if both else None
     if said is not None:  # "seven hundred and fifty (75)": both, and both must agree
         return said if said == both.group(2) else f"{said}, {both.group(2)}"
-    if not _has_words(text) or _IN_BASE.fullmatch(text.rstrip(".")):  # `4210 in base 5` is `4210_{5}`
-        return text if len(text) <= ANSWER_CHARS else None
+    if (not _has_words(text) and not ("\n" in text and _MATH_DELIMITER.search(text))) or _IN_BASE.fullmatch(text.rstrip(".")):
+        return text if len(text) <= ANSWER_CHARS else None  # `4210 in base 5` is `4210_{5}`; lines of spans: the last
     line = text[text.rfind("\n") + 1 :]
     if (len(line) <= 200 and re.search(r"=|\\[A-Za-z]", line) and not _LATEX_LINE_NOT.search(line)
             and not _has_words(line)):
@@ -232,7 +248,7 @@ def _working(text: str) -> str | None:
     latex = [m for m in _LATEX_NUMBER.finditer(text, max(0, end - 100), end + 2) if m.end() == end + 1]
     if latex:  # "The ratio is \frac{3}{4}.": the fraction, not its last digit
         return latex[0].group()
-    scale = _SCALE_WORD.match(text, end)  # "7 thousand" is 7000
+    scale = _SCALE_WORD.match(text, end) or _MONEY.match(text, end)  # "7 thousand" is 7000; "18.90 cents" is no $18.90
     if scale:
         return found + scale.group()
     start = end - len(found)  # "Therefore 41 = 40": the chain the number ends, so that a false one is seen
@@ -280,6 +296,7 @@ def _in_words(text: str, noun: bool = True) -> str | None:
 
 
 _CHAIN_CHARS = frozenset("0123456789. +-*/\u00d7\u00f7()=")
+_MONEY = re.compile(r"(?i) ?(?:cents?|dollars?|euros?)\b")
 _SCALE_WORD = re.compile(r"(?i) ?(?:thousand|million|billion|trillion)\b")
 
 
@@ -334,7 +351,8 @@ def _heading(text: str, j: int) -> re.Match | None:
         return None
     m = _HEADING.match(text, j)
     rest = text[m.end():].strip().rstrip(".") if m else ""
-    return m if m and "\n" not in rest and not _CLAUSE_END.search(rest) else None
+    line = rest.split("\n", 1)[0].strip()  # "## Answer\n$197$\n\n**Solution.** ...": the answer line, then its working
+    return m if m and ("\n" not in rest and not _CLAUSE_END.search(rest) or line and not _has_words(line)) else None
 
 
 def _last_statement(text: str) -> re.Match | None:
@@ -359,8 +377,22 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
     read as a box; else the last "answer is" statement (negated: none; corrected: the correction); else a short
     bare answer; else the working's result (`_working`). An unclosed box is None; over MAX_ANSWERS is a hedge."""
     raw = final_text(str(completion))[-READ_CHARS:]
-    text = _MARKS.sub(" ", raw.translate(_EXTRACT))
+    text = raw if raw.isascii() else _MARKS.sub(" ", raw.translate(_EXTRACT))  # ASCII has no marks: 1 MB, ~5 ms less
     text = _table_answer(_TIMES_X.sub(" * ", _EMPHASIS.sub("", _BULLET.sub("", text))))
+    for _ in range(3):  # "... $\blacksquare$", "Hence proved.", "QED": a proof's end mark is no answer
+        qed = _QED.search(text, max(0, len(text) - 80))
+        text = text[: qed.start()] if qed else text
+    found = _answers_in(text, raw)
+    if not found or found[0][0] == "hedge":
+        return found
+    loop = _loop(text)
+    found = loop if loop and found[-1][0] == "statement" else found + loop  # a loop's values, each an answer
+    found += [a for a in _claimed(text) if a not in found]  # "We claim the answer is 0. ... Hence \boxed{-1}.": both
+    return found if len(found) <= MAX_ANSWERS else [("hedge", None)]
+
+
+def _answers_in(text: str, raw: str) -> list:
+    """`final_answers` on the prepared text (`raw`: the final text as written)."""
     out = _boxes(text)
     if out and out[0][0] == "hedge":
         return out
@@ -370,12 +402,13 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
     fixed = _corrected(text, end) if out else None
     if fixed:  # "\boxed{17} Wait, I miscounted, it's 18.": the correction replaces the boxes
         return fixed
-    if out:  # after a box only a "final answer" (or `####`) restates or changes it ("check our answer: .." does not)
-        for m in _FINAL_STATEMENT.finditer(text, end):
+    if out:  # after the first box only a "final answer", "the answer is" (or `####`) restates or changes it ("check
+        first = _BOX.search(text)
+        for m in _FINAL_STATEMENT.finditer(text, (closing_brace(text, first.end()) or end) + 1):  # our answer: ..")
             if len(out) == MAX_ANSWERS:
                 return [("hedge", None)]
             clause = _clause(text, m.end())
-            if clause is not None:
+            if clause is not None and ("statement", clause) not in out and not _BOX.search(clause):  # its box is read
                 out.append(("statement", clause))
         last_line = text[end:].rstrip().rstrip(".")
         last_line = last_line[last_line.rfind("\n") + 1 :].strip() if "\n" in last_line else ""
@@ -394,7 +427,10 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
         return stated
     if last is not None:  # "the answer is 442? ... OK so it's 440.": after the question; "the answer is in the last
         asked = _QUESTION.match(text, last.end())  # bullet": the working before the pointer
-        text = text[asked.end() :] if asked else text[: max(text.rfind("\n", 0, last.start()), text.rfind(". ", 0, last.start()), 0)]
+        before = max(text.rfind("\n", 0, last.start()), text.rfind(". ", 0, last.start()), 0)
+        text = text[asked.end() :] if asked else text[last.end() :] if _BELOW.match(text, last.end()) else text[:before]
+    if _POSSIBLE.search(text, max(0, len(text) - 600)):
+        return []  # "Possible answers: 325.6, 326, ...": candidates, none committed to
     if _program_ends(raw):
         return []  # a program, never run here, whose output is unknown: no answer (its comments hold numbers)
     bare = _THEREFORE.sub("", text.strip())
@@ -408,6 +444,38 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
         return []
     found = _working(tail)
     return [("working", found)] if found else []
+
+
+_CLAIM = re.compile(r"(?i)\bwe\s+(claim)\b")
+_AS_CLAIMED = re.compile(r"(?i)\bas\s+claimed\b")
+
+
+def _claimed(text: str) -> list:
+    """A proof's claim ("We claim the answer is 12.") and its conclusion ("we get $12$, as claimed"): answers that
+    must agree with the one the text ends on."""
+    claim = _CLAIM.search(text)
+    said = _STATEMENT.match(text, claim.start(1)) if claim else None
+    out = (_stated(text, said) or []) if said else []
+    closing = _AS_CLAIMED.search(text, claim.end()) if claim else None
+    found = _working(text[max(claim.end(), closing.start() - 300) : closing.start()]) if closing else None
+    return out + ([("working", found)] if found else [])
+
+
+def _loop(text: str) -> list:
+    """The values of a repetition loop the text ends in (the same statement four times or more: "The answer is 3.
+    The answer is 3. ... The answer is 90. The ans"), each an answer; a last one cut off is left out. [] if none."""
+    found = list(_STATEMENT.finditer(text, max(0, len(text) - 4 * ANSWER_CHARS)))
+    lead = found[-1].group().lower().strip() if found else ""
+    run = [found[-1]] if found else []
+    for m in reversed(found[:-1]):  # the same statement, one after another (at most 60 characters between them)
+        if m.group().lower().strip() != lead or run[0].start() - m.end() > 60:
+            break
+        run.insert(0, m)
+    if len(run) < 4:
+        return []
+    run = run if _CLAUSE_END.search(text, run[-1].end()) else run[:-1]
+    clauses = (_clause(text[: after.start()] if after else text, m.end()) for m, after in zip(run, run[1:] + [None]))
+    return [("statement", c) for c in dict.fromkeys(clauses) if c is not None]
 
 
 def _table_answer(text: str) -> str:
@@ -441,10 +509,10 @@ def _boxes(text: str) -> list:
     """The boxes' answers (see `final_answers`), then ("end", where the last one closed); [] when none."""
     out: list = []
     end = -1
-    for m in _BOX.finditer(text):
+    for k, m in enumerate(_BOX.finditer(text)):
         if m.start() < end:
             continue  # a box inside the last one
-        if len(out) == MAX_ANSWERS:
+        if len(out) > MAX_ANSWERS or k > 32 * MAX_ANSWERS:  # the same box repeated is one answer (a loop's `\boxed{4}` x 40)
             return [("hedge", None)]
         close = closing_brace(text, m.end())
         if close is None:
@@ -452,16 +520,24 @@ def _boxes(text: str) -> list:
         if end >= 0 and _CORRECTION.search(text, end, m.start()) and _has_words(_CORRECTION.sub("", text[end : m.start()])):
             out = []  # "\boxed{24} Actually, I double counted: \boxed{20}": a stated correction replaces the boxes
         end = close + 1
-        if not _NEGATED_BOX.search(text, max(0, m.start() - 12), m.start()):
-            out.append(("box", _box_answer(text[m.end() : close])))
-    boxed = list(dict.fromkeys(b.strip() for _, b in out))
-    if len(boxed) > 1:
-        values = {_value_of(b) for b in boxed}
-        if len(values) == 1 and None not in values:  # one number spelled twice (`15\\frac{39}{40}`, `\\frac{639}{40}`)
-            out = [("box", boxed[-1])]
-        else:  # several different boxes: each must be right (`_planned` reads them as one list against a list gold)
-            out = [("box", b) for b in boxed]
+        box = ("box", _box_answer(text[m.end() : close]))
+        if not _NEGATED_BOX.search(text, max(0, m.start() - 12), m.start()) and box not in out:
+            out.append(box)
+    boxed = list({_spelling(b): b.strip() for _, b in out}.values())  # `(6,31,-1)`, `(6, 31, -1)`: one answer
+    values = {_value_of(b) for b in boxed} if len(boxed) > 1 else {None}
+    if len(values) == 1 and None not in values:  # one number spelled twice (`15\\frac{39}{40}`, `\\frac{639}{40}`)
+        boxed = boxed[-1:]
+    out = [("box", b) for b in boxed]  # several different boxes: each must be right (`_planned` reads them as one
+    # list against a list gold)
     return out + [("end", end)] if out or end >= 0 else []
+
+
+def _spelling(box: str):
+    """A box as `normalise` spells it, spaces aside (its unit, angle and percent marks kept)."""
+    if len(box) > ANSWER_CHARS:
+        return box
+    norm = normalise(box)
+    return norm._replace(core=_WHITE.sub("", norm.core))
 
 
 def _box_answer(inner: str) -> str:
@@ -473,39 +549,47 @@ def _box_answer(inner: str) -> str:
 
 
 def _answer_tag(text: str) -> list | None:
-    """The last `<answer>` tag's content (closed, or open at the end), read as a box is (LaTeX, not its last
-    number); prose in it is read as a completion is. None without a tag."""
-    opened = None
+    """The last answer tag's content of each name (`<answer>`, `<final_answer>`, `<final>`, `<result>`, `<ans>`;
+    closed, or open at the end), read as a box is (LaTeX, not its last number); prose in it is read as a completion
+    is. Tags of several names each answer (`<answer>2</answer> <final>8</final>` is a hedge). None without a tag."""
+    last = {}
     for opened in _ANSWER_TAG.finditer(text, max(0, len(text) - 10 * ANSWER_CHARS)):
-        pass
-    if opened is None:
+        last[opened.group(1).lower()] = opened
+    if not last:
         return None
-    close = _ANSWER_CLOSE.search(text, opened.end())
+    return [a for opened in sorted(last.values(), key=lambda m: m.start()) for a in _tag_answer(text, opened)]
+
+
+def _tag_answer(text: str, opened: re.Match) -> list:
+    close = re.compile(rf"(?i)</{opened.group(1)}>").search(text, opened.end())
     inner = text[opened.end() : close.start() if close else len(text)].strip()
     if not inner or len(inner) > ANSWER_CHARS:
         return [("tag", None)]
     fixed = _corrected(text, close.end()) if close else None
     if fixed or _has_words(inner) or _BOX.search(inner):  # words alone are the answer against a prose gold
-        found = fixed or (final_answers(inner) if "<answer>" not in inner.lower() else [("tag", None)])
+        found = fixed or (final_answers(inner) if not _ANSWER_TAG.search(inner) else [("tag", None)])
         return found or ([("tag", inner)] if _is_prose(inner) else [])
     return [("tag", inner)]
 
 
 _QUESTION = re.compile(r"(?:[^?.\n]|\.\d){1,200}\?(?!\S)")  # the stated clause ends on `?`
 _POINTER = re.compile(r"(?i)(?:in|at|on|above|below|shown|given|from|inside|highlighted|the\s+(?:last|final|one|same))\b")
+_POSSIBLE = re.compile(r"(?i)\b(?:possible|candidate|potential)\s+answers\b")
+_BELOW = re.compile(r"(?i)[^.\n]{0,40}\b(?:below|following|next)\b")  # "the answer is given below:": after it
 _CODE_END = re.compile(r"```[ \t\n]*$")
 _PROGRAM = frozenset("python py python3 sympy sage js javascript ts c cpp c++ java rust go julia matlab r bash sh".split())
+_SPAN_START = re.compile(r"^\$([^$]{1,200})\$|^\\\(([^$]{1,200}?)\\\)")  # `$Even$`: the words in the span
 
 
 def _program_ends(text: str) -> bool:
-    """The text ends in a code block of a program (its language's name, or more than one line); a one-line block
-    of text or output (`Final:` then a block holding `18`) is an answer."""
+    """The text ends in a code block of a program (a language's name, or no name and more than one line); a block
+    of text, math or output (`Final:` then a block holding `18`) is an answer."""
     if not _CODE_END.search(text[-20:]):
         return False
     block = text.rstrip()[:-3]
     lang, _, body = block[block.rfind("```") + 3 :].partition("\n")
-    return lang.strip().lower() in _PROGRAM or "\n" in body.strip()
-_SPAN_START = re.compile(r"^\$([^$]{1,200})\$|^\\\(([^$]{1,200}?)\\\)")  # `$Even$`: the words in the span
+    lang = lang.strip().lower()
+    return lang in _PROGRAM or (not lang and "\n" in body.strip())
 
 
 def _stated(text: str, last: re.Match) -> list | None:
@@ -524,8 +608,8 @@ def _stated(text: str, last: re.Match) -> list | None:
             words = _PROSE.match(_unwrap(head))
             return [("statement", words.group())] if words and _is_prose(words.group()) else []
         after = _NEGATED_END.search(rest)  # "not 17; it is 18", "isn't 17: it's 18": what follows the negated clause
-        found = _last_number(rest[after.end() :]) if after else None
-        return [("working", found[1])] if found else []
+        found = _working(rest[after.end() : after.end() + 10 * ANSWER_CHARS]) if after else None
+        return [("working", found)] if found and _DIGIT.search(found) else []
     found = _correction(rest, 0, strict=False)
     return [("working", found)] if found else [("statement", clause)]
 
@@ -584,10 +668,12 @@ _IMAGINARY = re.compile(r"(?<=[\d}]) (?=i(?![A-Za-z]))")  # `7 i` is `7i` (after
 _ROOT = re.compile(r"\u221a ?(\d+(?:\.\d+)?|[A-Za-z]|\([^()]{1,40}\))")  # `√16` is 4, not `\sqrt16` (= `\sqrt{1}6`)
 _SUPERSCRIPT = re.compile("[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")  # `10⁵` is `10^{5}`
 _SUBSCRIPT = re.compile("[₀₁₂₃₄₅₆₇₈₉]+")  # `52₈` is `52_{8}`
+_UNION = re.compile(r"(?<=[)\]]) ?U ?(?=[(\[])")  # `(0, 9) U (9, 36)`
+_OO = re.compile(r"(?<![A-Za-z\\])oo(?![A-Za-z])")  # sympy's infinity: `(-oo, 2)`
 _SUB_DIGITS = str.maketrans("₀₁₂₃₄₅₆₇₈₉", "0123456789")
 _SUPER_DIGITS = str.maketrans("⁻⁺⁰¹²³⁴⁵⁶⁷⁸⁹", "-+0123456789")
 # `\\le` for `\le`: a command written with its backslash escaped (JSON in a model's text)
-_DOUBLED = re.compile(r"(?<!\\)\\\\(?=(?:le|ge|leq|geq|lt|gt|ne|neq|frac|dfrac|sqrt|pi|cdot|times|infty|in)(?![a-zA-Z]))")
+_DOUBLED = re.compile(r"(?<!\\)\\\\(?=(?:le|ge|leq|geq|lt|gt|ne|neq|frac|dfrac|sqrt|pi|pm|cdot|times|infty|in|left|right|cup)(?![a-zA-Z]))")
 _WHITE = re.compile(r"\s+")
 _SIZED = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg)\s*(\\[{}|]|[()\[\]|]|\.)")
 _DELIMS = re.compile(r"\\[()\[\]]|\$|\\(?:displaystyle|textstyle|therefore|because)(?![a-zA-Z])")  # `\therefore`: a conclusion mark
@@ -597,7 +683,7 @@ _FRAC_ARG = r"(\{[^{}]*\}|\\[a-zA-Z]+|[0-9a-zA-Z])"
 _FRAC_SHORT = re.compile(r"\\frac\s*" + _FRAC_ARG + r"\s*" + _FRAC_ARG)
 _OVER = re.compile(r"(\{[^{}]*\}|(?<!\d)\d+) ?\\over(?![a-zA-Z]) ?(\{[^{}]*\}|\d+)")  # TeX's `{3}\over{4}` is `\frac{3}{4}`
 _MIXED = re.compile(r"(?<![\d}.^_])(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
-_WRAPPER = (r"\\(?:boxed|fbox|text|textbf|textit|textrm|textnormal|textsf|mathrm|mathbf|mathit|mathsf|boldsymbol|bm|"
+_WRAPPER = (r"\\(?:boxed|fbox|framebox|underline|text|textbf|textit|textrm|textnormal|textsf|mathrm|mathbf|mathit|mathsf|boldsymbol|bm|"
             r"mbox|emph|operatorname)\s*\{")
 _WRAPPERS = re.compile(_WRAPPER + r"([^{}]*)\}")
 _WRAPPER_OPEN = re.compile(_WRAPPER)
@@ -607,7 +693,7 @@ _UPRIGHT_CONST = re.compile(r"\\(?:mathrm|mathit|operatorname|text)\s*\{\s*([ei]
 # be the same: a `\s*` a search can start inside is quadratic on a long run of spaces.
 _TEXT_UNIT = re.compile(r"(?<=[\d}).\s,;:]) ?\\(?:text|mbox|mathrm|textrm)\s*\{\s*([A-Za-z](?:[A-Za-z./ ]|\^\{?-?\d\}?)*)\}"
                         r"(\s*\^\s*\{?\d\}?)?\s*$")
-_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree\b|(?<=[\d}\s]) ?degrees?\b", re.I)
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?(?: ?[CF](?![A-Za-z]))?|\\degree\b|(?<=[\d}\s]) ?degrees?\b", re.I)
 _RADIANS = re.compile(r"(?<=[\d}\s]) ?(?:radians?|rad)\b", re.I)
 _PERCENT = re.compile(r"\\?%|(?<=[\d}\s]) ?(?:percent(?:age)?|pct)\b", re.I)
 # Units by a closed list (SI, US, time, money, data, and their names; `km/h`, `m per s`, `square feet`); one letter
@@ -693,6 +779,8 @@ def normalise(text: str) -> Answer:
     and angle marks taken off into flags (how they compare: `equal`)."""
     s = _SUPERSCRIPT.sub(lambda m: "^{" + m.group().translate(_SUPER_DIGITS) + "}", str(text))
     s = _SUBSCRIPT.sub(lambda m: "_{" + m.group().translate(_SUB_DIGITS) + "}", s)
+    dollars = "\\$" in s or _US_DOLLAR.search(s) is not None  # `\$18.90` is money: not 18.90 cents
+    s = _OO.sub(r"\\infty ", _UNION.sub(r"\\cup ", s))
     s = _ROOT.sub(lambda m: "\\sqrt{" + m.group(1).strip("()") + "}", s)
     s = _DOUBLED.sub(r"\\", _WHITE.sub(" ", s.translate(_UNICODE)))  # one space: every `\s*` below is short
     s = _IN_BASE.sub(r"\1_{\2}", s)
@@ -712,7 +800,7 @@ def normalise(text: str) -> Answer:
     s, pct = _PERCENT.subn(" ", s)
     s = _SCALE.sub(_scaled, s)
     unit = _TEXT_UNIT.search(s)
-    unit = unit if unit and _is_unit(unit.group(1)) and s[: unit.start()].strip() else None  # `\\text{B}` alone: no unit
+    unit = unit if unit and _is_unit(unit.group(1)) and s[: unit.start()].strip() else None  # `\text{B}` alone: no unit
     units = unit.group(1) + (unit.group(2) or "") if unit else ""
     s = s[: unit.start()] if unit else s
     s = _unwrap(_OR.sub(",", s))
@@ -732,7 +820,7 @@ def normalise(text: str) -> Answer:
     s = _strip_braces(s)
     if s.startswith("+"):
         s = s[1:].lstrip()
-    return Answer(s, pct > 0, angle, _unit_key(units))
+    return Answer(s, pct > 0, angle, _unit_key(units or ("dollar" if dollars else "")))
 
 
 _UNIT_SET = frozenset(_UNITS2.split())
@@ -751,6 +839,9 @@ def _unit_key(units: str) -> str:
         w = _UNIT_NAMES.get(w) or _UNIT_NAMES.get(one := _singular(w), one)
         if w in ("square", "cubic"):
             power = "^2" if w == "square" else "^3"
+            continue
+        if w == "unit":  # `36 \text{ units}`: no unit named, any gold's unit (`\$36`) fits
+            power = ""
             continue
         out.append(w.replace("{", "").replace("}", "") if w[0] == "^" else w + power)
         power = ""
@@ -1111,7 +1202,7 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     core = spelled or core  # `\boxed{twenty-seven}`, `$eighteen$`: the number those words are
     if not core or _too_big(core) or (gold.value is not None and _TOWER.search(core) and _side_value(core) is None):
         return 0.0  # nothing, or a power tower / factorial past any gold: refused before math-verify's timeout
-    core = _as_interval(core) if _is_interval(gold.answer.core) else core  # `3 < x \\le 4` for the gold `(3, 4]`
+    core = _as_interval(core) if _is_interval(gold.answer.core) else core  # `3 < x \le 4` for the gold `(3, 4]`
     extra = _relations(core) - _relations(gold.answer.core)
     sides = core.split("=") if extra == {"="} else []
     if 1 < len(sides) <= MAX_ANSWERS and all(p.strip() and p[-1:] not in "<>!:" and not _UNKNOWN.search(_unwrap(p)) for p in sides):
@@ -1351,9 +1442,9 @@ def _options(text: str) -> dict[str, str]:
     text, found = text[:READ_CHARS], {}
     marks = list(itertools.islice(_OPTION.finditer(text), 4 * MAX_ANSWERS))  # a listing is 5 options: bounded
     for m, after in zip(marks, marks[1:] + [None]):
-        end = text.find("\n", m.end(), after.start() if after else len(text))
-        value = _OPTION_GAP.sub(" ", text[m.end() : end if end >= 0 else after.start() if after else len(text)])
-        value = value.strip(" $.,;:")
+        stop = after.start() if after else len(text)
+        end = text.find("\n", m.end(), stop)
+        value = _OPTION_GAP.sub(" ", text[m.end() : end if end >= 0 else stop]).strip(" $.,;:")
         letter = m.group(1) or m.group(2) or m.group(3)
         if 0 < len(value) <= 80 and re.search(r"[\w\\]", value) and not value.startswith("}"):
             found[letter] = value if found.get(letter, value) == value else ""  # two values: neither

@@ -75,6 +75,17 @@ WRONG = [
     ("So Dana is $\\boxed{9}$ years old.\n\n11", "9"),
     ("The tank holds 35 liters.\n\n(The other tank would hold 48 liters.)", "48"),
     ("The answer is 23 ❌", "23"),  # a cross rejects what it marks
+    # probe 14's classes: a loop that drifts, a claim its proof does not reach, a statement between boxes, tags of
+    # two names, candidates, cents for dollars, a rejected root
+    ("The answer is 3. " * 5 + "The answer is 7. " * 5 + "The ans", "7"),
+    ("We claim the answer is $12$.\n\n*Proof.* Each side has 7.\n\nTherefore the answer is $14$. $\\square$", "14"),
+    ("We claim the answer is $6$.\n\n*Proof.* Pair them up.\n\nPutting everything together we get $5$, as claimed. QED", "6"),
+    ("The answer is $\\boxed{48}$.\nThe answer is 47.\nThe answer is $\\boxed{48}$.", "48"),
+    ("<answer>4</answer>\n<final>9</final>", "9"),
+    ("Final answer: one of 24, 25.", "25"),
+    ("**Possible answers:**\n- $14$\n- $15$", "15"),
+    ("Final answer: 7.30 cents", "\\$7.30"),
+    ("Final: $3$ (reject $-5$)", "-5"),
     # `!` is factorial
     ("\\boxed{5!}", "5"),
     # letters after a number are the answer unless a listed unit or a spaced word (a count noun)
@@ -388,6 +399,32 @@ RIGHT = [
     ("So we get 12 (the other root, 30, is rejected).", "12"),
     ("She arrives in year **8** (not year 7, when she only breaks even).", "8"),
     ("It takes 2.5 hours, or 150 minutes.", "150"),  # `or` restating in other units is no hedge
+    ("The answer is shown below.\n\n58", "58"),  # a pointer below: what follows it
+    ("We solve it.\n```math\nx = 44\n```", "44"),  # a block of math, not a program
+    # probe 14's classes: loops, box spam, proofs, textbook and structured layouts, temperatures
+    ("\\boxed{12}\n" * 30, "12"),
+    ("The answer is 27. " * 8 + "The ans", "27"),
+    ("Final Answer: 9 " * 6 + "Fi", "9"),
+    ("We claim that the required value equals $45$.\n\n*Proof.* Each of the 3 rows holds 15. $\\square$", "45"),
+    ("**Answer.** $31$\n\n**Solution.** We count 4 rows of 7 and 3 more.", "31"),
+    ("## Answer\n$58$\n\n**Solution.** Take 6 groups of 9, add 4.", "58"),
+    ("Sol. 9 × 7 = 63\n\nAns. 63", "63"),
+    ("We add them up.\n\nFinal: 47", "47"),
+    ("We add them up.\n\n=> 29", "29"),
+    ("Required number = 35", "35"),
+    ("Answer: $\\underline{88}$", "88"),
+    ("Final answer: \\framebox{$21$}", "21"),
+    ("<result>\n45\n</result>", "45"),
+    ('<tool_call>\n{"name": "submit_answer", "arguments": {"answer": "62"}}\n</tool_call>', "62"),
+    ("{'steps': 3, 'answer': 77}", "77"),
+    ("{'answer': '52', 'confidence': 0.8}", "52"),
+    ("$$\\underline{\\text{Answer} = 3,150}$$", "3150"),
+    ("Ans: \u221212 \u00b0F", "-12"),
+    ("Final answer: -6\u00b0C", "-6"),
+    ("The answer is not 42 (that counts one twice); it is 41.", "41"),
+    ("key,value\nfinal,-4", "-4"),
+    ("The answer is 17.\nResult: 17 x 3 = 51", "17"),  # a check's "Result:" is no statement
+    ("So 12 works. The claim is false.", "12"),  # only "we / I claim" states an answer
 ]
 
 RIGHT_MATH_ONLY = [
@@ -403,7 +440,14 @@ RIGHT_MATH_ONLY = [
     ("Taking logs of both sides.\n\\therefore\\; x = \\left(\\frac{5}{4}\\right)", "\\frac{5}{4}"),
     ("\\begin{align*}\n\\text{Answer} &= 9, 4, 1\n\\end{align*}", "1, 4, 9"),
     ("La respuesta es: Carla", "\\text{Carla}"),
+    ("So the value is $\\frac{1}{3} (\\sqrt{5} + 2)$", "\\frac{\\sqrt5+2}{3}"),  # a parenthesis of LaTeX is no aside
     ("The answer is $\\text{D}$.", "\\text{(D)}"),  # a lone letter in `\\text{}` is that letter, not a unit (B, bytes)
+    ('<response><answer type="final">(-oo, 1) U (4, oo)</answer></response>', "(-\\infty, 1) \\cup (4, \\infty)"),
+    ("<response><choice>D</choice></response>", "\\text{(D)}"),
+    ("{'final_answer': '\\\\frac{5}{7}', 'units': None}", "\\frac57"),
+    ("Answer: 13 over 4", "\\frac{13}{4}"),
+    ("The answer is \\boxed{(2,5,-3)}.\n\nThe answer is (2, 5, -3).", "(2,5,-3)"),
+    ("Answer: $\\dfrac{7}{3}$ (\u2248 2.33)", "\\frac73"),
     ("The ratio is \\frac{5}{8}.", "\\frac58"),  # LaTeX in prose: the fraction, not its last digit
     ("\u2234 \\text{Priya}", "\\text{Priya}"),
     ("\u2234 61\u2087", "61_7"),  # a subscript base

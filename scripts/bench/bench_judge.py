@@ -70,6 +70,11 @@ def hostile(size: int) -> dict[str, str]:
         "inequalities": "\\boxed{" + fill("1 < x \\le ", "2}"),
         "code fences": fill("```python\nx = 1  # 5\n"),
         "questions then working": fill("So maybe the answer is 4? "),
+        "repetition loop": fill("The answer is 5. "),
+        "claims": fill("We claim the answer is 5. ", "as claimed"),
+        "answer tags of many names": fill("<final>1</final><result>2</result><ans>"),
+        "quoted answer fields": fill("{'answer': '5', "),
+        "box spam": fill("\\boxed{4}\n"),
     }
 
 
