@@ -442,6 +442,9 @@ def _answers_in(text: str, raw: str) -> list:
         return []
     if _UNFINISHED.search(tail, max(0, len(tail) - 20)):  # "Now divide by the time to find the speed:": cut off
         return []
+    for _ in range(3):  # "... 15 liters.\n\nCheck: 24 L total, 15 L water": a check after the result is not it
+        check = _CHECK_LINE.search(tail, max(0, len(tail) - ANSWER_CHARS))
+        tail = tail[: check.start()].rstrip() if check and _DIGIT.search(tail, 0, check.start()) else tail
     found = _working(tail)
     return [("working", found)] if found else []
 
@@ -574,6 +577,7 @@ def _tag_answer(text: str, opened: re.Match) -> list:
 
 _QUESTION = re.compile(r"(?:[^?.\n]|\.\d){1,200}\?(?!\S)")  # the stated clause ends on `?`
 _POINTER = re.compile(r"(?i)(?:in|at|on|above|below|shown|given|from|inside|highlighted|the\s+(?:last|final|one|same))\b")
+_CHECK_LINE = re.compile(r"(?i)\n[ \t]*(?:check|checking|verify|verification|recap|sanity check|double-check)\b[^\n]*\s*$")
 _POSSIBLE = re.compile(r"(?i)\b(?:possible|candidate|potential)\s+answers\b")
 _BELOW = re.compile(r"(?i)[^.\n]{0,40}\b(?:below|following|next)\b")  # "the answer is given below:": after it
 _CODE_END = re.compile(r"```[ \t\n]*$")

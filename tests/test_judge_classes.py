@@ -425,6 +425,8 @@ RIGHT = [
     ("key,value\nfinal,-4", "-4"),
     ("The answer is 17.\nResult: 17 x 3 = 51", "17"),  # a check's "Result:" is no statement
     ("So 12 works. The claim is false.", "12"),  # only "we / I claim" states an answer
+    ("Total water = 9 + 8 = 17 liters.\n\nCheck: 30 L total, 17 L water, 13 L other.", "17"),  # a check after it
+    ("So we store 84 cubic inches.\n\nRecap of the inputs: 2 boxes, 7 in, 6 in.", "84"),
 ]
 
 RIGHT_MATH_ONLY = [
