@@ -407,8 +407,10 @@ def _answers_in(text: str, raw: str) -> list:
         for m in _FINAL_STATEMENT.finditer(text, (closing_brace(text, first.end()) or end) + 1):  # our answer: ..")
             if len(out) == MAX_ANSWERS:
                 return [("hedge", None)]
-            clause = _clause(text, m.end())
-            if clause is not None and ("statement", clause) not in out and not _BOX.search(clause):  # its box is read
+            clause, line_end = _clause(text, m.end()), text.find("\n", m.end())
+            if _BOX.search(text, m.end(), line_end if line_end >= 0 else len(text)):
+                continue  # "the answer is a=5, b=6, which gives us $5+694=\boxed{699}$": its box is what it states
+            if clause is not None and ("statement", clause) not in out:
                 out.append(("statement", clause))
         last_line = text[end:].rstrip().rstrip(".")
         last_line = last_line[last_line.rfind("\n") + 1 :].strip() if "\n" in last_line else ""
@@ -1134,6 +1136,7 @@ class Gold(NamedTuple):
     equation: bool  # the gold is itself a relation: an answer keeps its `name =`
     names: tuple = ()  # a named tuple's names in the gold's order (`a = 1, b = 4`): an answer's names follow it
     comma: bool = False  # a decimal-comma gold (`0,125`): the answer's `d,dd` numbers are decimal commas too
+    asked: frozenset = frozenset()  # the question's own expressions, as written (`_asked`): none of them answers it
 
 
 def gold_of(answer) -> Gold:
@@ -1186,6 +1189,44 @@ def number_gold_error(answer) -> str | None:
     if gold.answer is None or not _NUMERAL.fullmatch(gold.answer.core):
         return "the number reward needs a number (digits, optionally thousands commas and decimals)"
     return None
+
+
+# ---------------------------------------------------------------- the question restated
+
+# An expression of the question's own, boxed as it stands (`Compute $\dbinom{8}{4}$` -> `\boxed{\dbinom{8}{4}}`,
+# `Simplify $\sqrt{242}$`, `Factor $ab+5b+2a+10$`), is the task left undone, though sympy finds it equal to the gold:
+# a policy that copies the question into its box would be paid for it. So it states no answer: left out of the
+# answers (`\boxed{(1+2i)6-3i} = \boxed{6+9i}` answers 6+9i), and with nothing else stated the verdict is 0.
+# Compared as written (spacing and sizing aside), so `0.\overline{3}` restates "Express $0.\overline{3}$ as a
+# fraction" although it normalises to 1/3. A number or a lone symbol is no restatement (a number of the question may
+# well be the answer), nor is the gold's own spelling.
+_ASKED_SIDES = re.compile(r"=|<|>|\\(?:le|ge|leq|geq|lt|gt|ne|neq|approx)(?![a-zA-Z])")
+_AS_WRITTEN = re.compile(r"\\(?:left|right|displaystyle|textstyle)(?![a-zA-Z])|\\[,;:! ]|~|\s+|\$")
+_ATOM = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+|[A-Za-z]|\\[a-zA-Z]+)")
+
+
+def _written(text: str) -> str:
+    """An expression as written, spacing and sizing aside: `\\dfrac{4}{ 9}` and `\\frac49` are one spelling."""
+    s = _AS_WRITTEN.sub("", _unwrap(text)).strip(".,;:")
+    s = re.sub(r"\\[dtc](frac|binom)(?![a-zA-Z])", r"\\\1", s)
+    return _strip_braces(_FRAC_SHORT.sub(lambda m: "\\frac{" + m.group(1).strip("{}") + "}{" + m.group(2).strip("{}") + "}", s))
+
+
+@functools.lru_cache(maxsize=64)  # a batch holds each question group_size times
+def _asked(problem: str, gold: str) -> frozenset:
+    """The question's expressions as written (each math span, and each side of its relations), numbers, lone
+    symbols and the gold's own spelling left out."""
+    found = set()
+    for m in itertools.islice(_SPANS.finditer(str(problem)[: 10 * ANSWER_CHARS]), 10 * MAX_ANSWERS):
+        span = next(g for g in m.groups() if g is not None)
+        if len(span) <= ANSWER_CHARS:
+            found.update(_written(side) for side in [span, *_ASKED_SIDES.split(span)])
+    return frozenset(k for k in found if k and not _ATOM.fullmatch(k)) - {_written(gold)}
+
+
+def _restates(answer: str, asked: frozenset) -> bool:
+    """The answer (or its last side, `x = \\sqrt{242}`) is one of the question's expressions as written."""
+    return bool(asked) and (_written(answer) in asked or _written(answer.rpartition("=")[2]) in asked)
 
 
 # ---------------------------------------------------------------- comparison
@@ -1366,34 +1407,36 @@ def _exact_decimals(core: str) -> str:
     return re.sub(r"(?<![\d.])\d*\.\d+(?![\d.])", frac, core)
 
 
-def _plan(completion, answer, numeral_only: bool) -> tuple[float | None, list[tuple[str, str]]]:
+def _plan(completion, answer, numeral_only: bool, problem=None) -> tuple[float | None, list[tuple[str, str]]]:
     """The verdict where the rules decide, else (None, the (answer core, gold core) pairs math-verify must all
     find equal). Raises _Unreadable for a gold the judge cannot read. The rules are bounded by construction and
     measured (scripts/bench/bench_judge.py); a reading past RULES_S of this thread's CPU time, twice, is too costly to read: 0, never sent on."""
     for _ in range(2):  # read again once: a collector's pause is not the text's cost, and a costly text costs twice
         start = time.thread_time()
-        verdict, todo = _planned(completion, answer, numeral_only)
+        verdict, todo = _planned(completion, answer, numeral_only, problem)
         if time.thread_time() - start <= RULES_S:
             return verdict, todo
     return 0.0, []
 
 
-def _planned(completion, answer, numeral_only: bool, local: bool = False) -> tuple[float | None, list[tuple[str, str]]]:
+def _planned(completion, answer, numeral_only: bool, problem=None, local: bool = False) -> tuple[float | None, list[tuple[str, str]]]:
     if _ONE_DECIMAL.fullmatch(str(answer).strip()):  # `3{,}5`: a list or a decimal comma; either is right
-        as_decimal = _planned(completion, re.sub(r"\{,\}|,", ".", str(answer).strip()), numeral_only)
+        as_decimal = _planned(completion, re.sub(r"\{,\}|,", ".", str(answer).strip()), numeral_only, problem)
         if as_decimal[0] == 1.0:
             return as_decimal
     if not local and _CONTINENTAL.search(final_text(str(completion))[-10 * ANSWER_CHARS :]):
-        as_there = _planned(completion, answer, numeral_only, local=True)  # `2.500` in Spanish: 2500, or 2.5
+        as_there = _planned(completion, answer, numeral_only, problem, local=True)  # `2.500` in Spanish: 2500, or 2.5
         if as_there[0] == 1.0:
             return as_there
     try:
         gold = gold_of(answer)
+        gold = gold._replace(asked=_asked(str(problem), str(answer))) if problem else gold
     except Exception:
         raise _Unreadable from None
     if numeral_only and (gold.answer is None or gold.value is None or not _NUMERAL.fullmatch(gold.answer.core)):
         raise _Unreadable
     answers = final_answers(completion)
+    answers = [a for a in answers if not (gold.asked and a[1] and _restates(a[1], gold.asked))]  # states nothing
     if not answers:
         return 0.0, []
     boxes = [text for kind, text in answers if kind == "box"]  # one element each: `\boxed{3,5,7} or \boxed{3,5}` hedges
@@ -1459,16 +1502,17 @@ class _Unreadable(Exception):
     """A gold the judge cannot read: the verdict is None (the data loader refuses such rows up front)."""
 
 
-def judge_number(completion: str, answer: str) -> float | None:
+def judge_number(completion: str, answer: str, problem: str | None = None) -> float | None:
     """1.0 when the final answer is the gold number itself (GSM8K, AIME), 0.0 when not, None when the gold is not
     a number. Same extraction and normalisation as the math judge; the answer must then be a numeral (units,
-    `$`, `%`, a leading `x =` allowed): `\\boxed{22 * 46 - 844}` is arithmetic left undone, not 168.
+    `$`, `%`, a leading `x =` allowed): `\\boxed{22 * 46 - 844}` is arithmetic left undone, not 168. With the
+    `problem`, an expression of its own restated is no answer either (`_asked`).
 
     Why not math-verify for number answers: it evaluates what it parses, so \\boxed{22 * 46 - 844} scores as 168.
     A run without tools on "word_problems_large" learned to box the expression instead of computing it in 7 steps
     (sampled accuracy 6% -> 92%): sympy did the arithmetic the task is about (docs/results.md "Tools on a chat model")."""
     try:
-        verdict, _ = _plan(completion, answer, numeral_only=True)
+        verdict, _ = _plan(completion, answer, numeral_only=True, problem=problem)
         return verdict if verdict is not None else 0.0
     except _Unreadable:
         return None
@@ -1786,18 +1830,20 @@ def _run(items: list[list], timeout_s: float) -> list[float | None]:
         return [None] * len(items)
 
 
-def judge_math(completions: list[str], answers: list[str],
-               timeout_s: float = DEFAULT_TIMEOUT_S) -> list[float | None]:
+def judge_math(completions: list[str], answers: list[str], timeout_s: float = DEFAULT_TIMEOUT_S,
+               problems: list[str | None] | None = None) -> list[float | None]:
     """The strict judge (docs/judge.md): 1.0 where every final answer of the completion equals the gold, 0.0 where
     one does not, None where the gold cannot be read or the checker broke. The rules run here; what only sympy can
-    decide runs over the pool's workers (math-verify), each item with a hard timeout."""
-    if len(completions) != len(answers):
-        raise ValueError(f"judge_math: {len(completions)} completions but {len(answers)} answers")
+    decide runs over the pool's workers (math-verify), each item with a hard timeout. With each completion's
+    `problems` (its question), an expression of the question's own restated as the answer scores 0 (`_asked`)."""
+    problems = problems or [None] * len(completions)
+    if not len(completions) == len(answers) == len(problems):
+        raise ValueError(f"judge_math: {len(completions)} completions, {len(answers)} answers, {len(problems)} problems")
     verdicts: list[float | None] = []
     needs: list[list[tuple[str, str]]] = []
-    for c, a in zip(completions, answers):
+    for c, a, q in zip(completions, answers, problems):
         try:
-            verdict, pairs = _plan(c, a, numeral_only=False)
+            verdict, pairs = _plan(c, a, numeral_only=False, problem=q)
         except _Unreadable:  # the gold could not even be normalised: not the model's fault
             verdict, pairs = None, []
         except Exception:  # the answer broke a rule's code: no answer the judge can read, never None

@@ -189,17 +189,21 @@ def exact(completions: list[str], answer: list | None = None, **_) -> list[float
     return [None if a is None else exact_reward(c, a) for c, a in zip(completions, answer or [None] * len(completions))]
 
 
-def number(completions: list[str], answer: list | None = None, **_) -> list[float | None]:
-    """GSM8K-style: the final answer is the gold number itself (nanogrpo/answer.py `judge_number`)."""
-    return [None if a is None else number_reward(c, a) for c, a in zip(completions, answer or [None] * len(completions))]
+def number(completions: list[str], answer: list | None = None, problem: list | None = None, **_) -> list[float | None]:
+    """GSM8K-style: the final answer is the gold number itself (nanogrpo/answer.py `judge_number`); the row's
+    `problem`, where it has one, names the expressions that restated are no answer."""
+    n = len(completions)
+    return [None if a is None else number_reward(c, a, q) for c, a, q in zip(completions, answer or [None] * n, problem or [None] * n)]
 
 
-def math(completions: list[str], answer: list | None = None, **_) -> list[float | None]:
-    """The answer equals the gold under math-verify (nanogrpo/answer.py `judge_math`, worker processes)."""
-    answer = answer or [None] * len(completions)
+def math(completions: list[str], answer: list | None = None, problem: list | None = None, **_) -> list[float | None]:
+    """The answer equals the gold under math-verify (nanogrpo/answer.py `judge_math`, worker processes); the row's
+    `problem`, where it has one, names the expressions that restated are no answer."""
+    answer, problem = answer or [None] * len(completions), problem or [None] * len(completions)
     have = [i for i, a in enumerate(answer) if a is not None]
     out: list[float | None] = [None] * len(completions)
-    for i, r in zip(have, math_rewards([completions[i] for i in have], [answer[i] for i in have])):
+    for i, r in zip(have, math_rewards([completions[i] for i in have], [answer[i] for i in have],
+                                       problems=[problem[i] for i in have])):
         out[i] = r
     return out
 
@@ -244,22 +248,23 @@ def exact_reward(completion: str, answer: str) -> float:
         return 0.0
 
 
-def number_reward(completion: str, answer: str) -> float | None:
+def number_reward(completion: str, answer: str, problem: str | None = None) -> float | None:
     """GSM8K-style: 1.0 when the final answer is the gold number, 0.0 when not, None when the gold is not a
     number (nanogrpo/answer.py `judge_number`)."""
-    return _answer.judge_number(completion, answer)
+    return _answer.judge_number(completion, answer, problem)
 
 
-def math_rewards(completions: list[str], answers: list[str],
-                 timeout_s: float = _answer.DEFAULT_TIMEOUT_S) -> list[float | None]:
+def math_rewards(completions: list[str], answers: list[str], timeout_s: float = _answer.DEFAULT_TIMEOUT_S,
+                 problems: list[str | None] | None = None) -> list[float | None]:
     """Batched `math_reward`: the items run in parallel over the judge's worker processes."""
-    return _answer.judge_math(completions, answers, timeout_s)
+    return _answer.judge_math(completions, answers, timeout_s, problems)
 
 
-def math_reward(completion: str, answer: str, timeout_s: float = _answer.DEFAULT_TIMEOUT_S) -> float | None:
+def math_reward(completion: str, answer: str, timeout_s: float = _answer.DEFAULT_TIMEOUT_S,
+                problem: str | None = None) -> float | None:
     """1.0 if the completion's answer equals the gold, 0.0 if not, None if the gold cannot be read or the
     checker broke (nanogrpo/answer.py `judge_math`: math-verify in a worker process with a hard timeout)."""
-    return math_rewards([completion], [answer], timeout_s)[0]
+    return math_rewards([completion], [answer], timeout_s, [problem])[0]
 
 
 def code_rewards(completions: list[str], problems: list[dict], **opts) -> list[float | None]:

@@ -228,6 +228,8 @@ WRONG_MATH = [
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
 RIGHT = [
     ("She has 42 apples.\n\nI can't find a better way to say it.", "42"),
+    # after a first box, "the answer is" whose line goes on to a box is read by that box (an AoPS page of solutions)
+    ("So $\\boxed{318}$. ~first\nBy cases the answer is p=3, q=1, and r=5, which gives $3+315=\\boxed{318}$", "318"),
     # prose in any script is prose: `Ответ: $540.0$` after Russian working is its math span, not the whole text
     ("Сначала $51 \\cdot 9 = 459$, затем $459 - 9 = 450$.\n\nОтвет: $631.0$.", "631"),
     ("まず $6 \\times 38 = 228$ を計算します。\n\nしたがって、答えは $9876$ です。", "9876"),

@@ -538,17 +538,22 @@ def build() -> list[dict]:
 
 
 def strict_verdicts(rows: list[dict]) -> list[float | None]:
-    """The landed judge, through the rewards' public API (so the same script scores an older checkout)."""
+    """The landed judge, through the rewards' public API (so the same script scores an older checkout); a row's
+    `problem`, where it has one, goes with it (to a judge that reads questions)."""
+    import inspect
+
     from nanogrpo import rewards
 
+    asks = "problems" in inspect.signature(rewards.math_rewards).parameters
     out: list[float | None] = [None] * len(rows)
     math_idx = [i for i, r in enumerate(rows) if r["reward"] == "math"]
+    extra = {"problems": [rows[i].get("problem") for i in math_idx]} if asks else {}
     for i, v in zip(math_idx, rewards.math_rewards([rows[i]["answer"] for i in math_idx],
-                                                   [rows[i]["gold"] for i in math_idx])):
+                                                   [rows[i]["gold"] for i in math_idx], **extra)):
         out[i] = v
     for i, r in enumerate(rows):
         if r["reward"] == "number":
-            out[i] = rewards.number_reward(r["answer"], r["gold"])
+            out[i] = rewards.number_reward(r["answer"], r["gold"], *([r.get("problem")] if asks else []))
     return out
 
 
