@@ -113,7 +113,7 @@ _MARKS = re.compile("[\u25a0-\u25ff\u2600-\u2716\u2719-\u274b\u274d\u274f-\u27bf
 _BULLET = re.compile(r"(?m)^[ \t]*(?:[\u2190-\u21ff\u2022\u2023\u2043\u2219\u25e6]|[-*](?=[ \t]))[ \t]*")  # `→ `, `• `, `- `
 _QED = re.compile(r"(?i)(?:\$\s*\\(?:square|blacksquare|Box|qed)\s*\$|\\(?:square|blacksquare|qed)|∎|\bQ\.?E\.?D\.?|"
                   r"\bhence proved\b\.?|\bproved\.?)\s*$")
-_EMPHASIS = re.compile(r"(?<=\S)\*\*!|\*\*|__|`+")
+_EMPHASIS = re.compile(r"(?<=\S)\*\*!|\*\*|__|`+|</?(?:b|strong|em|u|mark)>")
 # "not 17", "isn't 17", "definitely not 17": a statement that negates states no answer
 _NEGATION = re.compile(r"(?i)(?:n't|'t\b|\s|^)\s*(?:[a-z]+ly\s+)?(?:not|never)\b|^\s*(?:is)?n?'t\b")
 _NEGATED_BOX = re.compile(r"(?i)(?:\bnot|\bnever|n't)[\s$]{0,3}$")  # "is not $\boxed{17}$": that box is no answer
@@ -166,16 +166,24 @@ def _clause(text: str, i: int) -> str | None:
     """The answer a statement gives at `i` ("the answer is $\\frac12$." -> `\\frac12`), or None when what follows
     holds no digit and no LaTeX ("the answer is clear")."""
     window, quoted = _QUOTES.subn("", text[i : i + ANSWER_CHARS].lstrip(), count=1)
+    display = _DISPLAY.match(window)
+    if display:  # "The answer is\n\n$$\n\frac{3}{2}\n$$": the block on the lines below
+        window = display.group(1).strip()
     closing = _CLOSING_QUOTE.search(window) if quoted else None
     window = window[: closing.start()] if closing else window  # `{'answer': '45', 'confidence': 0.9}`: 45
     for _ in range(MAX_ANSWERS):  # "double 17, which is 34": each connective moves on to the next clause
         end = _CLAUSE_END.search(window)
         follows = _CONNECTIVE.match(window, end.start()) if end else None
+        after = _CLAUSE_END.search(window, follows.end()) if follows else None
         if not follows or not _worked(window[: end.start()]) or not _DIGIT.search(window, follows.end(),
-                                                                                  follows.end() + 200):
-            break  # "42, which is 6 times 7": a plain answer before the connective is the answer
+                                                                                  follows.end() + 200) or \
+                _OPERATION.search(window, follows.end(), after.start() if after else len(window)):
+            break  # "42, which is 6 times 7", "12 + 11 = 23, i.e. 11 more than 12": the answer is before it
         window = window[follows.end():]
     clause = _QUOTES_END.sub("", (window[: end.start()] if end else window).strip(), count=1)
+    maybe = _MAYBE.match(window, end.start()) if end else None
+    if maybe and clause:  # "The answer is 11 (possibly 12).": a hedge, the list of its answers
+        return f"{clause}, {maybe.group(1)}"
     for _ in range(3):  # `'answer': 18}`, `\underline{\text{Answer} = 64,800}$$`: the brace closes around the statement
         brace = _CLOSING_BRACE.search(clause) if clause.count("}") > clause.count("{") else None
         clause = clause[: brace.start()].rstrip() + brace.group(1) if brace else clause
@@ -189,6 +197,8 @@ def _clause(text: str, i: int) -> str | None:
     return found if found and (re.search(r"[\d\\$\u221a\u03c0]|^[A-E]$", found) or _in_words(found)) else None  # `√x`, `π`
 
 
+_MAYBE = re.compile(r"\s\((?:or\s+)?(?:possibly|maybe|perhaps|or)\s+(-?\d+(?:\.\d+)?)\)")
+_DISPLAY = re.compile(r"(?:\$\$|\\\[)([^$]{1,500}?)(?:\$\$|\\\])")
 _OPERATION = re.compile(r"(?i)\b(?:double|twice|triple|half|times|of|plus|minus|sum|product|difference|total|more|less|"
                         r"fewer)\b")
 # where a correction states its result: "so 18", "it is 18", "gives 18", "= 18"
@@ -208,6 +218,7 @@ _LATEX_LINE_NOT = re.compile(r"[&$]|\\[(\[]|\\(?:begin|end) ?\{(?![pbvBV]?matrix
 # an aside: "(not year 12)", "(2 h 40 min)"; never LaTeX, `(\sqrt{3} + 1)` is math
 _ASIDE = re.compile(r"\s\((?=[^()\n$\\]{0,200}[A-Za-z]{3})[^()\n$\\]{1,200}\)")
 _EITHER, _OR_WORD = re.compile(r"(?i)\beither\b"), re.compile(r"(?i)\bor\b")
+_NUMBER_OR_NUMBER = re.compile(r"\d\s+or\s+(?:maybe\s+|possibly\s+|perhaps\s+)?-?\d")
 _LATEX_NUMBER = re.compile(r"-?\\[dt]?frac ?\{[^{}]{1,40}\} ?\{[^{}]{1,40}\}|-?\\sqrt ?\{[^{}]{1,40}\}")
 _OVER_WORDS = re.compile(r"(-?\d+) over (\d+)\.?")
 _WORDS_THEN_DIGITS = re.compile(r"([A-Za-z][A-Za-z \-]{2,100}) \((-?\d+)\)\.?")
@@ -235,6 +246,22 @@ def _working(text: str) -> str | None:
         return _THEREFORE.sub("", line)  # `\therefore x = \frac{3}{2}`: a last line of LaTeX without delimiters
     aside = _ASIDE.sub("", text).rstrip()  # "So 10 (the other root 90 is rejected).": asides after the answer
     text = aside if _DIGIT.search(aside[aside.rfind("\n") + 1 :]) else text
+    start = max(text.rfind("\n"), text.rfind(". ", 0, len(text) - 2), text.rfind("! ")) + 1  # the last sentence
+    details = itertools.islice(_DETAIL.finditer(text, start), MAX_ANSWERS)
+    cut = next((m.start() for m in details if _DIGIT.search(text, start, m.start())), None)
+    text = text[:cut].rstrip() if cut is not None else text  # "8 pieces, each 6 inches long": 8
+    listed = [m for m in itertools.islice(_SPAN_LIST.finditer(text, start), MAX_ANSWERS)]
+    if listed and not _MATH_DELIMITER.search(text, listed[-1].end()):  # "The integers are $-2$ and $1$.": both
+        spans = [v.strip() for v in re.findall(r"\$([^$]+)\$", listed[-1].group())]
+        names = {v.partition("=")[0].strip() for v in spans if "=" in v}
+        if len(names) <= 1 and (not names or all("=" in v for v in spans)):  # `$x = 1$ or $x = -2$`; not `$a=3$ and $b=4$`
+            return ", ".join(spans)
+    if not _DIGIT.search(text, start):  # "Janet makes eighteen dollars every day.": its number in words
+        runs = [m.group() for m in _WORDS_RUN.finditer(text, start) if m.group().lower() != "one"
+                and re.match(r"[\s-]*([A-Za-z]*)", text[m.end():]).group(1).lower() not in _VALUE_WORDS - {"times"}]
+        said = _in_words(runs[-1], noun=False) if runs else None
+        if said is not None:
+            return said
     span, number = _last_span(text), _last_number(text)
     if span is not None and (number is None or number[0] <= span[0]):
         return _THEREFORE.sub("", span[1].strip())  # "the distance $= 2\sqrt{15}$": the value after the `=`
@@ -242,13 +269,15 @@ def _working(text: str) -> str | None:
         return None
     end, found = number
     sentence = text[max(text.rfind("\n", 0, end), text.rfind(". ", 0, end)) + 1 :]
-    numbers = _WORKING_NUMBER.findall(sentence) if len(sentence) <= 200 and _EITHER.search(sentence) else []
-    if len(numbers) > 1 and _OR_WORD.search(sentence):  # "So it's either 132 or 127.": a hedge, the list of its answers
+    hedged = len(sentence) <= 200 and (_EITHER.search(sentence) or _NUMBER_OR_NUMBER.search(sentence))
+    numbers = _WORKING_NUMBER.findall(sentence) if hedged else []
+    if len(numbers) > 1 and _OR_WORD.search(sentence):  # "either 132 or 127", "after 12 or 13 years": a hedge
         return ", ".join(numbers)
     latex = [m for m in _LATEX_NUMBER.finditer(text, max(0, end - 100), end + 2) if m.end() == end + 1]
     if latex:  # "The ratio is \frac{3}{4}.": the fraction, not its last digit
         return latex[0].group()
-    scale = _SCALE_WORD.match(text, end) or _MONEY.match(text, end)  # "7 thousand" is 7000; "18.90 cents" is no $18.90
+    scale = _SCALE_WORD.match(text, end) or _MONEY.match(text, end) or _UNIT_WORD.match(text, end)  # "7 thousand" is
+    # 7000; "18.90 cents" is no $18.90; "35 minutes" keeps its unit (the question may ask hours)
     if scale:
         return found + scale.group()
     start = end - len(found)  # "Therefore 41 = 40": the chain the number ends, so that a false one is seen
@@ -267,6 +296,19 @@ _NUMBER_WORDS = {w: i if i < 20 else 10 * (i - 18) for i, w in enumerate((
 
 _PARTS = {"half": 2, "halve": 2, "third": 3, "quarter": 4, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7,
           "eighth": 8, "ninth": 9, "tenth": 10}
+
+
+# what a last sentence says after its answer, the answer being before it: "So Tracy obtained 8 pieces, each 6 inches
+# long, from the 48-inch wire."; "The remainder is 0, since 12 x 167 = 2004"; "There are 8 such squares: 25, 100, ..."
+# (not a result: ", which is 34", ", so 18", ", leaving 17" lead to the answer)
+_DETAIL = re.compile(r",\s+(?:(?:since|because|as|namely|with|each|having|where|while|whereas|given|from|after)\b|"
+                     r"which\b(?!\s+(?:is|are|gives?|equals?|makes?|means)\b)|i\.e\.|e\.g\.)|:\s+(?=-?\d[\d.]*,\s*-?\d)")
+# a number in words in the last line ("Janet makes eighteen dollars every day."): a run of number words
+_WORDS_RUN = re.compile(r"(?i)\b(?:(?:negative|minus)\s+)?(?:(?:" + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
+                        + r")(?:[\s-]+(?:and\s+)?(?:" + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
+                        + r"|hundred|thousand|million)\b)*)\b")
+# two or more math spans joined by "and" / "or" / commas: "The integers are $-2$ and $1$." answers both
+_SPAN_LIST = re.compile(r"(?:\$[^$\n]{1,80}\$(?:\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+)){1,7}\$[^$\n]{1,80}\$")
 
 
 def _in_words(text: str, noun: bool = True) -> str | None:
@@ -977,6 +1019,9 @@ _ARITH_RUN = re.compile(r"(?:[\d.+\-*/^!(){}\[\] ×÷]|\\cdot|\\times|\\div)+") 
 
 def _side_value(side: str) -> Fraction | None:
     """A chain side's exact value when it is plain arithmetic (`9 + 8`, `(3+1)/2`, `2^{3}`, `5!`), else None."""
+    base = _BASE.fullmatch(side.strip()) if "_" in side else None
+    if base and 2 <= int(base.group(2)) <= 36 and _numeral_in(base):  # `555_{10} = 4210_5`: one value
+        return Fraction(int(base.group(1), int(base.group(2))))
     side = _FRAC_PARTS.sub(r"(\1)/(\2)", side)
     tokens, pos = _ARITH_TOKEN.findall(side), [0]
     if not tokens or len(side) > ANSWER_CHARS or "".join(tokens) != _WHITE.sub("", side):
@@ -1137,6 +1182,7 @@ class Gold(NamedTuple):
     names: tuple = ()  # a named tuple's names in the gold's order (`a = 1, b = 4`): an answer's names follow it
     comma: bool = False  # a decimal-comma gold (`0,125`): the answer's `d,dd` numbers are decimal commas too
     asked: frozenset = frozenset()  # the question's own expressions, as written (`_asked`): none of them answers it
+    unit_asked: str = ""  # the unit the question asks in ("how many hours", "in square inches"), `_unit_key` spelt
 
 
 def gold_of(answer) -> Gold:
@@ -1224,6 +1270,24 @@ def _asked(problem: str, gold: str) -> frozenset:
     return frozenset(k for k in found if k and not _ATOM.fullmatch(k)) - {_written(gold)}
 
 
+# the unit a question asks its answer in, read from its end: "How many hours a week ...?", "in square inches"
+_ASKS_UNIT = re.compile(r"(?i)\b(?:how\s+many|in)\s+((?:square\s+|cubic\s+)?[a-z]+(?:\s+per\s+[a-z]+)?)\b")
+_ONE_UNIT = rf"(?:{'|'.join(sorted(_UNITS2.split(), key=len, reverse=True))})(?:e?s)?(?![A-Za-z])"
+_UNIT_WORD = re.compile(rf" (?:square |cubic )?{_ONE_UNIT}(?:(?: ?/ ?| per )(?:{_ONE_UNIT}|(?:{'|'.join(_UNITS1.split())})(?![A-Za-z]))){{0,2}}")  # `52 kilometers per hour`, `4 in/s`
+_KNOWN_UNITS = frozenset(w.lower() for w in _UNITS2.split()) | frozenset(_UNIT_NAMES)
+
+
+@functools.lru_cache(maxsize=64)
+def _unit_asked(problem: str) -> str:
+    """The unit the question asks for (`_unit_key`), or "" when it names none we know (`how many bags`)."""
+    found = ""
+    for m in itertools.islice(_ASKS_UNIT.finditer(problem[-300:]), MAX_ANSWERS):
+        words = [w for w in m.group(1).lower().split() if w not in ("square", "cubic", "per")]
+        if all(w in _KNOWN_UNITS or _singular(w) in _KNOWN_UNITS for w in words):
+            found = _unit_key(m.group(1))
+    return found
+
+
 def _restates(answer: str, asked: frozenset) -> bool:
     """The answer (or its last side, `x = \\sqrt{242}`) is one of the question's expressions as written."""
     return bool(asked) and (_written(answer) in asked or _written(answer.rpartition("=")[2]) in asked)
@@ -1258,6 +1322,8 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
         return 0.0  # 90 radians is not 90 degrees
     if norm.unit and gold.answer.unit and norm.unit != gold.answer.unit:
         return 0.0  # cm^3 is not cm^2
+    if norm.unit and gold.unit_asked and not gold.answer.unit and norm.unit != gold.unit_asked:
+        return 0.0  # "How many hours a week ...?" answered 35 minutes
     letter, lead = _CHOICE.fullmatch(gold.answer.core), _CHOICE_LEAD.match(core) or _CHOICE.fullmatch(core)
     if lead and letter:  # AMC's `\textbf{(C)}\ 12`: its letter against a choice gold, its value against a value
         return float(lead.group(1) == letter.group(1))
@@ -1430,7 +1496,7 @@ def _planned(completion, answer, numeral_only: bool, problem=None, local: bool =
             return as_there
     try:
         gold = gold_of(answer)
-        gold = gold._replace(asked=_asked(str(problem), str(answer))) if problem else gold
+        gold = gold._replace(asked=_asked(str(problem), str(answer)), unit_asked=_unit_asked(str(problem))) if problem else gold
     except Exception:
         raise _Unreadable from None
     if numeral_only and (gold.answer is None or gold.value is None or not _NUMERAL.fullmatch(gold.answer.core)):
@@ -1454,6 +1520,9 @@ def _planned(completion, answer, numeral_only: bool, problem=None, local: bool =
             text = options.get(letter.group(1)) or text  # "(A) 336 (B) 338 ... The answer is (A)": 336
         if kind == "working" and text and not gold.equation:
             text = _last_side(text)  # working's last result: `12 \\times 14 = 168` -> 168 (`41 = 40` stays false)
+        asked, equals, value = (text or "").partition("=")
+        if equals and gold.asked and not gold.equation and "=" not in value and _written(asked) in gold.asked:
+            text = value  # "Find $f(3)$." answered `f(3) = 8`: the value of what it asks for
         got = _verdict_without_sympy(text, gold, numeral_only)
         if got == 0.0:
             return 0.0, []

@@ -8,6 +8,11 @@ from nanogrpo import answer as A
 
 # wrong answers: 0 under both rewards
 WRONG = [
+    # probe 15: what a last sentence says after its answer is detail; "X or Y" and "(possibly Y)" hedge
+    ("The remainder is 7, since 50 = 7 x 7 + 1 with 1 left over.", "1"),
+    ("There are 9 such squares: 0, 36, 144, 324 and 576, since 8 of them are nonzero.", "8"),
+    ("He breaks even after 8 or 9 years.", "9"),
+    ("The answer is $k = 6$ (possibly 7).", "6"),
     # a closing refusal after the working states no answer (its last number was read as the answer)
     ("First, 41 \\times 9 = 369, so the product term is $369$.\n\nI cannot determine the answer from this.", "369"),
     ("\\boxed{twenty-six}", "27"),  # a number in words in a box is that number
@@ -165,6 +170,7 @@ WRONG = [
 ]
 
 WRONG_MATH = [
+    ("The roots are $x = 2$ and $x = 7$.", "x=7"),  # spans joined by "and": both are answers (an extraneous root)
     ("\\boxed{a}", "a_1"),  # an indexed name is no base numeral: its letter alone is not it
     ("\\boxed{\\{-3, 2+\\sqrt7\\}}", "\\{2\\pm\\sqrt{7},-3\\}"),
     ("\\boxed{63_{(9)}}", "63_8"),
@@ -227,6 +233,15 @@ WRONG_MATH = [
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
 RIGHT = [
+    # probe 15: the last sentence's answer before its details; number words when the last sentence has no digit;
+    # an "i.e." that restates working is not the answer; HTML bold; a display block below "The answer is"
+    ("So Mia baked 12 muffins, each 3 inches wide, from the 36-ounce bag.", "12"),
+    ("There are 6 such numbers: 12, 24, 36, 48, 60 and 72.", "6"),
+    ("She still has 5 stamps, having sold 19 of the 24 for $38.", "5"),
+    ("The GCD is 9, so the answer is 9 + 5 = 14, i.e. 5 more than 9.", "14"),
+    ("5 x 6 = 30 cookies in all.\n\nTom baked thirty cookies this morning.", "30"),
+    ("Each ride costs $4 + $4 = $8, and $40 / $8 = 5.\n\nAna can ride five times.", "5"),
+    ("Work: 7 + 8.\n\n<b>Answer:</b> 15", "15"),
     ("She has 42 apples.\n\nI can't find a better way to say it.", "42"),
     # after a first box, "the answer is" whose line goes on to a box is read by that box (an AoPS page of solutions)
     ("So $\\boxed{318}$. ~first\nBy cases the answer is p=3, q=1, and r=5, which gives $3+315=\\boxed{318}$", "318"),
@@ -432,6 +447,9 @@ RIGHT = [
 ]
 
 RIGHT_MATH_ONLY = [
+    ("Since $4^x = 2^{2x}$, we need $2x = 5$. The answer is\n\n$$\n\\frac{5}{2}\n$$", "\\frac52"),
+    ("$97 = 64 + 32 + 1$.\n\n$97_{10} = 141_8$", "141_8"),  # a chain of one value in two bases
+    ("So $g(n) = n$ exactly when $n = 2$ or $n = -3$.", "2, -3"),  # spans joined by "or": the solutions
     ("\\boxed{\\{-3, 2-\\sqrt7, 2+\\sqrt7\\}}", "\\{2\\pm\\sqrt{7},-3\\}"),  # `\\pm` inside a set gold: two elements
     ("<answer>2+\\sqrt7,2-\\sqrt7,-3</answer>", "\\{2\\pm\\sqrt{7},-3\\}"),
     ("Final Answer: The final answer is $63_{(8)}$. I hope it is correct.", "63_8"),

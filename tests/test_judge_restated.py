@@ -1,6 +1,7 @@
-"""The question restated as its answer (docs/judge.md, "The question restated"): given the row's question, an
-expression of the question's own states no answer, though sympy finds it equal to the gold; without the question
-the judge cannot tell and pays it, which is what the cases below pin both ways."""
+"""What the judge reads in the row's question (docs/judge.md, "The question restated"): an expression of the
+question's own states no answer, though sympy finds it equal to the gold; `E = v` for an E the question asks about
+answers v; a unit the question asks in is the one the answer must use. Without the question the judge cannot tell,
+which is what the cases below pin both ways."""
 
 import sys
 from pathlib import Path
@@ -74,3 +75,19 @@ def test_no_math500_question_pays_a_copy_of_itself_and_every_reference_solution_
     assert counts["copy paid, no question"] >= 25  # the hole is there to close (a test that cannot fail otherwise)
     assert counts["copy paid, with it"] == 0
     assert counts["solution right, no question"] == counts["solution right, with it"] == counts["solutions"] == 500
+
+
+def test_the_unit_the_question_asks_in():
+    question = "Each dog takes 0.5 hours a day. How many hours a week does he spend on 10 dogs?"
+    assert rewards.number_reward("He spends 35 minutes a week.", "35", question) == 0.0
+    assert rewards.number_reward("He spends 35 minutes a week.", "35") == 1.0  # no question: no unit asked
+    assert rewards.number_reward("He spends 35 hours a week.", "35", question) == 1.0
+    assert rewards.math_reward("\\boxed{35 \\text{ min}}", "35", problem=question) == 0.0
+    assert rewards.number_reward("He spends 35 a week.", "35", "How many bags can he fill?") == 1.0  # bags: no unit
+
+
+def test_a_value_of_what_the_question_asks_for():
+    question = "Let $g(x) = 2x + 1$. Find $g(4)$."
+    assert rewards.math_reward("So $g(4) = 9$", "9", problem=question) == 1.0
+    assert rewards.math_reward("So $g(4) = 9$", "9") == 0.0  # without it `g(4) = 9` is a relation the gold lacks
+    assert rewards.math_reward("So $g(5) = 9$", "9", problem=question) == 0.0

@@ -5,8 +5,8 @@ reference solution in data/benchmarks/ with its question (each must stay right).
 
     python scripts/bench/judge_restated.py            # the table
     python scripts/bench/judge_restated.py --paid     # and each copy paid without the question
-    python scripts/bench/judge_restated.py --probes   # the blind probes (data/judge/probes.jsonl) given the question
-                                                      # where their gold names one: each verdict that changes
+    python scripts/bench/judge_restated.py --probes   # the blind probes written without their question (5-14) given
+                                                      # it where their gold names one: each verdict that changes
 """
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def probe_changes() -> list[tuple]:
     out = []
     for line in (ROOT / "data" / "judge" / "probes.jsonl").open():
         r = json.loads(line)
-        if r["ambiguous"] or len(questions.get(r["gold"], ())) != 1:
+        if r["ambiguous"] or "problem" in r or len(questions.get(r["gold"], ())) != 1:  # probes 5-14: no question
             continue
         question = next(iter(questions[r["gold"]]))
         for reward in ("math", "number") if number_gold_error(r["gold"]) is None else ("math",):
