@@ -1521,7 +1521,8 @@ def _planned(completion, answer, numeral_only: bool, problem=None, local: bool =
         if kind == "working" and text and not gold.equation:
             text = _last_side(text)  # working's last result: `12 \\times 14 = 168` -> 168 (`41 = 40` stays false)
         asked, equals, value = (text or "").partition("=")
-        if equals and gold.asked and not gold.equation and "=" not in value and _written(asked) in gold.asked:
+        if equals and gold.asked and not gold.equation and "=" not in value and _written(asked) in gold.asked and not (
+                kind == "working" and _UNKNOWN.search(_unwrap(value))):  # working's `E = ...` in unknowns: still working
             text = value  # "Find $f(3)$." answered `f(3) = 8`: the value of what it asks for
         got = _verdict_without_sympy(text, gold, numeral_only)
         if got == 0.0:

@@ -91,3 +91,6 @@ def test_a_value_of_what_the_question_asks_for():
     assert rewards.math_reward("So $g(4) = 9$", "9", problem=question) == 1.0
     assert rewards.math_reward("So $g(4) = 9$", "9") == 0.0  # without it `g(4) = 9` is a relation the gold lacks
     assert rewards.math_reward("So $g(5) = 9$", "9", problem=question) == 0.0
+    # working that rewrites the question's expression, still in its unknowns, is no value of it
+    factor = "Factor the expression $ab+5b+2a+10$."
+    assert rewards.math_reward("Proof. We have $ab+5b+2a+10 = ab + 5b + 2a + 2\\cdot 5$.", "(a+5)(b+2)", problem=factor) == 0.0
