@@ -198,6 +198,11 @@ def _clause(text: str, i: int) -> str | None:
 
 
 _MAYBE = re.compile(r"\s\((?:or\s+)?(?:possibly|maybe|perhaps|or)\s+(-?\d+(?:\.\d+)?)\)")
+_ROOT_NUMBER = re.compile(r"(?<![\d.])-?\d*(?:\.\d+)? ?\u221a ?\d+$")  # from a run's start only: linear
+# a doubt the text ends on, after its statement, with no value of its own
+_DOUBT = re.compile(r"(?i)(?:doesn't|does not|don't|do not) (?:seem|look) right|(?:may|might) have made an? (?:error|mistake)|"
+                    r"let me (?:redo|reconsider|recompute|recount|start over)")
+_END_BLOCK = re.compile(r"\\begin\{([a-z]+\*?)\}[^$]{1,900}?\\end\{\1\}\s*\.?$")
 _DISPLAY = re.compile(r"(?:\$\$|\\\[)([^$]{1,500}?)(?:\$\$|\\\])")
 _OPERATION = re.compile(r"(?i)\b(?:double|twice|triple|half|times|of|plus|minus|sum|product|difference|total|more|less|"
                         r"fewer)\b")
@@ -246,13 +251,16 @@ def _working(text: str) -> str | None:
         return _THEREFORE.sub("", line)  # `\therefore x = \frac{3}{2}`: a last line of LaTeX without delimiters
     aside = _ASIDE.sub("", text).rstrip()  # "So 10 (the other root 90 is rejected).": asides after the answer
     text = aside if _DIGIT.search(aside[aside.rfind("\n") + 1 :]) else text
+    block = _END_BLOCK.search(text, max(0, len(text) - ANSWER_CHARS))
+    if block and not _MATH_DELIMITER.search(text, block.start()):  # a display environment the text ends on, undelimited
+        return block.group()
     start = max(text.rfind("\n"), text.rfind(". ", 0, len(text) - 2), text.rfind("! ")) + 1  # the last sentence
     details = itertools.islice(_DETAIL.finditer(text, start), MAX_ANSWERS)
     cut = next((m.start() for m in details if _DIGIT.search(text, start, m.start())), None)
     text = text[:cut].rstrip() if cut is not None else text  # "8 pieces, each 6 inches long": 8
     listed = [m for m in itertools.islice(_SPAN_LIST.finditer(text, start), MAX_ANSWERS)]
-    if listed and not _MATH_DELIMITER.search(text, listed[-1].end()):  # "The integers are $-2$ and $1$.": both
-        spans = [v.strip() for v in re.findall(r"\$([^$]+)\$", listed[-1].group())]
+    if listed and not _MATH_DELIMITER.search(text, listed[-1].end()) and not _DIGIT.search(text, listed[-1].end()):
+        spans = [v.strip() for v in re.findall(r"\$([^$]+)\$", listed[-1].group())]  # "$-2$ and $1$.": both
         names = {v.partition("=")[0].strip() for v in spans if "=" in v}
         if len(names) <= 1 and (not names or all("=" in v for v in spans)):  # `$x = 1$ or $x = -2$`; not `$a=3$ and $b=4$`
             return ", ".join(spans)
@@ -276,6 +284,9 @@ def _working(text: str) -> str | None:
     latex = [m for m in _LATEX_NUMBER.finditer(text, max(0, end - 100), end + 2) if m.end() == end + 1]
     if latex:  # "The ratio is \frac{3}{4}.": the fraction, not its last digit
         return latex[0].group()
+    root = _ROOT_NUMBER.search(text, max(0, end - 40), end)
+    if root:  # "The distance is 3√13 units.": the root, not its radicand
+        return root.group()
     scale = _SCALE_WORD.match(text, end) or _MONEY.match(text, end) or _UNIT_WORD.match(text, end)  # "7 thousand" is
     # 7000; "18.90 cents" is no $18.90; "35 minutes" keeps its unit (the question may ask hours)
     if scale:
@@ -659,6 +670,8 @@ def _stated(text: str, last: re.Match) -> list | None:
         found = _working(rest[after.end() : after.end() + 10 * ANSWER_CHARS]) if after else None
         return [("working", found)] if found and _DIGIT.search(found) else []
     found = _correction(rest, 0, strict=False)
+    if not found and _DOUBT.search(rest, max(0, len(rest) - 400)):
+        return []  # "The answer is 60. ... Hmm, that doesn't seem right ... let me redo it.": retracted, nothing after
     return [("working", found)] if found else [("statement", clause)]
 
 
@@ -730,6 +743,8 @@ _FRAC = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 _FRAC_ARG = r"(\{[^{}]*\}|\\[a-zA-Z]+|[0-9a-zA-Z])"
 _FRAC_SHORT = re.compile(r"\\frac\s*" + _FRAC_ARG + r"\s*" + _FRAC_ARG)
 _OVER = re.compile(r"(\{[^{}]*\}|(?<!\d)\d+) ?\\over(?![a-zA-Z]) ?(\{[^{}]*\}|\d+)")  # TeX's `{3}\over{4}` is `\frac{3}{4}`
+_CJK_UNIT = re.compile(r"(?<=[\d}])\s?[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]{1,4}[。.]?$")  # `7 打`, `84 个`: a measure word
+_MIXED_PLAIN = re.compile(r"(?<![\d.,/^_{])(\d+) (\d+)/(\d+)(?![\d./])")  # `137 1/2` is 137 and a half
 _MIXED = re.compile(r"(?<![\d}.^_])(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
 _WRAPPER = (r"\\(?:boxed|fbox|framebox|underline|text|textbf|textit|textrm|textnormal|textsf|mathrm|mathbf|mathit|mathsf|boldsymbol|bm|"
             r"mbox|emph|operatorname)\s*\{")
@@ -799,6 +814,19 @@ class Answer(NamedTuple):
     unit: str = ""  # the unit words dropped (`cm^2`), compared only when both sides have one
 
 
+# rows of an environment that lists values (`cases`, `aligned`, `array`, ...): a comma list of its rows, `&` gone;
+# a row skip with its spacing (`\\[2pt]`) is a row skip
+_ROWS_ENV = re.compile(r"\\begin ?\{(cases|aligned|align\*?|gathered|gather\*?|array|split)\}(?:\{[^{}]{0,20}\})?([^$]{0,1000}?)\\end ?\{\1\}")
+_ROW_SKIP = re.compile(r"\\\\\[[\d.]{1,6}(?:pt|em|ex|mm|cm)\]")
+
+
+def _rows(m: re.Match) -> str:
+    if re.search(r"&\s*(?![=<>&]|\\(?:le|ge|leq|geq|ne|approx)\b)\S", m.group(2)):
+        return m.group()  # `x + 1 & x < 0`: a piecewise value and its condition, not a list
+    rows = [r.replace("&", "").strip().rstrip(",.;").strip() for r in m.group(2).split("\\\\")]
+    return ", ".join(r for r in rows if r)
+
+
 def _unwrap(s: str) -> str:
     for _ in range(4):  # `\textbf{\boxed{5}}`: one wrapper per pass, inside out
         t = _WRAPPERS.sub(r"\1", s)
@@ -832,6 +860,7 @@ def normalise(text: str) -> Answer:
     s = _ROOT.sub(lambda m: "\\sqrt{" + m.group(1).strip("()") + "}", s)
     s = _DOUBLED.sub(r"\\", _WHITE.sub(" ", s.translate(_UNICODE)))  # one space: every `\s*` below is short
     s = _IN_BASE.sub(r"\1_{\2}", s)
+    s = _ROWS_ENV.sub(_rows, _ROW_SKIP.sub(r"\\\\", s)) if "\\begin" in s else s  # `\begin{cases} p = 6 \\ q = 31`
     s = _E_NOTATION.sub(r"\1 \\times 10^{\2}", _THOUSANDS.sub("", s))
     s = _PLAIN_MATH.sub(lambda m: "\\sqrt{" + m.group(1) + "}" if m.group(1) else "\\pi ",
                         _US_DOLLAR.sub(" ", s.replace("\\$", " ")))
@@ -860,11 +889,12 @@ def normalise(text: str) -> Answer:
     s = _FRAC_SHORT.sub(lambda m: "\\frac{" + m.group(1).strip("{}") + "}{" + m.group(2).strip("{}") + "}", s)
     s = _OVER.sub(lambda m: "\\frac{" + m.group(1).strip("{}") + "}{" + m.group(2).strip("{}") + "}", s)
     s = _MIXED.sub(lambda m: f"({m.group(1)}+\\frac{{{m.group(2)}}}{{{m.group(3)}}})"
-                   if int(m.group(2)) < int(m.group(3)) else m.group(), s)
+                   if int(m.group(2)) < int(m.group(3)) else m.group(), _MIXED_PLAIN.sub(
+                       lambda m: f"{m.group(1)}\\frac{{{m.group(2)}}}{{{m.group(3)}}}" if int(m.group(2)) < int(m.group(3)) else m.group(), s))
     unit = _UNIT_TAIL.search(s)
     if unit and _is_unit(unit.group(1)):
         s, units = s[: unit.start()], unit.group(1) + units
-    s = s.strip().rstrip(".,;").strip()  # not `!`: `6!` is 720
+    s = _CJK_UNIT.sub("", s).strip().rstrip(".,;").strip()  # not `!`: `6!` is 720
     s = _strip_braces(s)
     if s.startswith("+"):
         s = s[1:].lstrip()
@@ -1312,6 +1342,9 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     if not core or _too_big(core) or (gold.value is not None and _TOWER.search(core) and _side_value(core) is None):
         return 0.0  # nothing, or a power tower / factorial past any gold: refused before math-verify's timeout
     core = _as_interval(core) if _is_interval(gold.answer.core) else core  # `3 < x \le 4` for the gold `(3, 4]`
+    parts = _split_top(core) if "\\cup" in gold.answer.core and _ORDER.search(core) else None
+    if parts and len(parts) > 1 and all(_ORDER.search(p) for p in parts):  # `x < 2, x > 3` (or): a union gold's parts
+        core = " \\cup ".join(_as_interval(p.strip()) for p in parts)
     extra = _relations(core) - _relations(gold.answer.core)
     sides = core.split("=") if extra == {"="} else []
     if 1 < len(sides) <= MAX_ANSWERS and all(p.strip() and p[-1:] not in "<>!:" and not _UNKNOWN.search(_unwrap(p)) for p in sides):
@@ -1535,7 +1568,8 @@ def _planned(completion, answer, numeral_only: bool, problem=None, local: bool =
 # an answer stated in Spanish, French, German, Italian, Portuguese or Russian may write numbers as they do there
 # (`1.234,5` is 1234.5) or as English does (`1.250` is 1.25): either reading is right (a thousands group never
 # follows a lone 0: `0.125` is a decimal in both)
-_CONTINENTAL = re.compile(rf"(?i){_FOREIGN}|\bergebnis\b")
+_CONTINENTAL = re.compile(rf"(?i){_FOREIGN}|\b(?:ergebnis|por lo tanto|por tanto|entonces|así que|en total|donc|ainsi|au total|"
+                          r"par conséquent|daher|somit|insgesamt|folglich|portanto|então|no total|quindi|dunque|pertanto)\b")
 _DOT_THOUSANDS = re.compile(r"(?<![\d.,])([1-9]\d{0,2})((?:\.\d{3})+)(?=,\d|(?![\d.,]))")
 _COMMA_DECIMAL = re.compile(r"(?<![\d.,])(\d+),(\d+)(?![\d.,])")
 

@@ -13,6 +13,9 @@ WRONG = [
     ("There are 9 such squares: 0, 36, 144, 324 and 576, since 8 of them are nonzero.", "8"),
     ("He breaks even after 8 or 9 years.", "9"),
     ("The answer is $k = 6$ (possibly 7).", "6"),
+    # a statement the text then doubts, with no value after the doubt: retracted
+    ("The answer is 48.\n\nChecking: $6 \\times 8 = 48$. Hmm, that doesn't seem right... I may have made an error, let me redo it.", "48"),
+    ("**Answer: 137 3/2**", "138.5"),  # `a b/c` is a mixed number only when b < c
     # a closing refusal after the working states no answer (its last number was read as the answer)
     ("First, 41 \\times 9 = 369, so the product term is $369$.\n\nI cannot determine the answer from this.", "369"),
     ("\\boxed{twenty-six}", "27"),  # a number in words in a box is that number
@@ -242,6 +245,9 @@ RIGHT = [
     ("5 x 6 = 30 cookies in all.\n\nTom baked thirty cookies this morning.", "30"),
     ("Each ride costs $4 + $4 = $8, and $40 / $8 = 5.\n\nAna can ride five times.", "5"),
     ("Work: 7 + 8.\n\n<b>Answer:</b> 15", "15"),
+    ("一打是 12 个，所以 $96 \\div 12 = 8$ 打。\n\n所以答案是 8 打。", "8"),  # a CJK measure word after the number
+    ("**Answer: 24 3/4**", "24.75"),  # a mixed number written `a b/c`
+    ("Por lo tanto, Ana está a $\\boxed{2,75}$ millas de casa.", "2.75"),  # a decimal comma in Spanish working
     ("She has 42 apples.\n\nI can't find a better way to say it.", "42"),
     # after a first box, "the answer is" whose line goes on to a box is read by that box (an AoPS page of solutions)
     ("So $\\boxed{318}$. ~first\nBy cases the answer is p=3, q=1, and r=5, which gives $3+315=\\boxed{318}$", "318"),
@@ -450,6 +456,11 @@ RIGHT_MATH_ONLY = [
     ("Since $4^x = 2^{2x}$, we need $2x = 5$. The answer is\n\n$$\n\\frac{5}{2}\n$$", "\\frac52"),
     ("$97 = 64 + 32 + 1$.\n\n$97_{10} = 141_8$", "141_8"),  # a chain of one value in two bases
     ("So $g(n) = n$ exactly when $n = 2$ or $n = -3$.", "2, -3"),  # spans joined by "or": the solutions
+    ("Comparing coefficients:\n$$\\begin{cases} a = 2 \\\\ b = -7 \\\\ c = 5 \\end{cases}$$", "(2,-7,5)"),  # rows: a list
+    ("Hence\n\\begin{aligned}\nx_1 &= 2, \\\\\nx_2 &= 4.\n\\end{aligned}", "2, 4"),  # an undelimited block at the end
+    ("$$\\boxed{\\begin{bmatrix} \\frac{1}{2} \\\\[3pt] -1 \\end{bmatrix}}$$", "\\begin{pmatrix} 1/2 \\\\ -1 \\end{pmatrix}"),
+    ("So the domain is all $x$ with $x < -1$ or $x > 4$.", "(-\\infty, -1) \\cup (4, \\infty)"),  # a union's parts
+    ("$d = \\sqrt{52}$.\n\nThe distance is 2√13 units.", "2\\sqrt{13}"),
     ("\\boxed{\\{-3, 2-\\sqrt7, 2+\\sqrt7\\}}", "\\{2\\pm\\sqrt{7},-3\\}"),  # `\\pm` inside a set gold: two elements
     ("<answer>2+\\sqrt7,2-\\sqrt7,-3</answer>", "\\{2\\pm\\sqrt{7},-3\\}"),
     ("Final Answer: The final answer is $63_{(8)}$. I hope it is correct.", "63_8"),
