@@ -7,7 +7,7 @@ answer: every box, a final-answer statement after them, else the last statement 
 the comparison (`_plan`: relations and approximations, exact rationals for numbers, math-verify for the rest).
 A verdict is 1.0 / 0.0, or None when it could not be computed (the gold cannot be read, the checker broke):
 an infrastructure verdict, never the model's fault; a wrong answer is always 0.
-Over 500 lines (about 1,300) because it is that one procedure whole (the extraction rule's five steps, the unit and value
+Over 500 lines (about 2,000) because it is that one procedure whole (the extraction rule's five steps, the unit and value
 word lists, the chain check, the worker pool), held to one labelled corpus (data/judge/corpus.jsonl) and its
 held-out part: split, a step could be changed without the others that the corpus tests with it.
 
@@ -1529,9 +1529,12 @@ def _planned(completion, answer, numeral_only: bool, problem=None, local: bool =
             return as_there
     try:
         gold = gold_of(answer)
-        gold = gold._replace(asked=_asked(str(problem), str(answer)), unit_asked=_unit_asked(str(problem))) if problem else gold
     except Exception:
         raise _Unreadable from None
+    try:  # what the question says (`_asked`, `_unit_asked`); a question the rules cannot read only goes unread
+        gold = gold._replace(asked=_asked(str(problem), str(answer)), unit_asked=_unit_asked(str(problem))) if problem else gold
+    except Exception:
+        pass
     if numeral_only and (gold.answer is None or gold.value is None or not _NUMERAL.fullmatch(gold.answer.core)):
         raise _Unreadable
     answers = final_answers(completion)
@@ -1610,7 +1613,8 @@ def judge_number(completion: str, answer: str, problem: str | None = None) -> fl
     """1.0 when the final answer is the gold number itself (GSM8K, AIME), 0.0 when not, None when the gold is not
     a number. Same extraction and normalisation as the math judge; the answer must then be a numeral (units,
     `$`, `%`, a leading `x =` allowed): `\\boxed{22 * 46 - 844}` is arithmetic left undone, not 168. With the
-    `problem`, an expression of its own restated is no answer either (`_asked`).
+    `problem`, an expression of its own restated is no answer either (`_asked`), and a unit it asks in is the
+    answer's (`_unit_asked`).
 
     Why not math-verify for number answers: it evaluates what it parses, so \\boxed{22 * 46 - 844} scores as 168.
     A run without tools on "word_problems_large" learned to box the expression instead of computing it in 7 steps
@@ -1939,7 +1943,8 @@ def judge_math(completions: list[str], answers: list[str], timeout_s: float = DE
     """The strict judge (docs/judge.md): 1.0 where every final answer of the completion equals the gold, 0.0 where
     one does not, None where the gold cannot be read or the checker broke. The rules run here; what only sympy can
     decide runs over the pool's workers (math-verify), each item with a hard timeout. With each completion's
-    `problems` (its question), an expression of the question's own restated as the answer scores 0 (`_asked`)."""
+    `problems` (its question), the question's own expressions restated state no answer (`_asked`) and a unit it
+    asks in is the answer's (`_unit_asked`)."""
     problems = problems or [None] * len(completions)
     if not len(completions) == len(answers) == len(problems):
         raise ValueError(f"judge_math: {len(completions)} completions, {len(answers)} answers, {len(problems)} problems")

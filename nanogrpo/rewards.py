@@ -191,14 +191,14 @@ def exact(completions: list[str], answer: list | None = None, **_) -> list[float
 
 def number(completions: list[str], answer: list | None = None, problem: list | None = None, **_) -> list[float | None]:
     """GSM8K-style: the final answer is the gold number itself (nanogrpo/answer.py `judge_number`); the row's
-    `problem`, where it has one, names the expressions that restated are no answer."""
+    `problem`, where it has one, is read too (docs/judge.md, "The question restated")."""
     n = len(completions)
     return [None if a is None else number_reward(c, a, q) for c, a, q in zip(completions, answer or [None] * n, problem or [None] * n)]
 
 
 def math(completions: list[str], answer: list | None = None, problem: list | None = None, **_) -> list[float | None]:
     """The answer equals the gold under math-verify (nanogrpo/answer.py `judge_math`, worker processes); the row's
-    `problem`, where it has one, names the expressions that restated are no answer."""
+    `problem`, where it has one, is read too (docs/judge.md, "The question restated")."""
     answer, problem = answer or [None] * len(completions), problem or [None] * len(completions)
     have = [i for i, a in enumerate(answer) if a is not None]
     out: list[float | None] = [None] * len(completions)
