@@ -181,7 +181,7 @@ def _clause(text: str, i: int) -> str | None:
             break  # "42, which is 6 times 7", "12 + 11 = 23, i.e. 11 more than 12": the answer is before it
         window = window[follows.end():]
     clause = _QUOTES_END.sub("", (window[: end.start()] if end else window).strip(), count=1)
-    maybe = _MAYBE.match(window, end.start()) if end else None
+    maybe = (_MAYBE.match(window, end.start()) or _COULD_BE.match(window, end.start())) if end else None
     if maybe and clause:  # "The answer is 11 (possibly 12).": a hedge, the list of its answers
         return f"{clause}, {maybe.group(1)}"
     for _ in range(3):  # `'answer': 18}`, `\underline{\text{Answer} = 64,800}$$`: the brace closes around the statement
@@ -197,6 +197,8 @@ def _clause(text: str, i: int) -> str | None:
     return found if found and (re.search(r"[\d\\$\u221a\u03c0]|^[A-E]$", found) or _in_words(found)) else None  # `√x`, `π`
 
 
+_OR_AFTER_BOX = re.compile(r"\$?[?!]*[ \t]*(?:,[ \t]*)?or[ \t]+(?:maybe[ \t]+|possibly[ \t]+|perhaps[ \t]+)?\$?(-?\d+(?:\.\d+)?)(?!\d|\.\d)")
+_COULD_BE = re.compile(r",?\s+but\s+(?:it\s+)?(?:could|might|may)\s+(?:also\s+)?be\s+(-?\d+(?:\.\d+)?)(?!\d|\.\d)")
 _MAYBE = re.compile(r"\s\((?:or\s+)?(?:possibly|maybe|perhaps|or)\s+(-?\d+(?:\.\d+)?)\)")
 _ROOT_NUMBER = re.compile(r"(?<![\d.])-?\d*(?:\.\d+)? ?\u221a ?\d+$")  # from a run's start only: linear
 # a doubt the text ends on, after its statement, with no value of its own
@@ -209,7 +211,7 @@ _OPERATION = re.compile(r"(?i)\b(?:double|twice|triple|half|times|of|plus|minus|
 # where a correction states its result: "so 18", "it is 18", "gives 18", "= 18"
 _RESULT = re.compile(r"(?i)[=:]|\b(?:is|are|be|was|gives?|equals?|makes?|so|gets?|got|giving|making|totals?)\b")
 # `6 x 7`: a spaced `x` between numbers is a product (same length, so positions hold)
-_NUMBER_RESULT = re.compile(r"(?i)\b(?:is|be|was|gives?|get|got|so|it's)\s+-?\d")  # a correction's plain result
+_NUMBER_RESULT = re.compile(r"(?i)\b(?:is|be|was|gives?|get|got|so|it's|actually)\s+-?\d")  # a correction's plain result
 _TIMES_X = re.compile(r"(?<=[\d)]) [xX] (?=[\d(])")
 
 
@@ -465,6 +467,9 @@ def _answers_in(text: str, raw: str) -> list:
                 continue  # "the answer is a=5, b=6, which gives us $5+694=\boxed{699}$": its box is what it states
             if clause is not None and ("statement", clause) not in out:
                 out.append(("statement", clause))
+        other = _OR_AFTER_BOX.match(text, end)
+        if other:  # "most likely \boxed{204}?? or 205": a hedge, both are answers
+            out.append(("statement", other.group(1)))
         last_line = text[end:].rstrip().rstrip(".")
         last_line = last_line[last_line.rfind("\n") + 1 :].strip() if "\n" in last_line else ""
         if _WORKING_NUMBER.fullmatch(last_line):  # "\boxed{3}.\n\n2": a number alone on the last line answers too

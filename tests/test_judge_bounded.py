@@ -22,7 +22,7 @@ ANCHORED = {"_NAMED": "fullmatch", "_IN_SET": "match", "_BASE": "fullmatch", "_N
             "_FRACTION": "fullmatch", "_CHOICE_LEAD": "match", "_ANSWER_FIRST": "fullmatch",
             "_QUESTION": "match", "_WORDS_THEN_DIGITS": "fullmatch", "_VARIABLE": "fullmatch", "_THEREFORE": "match",
             "_POINTER": "match", "_BELOW": "match", "_OVER_WORDS": "fullmatch", "_CLOSING_BRACE": "search",
-            "_ATOM": "fullmatch", "_MAYBE": "match", "_DISPLAY": "match"}
+            "_ATOM": "fullmatch", "_MAYBE": "match", "_DISPLAY": "match", "_OR_AFTER_BOX": "match", "_COULD_BE": "match"}
 GOLD_ONLY = {"_SPANS"}  # reads the math spans of a gold or a question (trusted data, 10 * ANSWER_CHARS at most): never policy text
 
 # each a piece of text that defeats some rule when repeated: the names' sums, symbols, separators, units,

@@ -13,6 +13,10 @@ WRONG = [
     ("There are 9 such squares: 0, 36, 144, 324 and 576, since 8 of them are nonzero.", "8"),
     ("He breaks even after 8 or 9 years.", "9"),
     ("The answer is $k = 6$ (possibly 7).", "6"),
+    # probe 16: a box or statement hedged after it; a box the text then says is not it
+    ("Between 60 and 70, most likely \\boxed{64}?? or 65.", "64"),
+    ("The answer is probably 12, but it could be 11 if we exclude zero.", "12"),
+    ("One might think \\boxed{36}, but it's actually 4.", "36"),
     # a statement the text then doubts, with no value after the doubt: retracted
     ("The answer is 48.\n\nChecking: $6 \\times 8 = 48$. Hmm, that doesn't seem right... I may have made an error, let me redo it.", "48"),
     ("**Answer: 137 3/2**", "138.5"),  # `a b/c` is a mixed number only when b < c

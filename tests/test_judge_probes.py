@@ -20,8 +20,9 @@ MISSES_AT_MOST = {
     (11, "math"): (1, 1), (11, "number"): (1, 0),
     (12, "math"): (0, 0), (12, "number"): (0, 0),
     (13, "math"): (2, 1), (13, "number"): (0, 0),
-    (14, "math"): (14, 23), (14, "number"): (10, 7),
+    (14, "math"): (14, 22), (14, "number"): (10, 6),
     (15, "math"): (36, 6), (15, "number"): (17, 4),
+    (16, "math"): (17, 6), (16, "number"): (8, 6),
 }
 
 
@@ -40,4 +41,4 @@ def test_no_probe_gets_more_rows_wrong_than_when_it_was_fixed():
 def test_the_probes_are_labelled_rows():
     rows = [r for r in judge_probes.scored_rows() if r["reward"] == "math"]
     assert len(rows) > 3000 and {r["label"] for r in rows} == {0, 1}
-    assert {r["probe"] for r in rows} == {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+    assert {r["probe"] for r in rows} == {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
