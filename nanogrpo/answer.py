@@ -317,9 +317,8 @@ _PARTS = {"half": 2, "halve": 2, "third": 3, "quarter": 4, "fourth": 4, "fifth":
 _DETAIL = re.compile(r",\s+(?:(?:since|because|as|namely|with|each|having|where|while|whereas|given|from|after)\b|"
                      r"which\b(?!\s+(?:is|are|gives?|equals?|makes?|means)\b)|i\.e\.|e\.g\.)|:\s+(?=-?\d[\d.]*,\s*-?\d)")
 # a number in words in the last line ("Janet makes eighteen dollars every day."): a run of number words
-_WORDS_RUN = re.compile(r"(?i)\b(?:(?:negative|minus)\s+)?(?:(?:" + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
-                        + r")(?:[\s-]+(?:and\s+)?(?:" + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
-                        + r"|hundred|thousand|million)\b)*)\b")
+_NUMBER_WORD = "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))  # the longest first: `seventeen`, not `seven`
+_WORDS_RUN = re.compile(rf"(?i)\b(?:(?:negative|minus)\s+)?(?:(?:{_NUMBER_WORD})(?:[\s-]+(?:and\s+)?(?:{_NUMBER_WORD}|hundred|thousand|million)\b)*)\b")
 # two or more math spans joined by "and" / "or" / commas: "The integers are $-2$ and $1$." answers both
 _SPAN_LIST = re.compile(r"(?:\$[^$\n]{1,80}\$(?:\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+)){1,7}\$[^$\n]{1,80}\$")
 
@@ -772,7 +771,8 @@ _UNITS2 = ("mm cm dm km in ft yd mi mg kg lb lbs oz ms sec secs min mins hr hrs 
            "tbsp cc ha mph kph kmh kW kWh kJ kPa Pa Hz kHz MHz GHz cal kcal KB MB GB TB usd USD EUR sq acre ton tonne "
            "meter metre kilometer kilometre centimeter centimetre millimeter millimetre foot feet inch inches yard mile "
            "gram kilogram pound ounce liter litre gallon second minute hour day week month year dollar cent euro")
-_UNIT = (rf"(?:(?:square |cubic |sq\.? )?(?:{'|'.join(sorted(_UNITS2.split(), key=len, reverse=True))})(?:e?s)?\.?"
+_UNIT_WORDS = "|".join(sorted(_UNITS2.split(), key=len, reverse=True))  # the longest first: `mins`, not `mi`
+_UNIT = (rf"(?:(?:square |cubic |sq\.? )?(?:{_UNIT_WORDS})(?:e?s)?\.?"
          rf"|(?<=[ /])(?:{'|'.join(_UNITS1.split())})|(?<= )[A-Za-z]{{3,}})(?![A-Za-z])(?:\^\{{?\d\}}?)?")
 # one to four units, each after a separator (a space, `/`, ` per `): a word never splits into two
 _UNIT_TAIL = re.compile(rf"(?<=[\d}}).])( ?{_UNIT}(?:(?: ?/ ?| per | ){_UNIT}){{0,3}}) ?$")
@@ -1307,7 +1307,7 @@ def _asked(problem: str, gold: str) -> frozenset:
 
 # the unit a question asks its answer in, read from its end: "How many hours a week ...?", "in square inches"
 _ASKS_UNIT = re.compile(r"(?i)\b(?:how\s+many|in)\s+((?:square\s+|cubic\s+)?[a-z]+(?:\s+per\s+[a-z]+)?)\b")
-_ONE_UNIT = rf"(?:{'|'.join(sorted(_UNITS2.split(), key=len, reverse=True))})(?:e?s)?(?![A-Za-z])"
+_ONE_UNIT = rf"(?:{_UNIT_WORDS})(?:e?s)?(?![A-Za-z])"
 _UNIT_WORD = re.compile(rf" (?:square |cubic )?{_ONE_UNIT}(?:(?: ?/ ?| per )(?:{_ONE_UNIT}|(?:{'|'.join(_UNITS1.split())})(?![A-Za-z]))){{0,2}}")  # `52 kilometers per hour`, `4 in/s`
 _KNOWN_UNITS = frozenset(w.lower() for w in _UNITS2.split()) | frozenset(_UNIT_NAMES)
 
@@ -1358,10 +1358,9 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
         return 0.0  # a relation, an approximation or an arrow the gold does not have: it says something else
     if norm.angle and gold.answer.angle and norm.angle != gold.answer.angle:
         return 0.0  # 90 radians is not 90 degrees
-    if norm.unit and gold.answer.unit and norm.unit != gold.answer.unit:
-        return 0.0  # cm^3 is not cm^2
-    if norm.unit and gold.unit_asked and not gold.answer.unit and norm.unit != gold.unit_asked:
-        return 0.0  # "How many hours a week ...?" answered 35 minutes
+    unit = gold.answer.unit or gold.unit_asked  # the gold's own, else the one its question asks in
+    if norm.unit and unit and norm.unit != unit:
+        return 0.0  # cm^3 is not cm^2; "How many hours a week ...?" answered 35 minutes
     letter, lead = _CHOICE.fullmatch(gold.answer.core), _CHOICE_LEAD.match(core) or _CHOICE.fullmatch(core)
     if lead and letter:  # AMC's `\textbf{(C)}\ 12`: its letter against a choice gold, its value against a value
         return float(lead.group(1) == letter.group(1))
