@@ -1,12 +1,9 @@
-"""Save and resume. Every checkpoint is a Hugging Face model directory plus the trainer's state.
+"""Save and resume. Every checkpoint is a Hugging Face model directory (fp32 weights, never a non-finite one) plus
+the trainer's state, written to `.tmp_step_N/` and renamed to `step_N/` once every rank has finished (`_publish`).
+Its layout and why: docs/architecture.md, "Checkpoints"; whether it is whole: nanogrpo/manifest.py.
 
-Weights are written in fp32, never a non-finite one; a checkpoint is written to `.tmp_step_N/` and renamed to
-`step_N/` only when every rank has finished, and never over a step already there (`_publish`). Its layout and why:
-docs/architecture.md, "Checkpoints"; whether it is whole: nanogrpo/manifest.py; `check_resume` refuses a resume whose
-`model` or `steps` do not fit it.
-
-The stop signals (config key `stop_signal`, StopSignals) end a run cleanly: the step finishes, a
-checkpoint is saved, and the process exits with EXIT_STOPPED (75) so a wrapper can requeue it.
+The stop signals (config key `stop_signal`, StopSignals) end a run cleanly: the step finishes, a checkpoint is
+saved, and the process exits with EXIT_STOPPED so a wrapper can requeue it.
 """
 
 from __future__ import annotations
@@ -27,8 +24,7 @@ from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, se
 
 from nanogrpo import dist, files, lora
 from nanogrpo.config import Config, ConfigError, stop_signals
-from nanogrpo.manifest import (FULL_DISK_BYTES, MANIFEST, CheckpointError, Writing, latest, nonfinite,  # noqa: F401
-                               problem, verified)
+from nanogrpo.manifest import CheckpointError, Writing, latest, nonfinite, problem, verified  # noqa: F401 (re-exported)
 from nanogrpo.manifest import read as manifest
 from nanogrpo.model import full_state_dict_cpu
 

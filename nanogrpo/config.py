@@ -8,8 +8,10 @@ in), beside the one table of which knob applies where (`APPLIES`) and the checks
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
+import glob
 import json
 import math
 import tomllib
@@ -489,8 +491,6 @@ def torch_dtype(cfg: Config, gpu: bool):
 
 
 def nvidia_devices() -> list[str]:
-    import glob
-
     return sorted(glob.glob("/dev/nvidia[0-9]*"))
 
 
@@ -499,8 +499,6 @@ def _check_tools(cfg: Config) -> None:
         if not getattr(cfg, key):
             raise ConfigError(f"config key '{key}' must not be empty when tools = true")
     if cfg.tools_file:
-        import ast
-
         path = Path(cfg.tools_file)
         if not path.is_file():
             raise ConfigError(f"config key 'tools_file': {cfg.tools_file!r} is not a file")

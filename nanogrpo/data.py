@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 import random
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Callable
 
-from nanogrpo import files
+from nanogrpo import files, hub  # hub imports huggingface_hub / datasets only when a Hub id is used
 from nanogrpo.answer import closing_brace
 
 
@@ -83,8 +84,6 @@ def gold_type_problem(value) -> str:
 
 def _answer_text(value) -> str:
     # AMC-style answers are JSON numbers (27.0): write integral floats as integers.
-    if isinstance(value, bool):
-        return str(value)
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value).strip()
@@ -138,11 +137,8 @@ def normalise_rows(records: list[tuple[str, dict]], kind: str, source: str, verb
         return [r for _, r in records]
     if kind != "math":
         raise DataError(f"unknown dataset kind {kind!r} (expected 'math' or 'code')")
-    rows, mappings = [], {}
-    for where, rec in records:
-        row, mapping = normalise_math_row(rec, where)
-        rows.append(row)
-        mappings[mapping] = mappings.get(mapping, 0) + 1
+    normalised = [normalise_math_row(rec, where) for where, rec in records]
+    rows, mappings = [row for row, _ in normalised], Counter(mapping for _, mapping in normalised)
     if gold_check is not None:
         check_golds([(where, row) for (where, _), row in zip(records, rows)], gold_check)
     if verbose:  # say once per file which spellings were mapped
@@ -168,10 +164,8 @@ def check_golds(rows: list[tuple[str, dict]], gold_check: Callable[[str], str | 
 
 
 def check_answers(rows: list[tuple[str, dict]], verifier: str) -> None:
-    """Stop at the first row without a gold (no 'answer', an empty one, or one that is not text or a finite number),
-    naming it by `where`, when the run's verdict is `verifier` (exact, number, math): it compares each completion with
-    the row's 'answer', so such a row would have no verdict at any step (a file's math rows are held to this by
-    `normalise_math_row`; a task's own rows, nanogrpo/tasks, come here)."""
+    """Stop at the first row without a gold (none, an empty one, or one not text or a finite number) when the run's
+    verdict `verifier` reads it (a file's math rows are held to this by `normalise_math_row`; a task's come here)."""
     for where, row in rows:
         ans = row.get("answer")
         why = ("has no 'answer'" if ans is None else "has an empty 'answer'" if isinstance(ans, str) and not ans.strip()
@@ -188,8 +182,6 @@ def read_records(source: str, split: str = "train", subset: str | None = None) -
     and `subset` apply to Hub datasets only)."""
     path = Path(source)
     if not path.is_file():
-        from nanogrpo import hub  # imported here: huggingface_hub / datasets only when a Hub id is used
-
         if hub.is_hub_id(source):
             return hub.dataset_records(source, split, subset)
         raise DataError(f"dataset {source!r}: no such file, not a Hub id (owner/name), and not a built-in task "
@@ -229,10 +221,8 @@ def load_rows(source: str, kind: str = "math", split: str = "train", n: int | No
               verbose: bool = True, subset: str | None = None, columns: dict[str, str] | None = None,
               gold_check: Callable[[str], str | None] | None = None) -> list[dict]:
     """Rows from a .jsonl / .parquet file, or a Hub dataset id (split, subset), with `columns` ({field: column})
-    renamed first; `gold_check(answer)` returns why the reward cannot read a gold (None: it can), for every
-    distinct gold of a file's rows. (Built-in task names: nanogrpo.tasks.load_rows.)
-
-    Every row is normalised before anything else runs, so a bad row stops the run at once."""
+    renamed first; every row is normalised, and its gold read by `gold_check` (check_golds), before anything else
+    runs, so a bad row stops the run at once. (Built-in task names: nanogrpo.tasks.load_rows.)"""
     records = map_columns(read_records(source, split, subset), columns or {})
     if kind == "auto":  # the rows say which they are
         kind = "code" if records and is_code_row(records[0][1]) else "math"
@@ -348,11 +338,8 @@ class PromptStream:
 
     def global_batch(self, size: int | None = None) -> list[dict]:
         """The next `size` rows of the global order (default: a step's, prompts_per_step); advances the stream."""
-        size = self.prompts_per_step if size is None else size
-        out = []
-        for k in range(self.consumed, self.consumed + size):
-            epoch, i = divmod(k, len(self.rows))
-            out.append(self.rows[self._order(epoch)[i]])
+        size, n = self.prompts_per_step if size is None else size, len(self.rows)
+        out = [self.rows[self._order(k // n)[k % n]] for k in range(self.consumed, self.consumed + size)]
         self.consumed += size
         return out
 

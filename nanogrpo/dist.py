@@ -7,6 +7,8 @@ we still create a one-rank gloo group so FSDP2 and every collective run the same
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import time
 from pathlib import Path
@@ -108,14 +110,12 @@ def loopback_store() -> dist.Store | None:
         if agent is not None:
             SignedStore(agent, token).set(key, str(port))
         return _keep(SignedStore(store, token))
+    port = int(os.environ["MASTER_PORT"])
     if agent is not None:
         agent.wait([key])  # rank 0 wrote the token before it set the port
-        token = run_token(run)
-        port = int(SignedStore(agent, token).get(key))
-    else:
-        port = int(os.environ["MASTER_PORT"])
+        port = int(SignedStore(agent, run_token(run)).get(key))
     store = dist.TCPStore("127.0.0.1", port, world, False)  # connected: rank 0 wrote the token before it listened
-    return _keep(SignedStore(store, token if agent is not None else run_token(run)))
+    return _keep(SignedStore(store, run_token(run)))
 
 
 TOKEN_FILE: Path | None = None  # rank 0's token file, removed by close()
@@ -169,9 +169,6 @@ class SignedStore(dist.Store):
         dist.Store.set_timeout(self, store.timeout)
 
     def _mac(self, key: str, value: bytes) -> bytes:
-        import hashlib
-        import hmac
-
         return hmac.new(self.token, key.encode() + b"\0" + value, hashlib.sha256).digest()
 
     def set(self, key, value) -> None:
@@ -179,8 +176,6 @@ class SignedStore(dist.Store):
         self.store.set(key, self._mac(key, value) + value)
 
     def get(self, key) -> bytes:
-        import hmac
-
         raw = self.store.get(key)
         value = raw[32:]
         if len(raw) < 32 or not hmac.compare_digest(raw[:32], self._mac(key, value)):

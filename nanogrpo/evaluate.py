@@ -163,17 +163,13 @@ def run_task(task, sampler, tokenizer, n, sampling, context, seed, rank, world, 
     tool_cfg = sampler.cfg if isinstance(sampler, tools.ToolSampler) else None
     encoded = encoded or {i: prompt_ids(task, task.rows[i], tokenizer, tool_cfg) for i in mine}
     longest = max(gather(max((len(encoded[i][0]) for i in mine), default=0)))
-    # The budget: what was asked for (or the reference cap), never past the model's context.
     budget = min(sampling["max_new_tokens"] or MAX_NEW_TOKENS_CAP, context - longest)
     if budget < 1:
         raise ValueError(f"eval {task.name}: the longest prompt ({longest} tokens) fills the context ({context})")
     recorded = recorded or {}
-    todo, records = [], {}  # records: problem index -> its n records
-    for start, idx in calls:
-        if all(i in recorded for i in idx):
-            records.update({i: recorded[i] for i in idx})
-        else:
-            todo.append((start, idx))
+    done = [all(i in recorded for i in idx) for _, idx in calls]
+    records = {i: recorded[i] for (_, idx), d in zip(calls, done) if d for i in idx}  # problem index -> its n records
+    todo = [call for call, d in zip(calls, done) if not d]
     if show is not None:
         show.skip(len(records), n * len(records))
     for start, idx in todo:
@@ -183,19 +179,16 @@ def run_task(task, sampler, tokenizer, n, sampling, context, seed, rank, world, 
             show.start_call()
         outs = sampler.generate([encoded[i][0] for i in idx], n, params, progress=show)
         flat = [c for group in outs for c in group]
-        verdicts = score(task, flat, [task.rows[i] for i in idx for _ in range(n)])
-        lenient = score_lenient(task, flat, [task.rows[i] for i in idx for _ in range(n)])
-        new = []
-        for k, i in enumerate(idx):
-            row = task.rows[i]
-            for j in range(n):
-                c, v = flat[k * n + j], verdicts[k * n + j]
-                new.append({"task": task.name, "index": i, "id": row.get("id", str(i)), "sample": j,
-                            "answer": row.get("answer"), "reward": v, "correct": v == 1.0,
-                            **({"lenient": lenient[k * n + j]} if lenient is not None else {}),
-                            "finish_reason": c.finish_reason, "num_tokens": len(c.token_ids),
-                            "completion": c.text, **({"tool_calls": c.calls} if tool_cfg else {})})
-            records[i] = new[k * n : (k + 1) * n]
+        which = [(i, j) for i in idx for j in range(n)]  # (problem, sample) of each completion
+        rows = [task.rows[i] for i, _ in which]
+        verdicts, lenient = score(task, flat, rows), score_lenient(task, flat, rows)
+        new = [{"task": task.name, "index": i, "id": row.get("id", str(i)), "sample": j,
+                "answer": row.get("answer"), "reward": v, "correct": v == 1.0,
+                **({"lenient": lenient[m]} if lenient is not None else {}),
+                "finish_reason": c.finish_reason, "num_tokens": len(c.token_ids),
+                "completion": c.text, **({"tool_calls": c.calls} if tool_cfg else {})}
+               for m, ((i, j), row, c, v) in enumerate(zip(which, rows, flat, verdicts))]
+        records.update({i: new[k * n : (k + 1) * n] for k, i in enumerate(idx)})
         if on_call is not None:
             on_call(new)
         if show is not None:
@@ -359,9 +352,8 @@ class SampleFile:
     or raises ResumeMismatch (docs/eval.md, "--resume")."""
 
     def __init__(self, out: Path, args: dict, resume: bool, rank: int, world: int, exclusive: bool = False):
-        self.path, self.args, self.rank, self.world = samples_path(out), args, rank, world
+        self.path, self.args_path, self.args, self.rank = samples_path(out), samples_args_path(out), args, rank
         self.exclusive = exclusive  # `start` creates the files new (evaluate's `exclusive`)
-        self.args_path = samples_args_path(out)
         self.part = self.path if rank == 0 else self.path.with_suffix(f".rank{rank}.jsonl")
         self.recorded: dict[tuple, dict[int, dict]] = {}  # (task, index) -> {sample: record}
         self.file = None

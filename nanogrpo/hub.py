@@ -37,10 +37,8 @@ def model_dir(name: str) -> str:
     try:
         return snapshot_download(name, allow_patterns=MODEL_FILES)
     except Exception as e:  # offline and not cached, unknown repo, no network, gated: one error naming the id
-        raise HubError(
-            f"model directory not found: {name!r} is not a local directory, and as a Hub model id it is neither "
-            f"in the local cache nor reachable ({type(e).__name__}: {e})"
-        ) from e
+        raise HubError(f"model directory not found: {name!r} is not a local directory, and as a Hub model id it is "
+                       f"neither in the local cache nor reachable ({type(e).__name__}: {e})") from e
 
 
 def dataset_records(repo_id: str, split: str = "train", subset: str | None = None) -> list[tuple[str, dict]]:

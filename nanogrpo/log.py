@@ -84,17 +84,11 @@ class Logger:
         self._append(json.dumps({"step": step + 1, **clean}) + "\n")
         if self.wandb is not None:
             self.wandb.log({k: v for k, v in clean.items() if isinstance(v, (int, float))}, step=step + 1)
-        done = step + 1 - self.start
         if (step + 1) % every and step + 1 != self.total:
             return
-        eta = (time.time() - self.t0) / max(done, 1) * (self.total - step - 1)
-        parts = [f"step {step + 1}/{self.total}"]
-        for key, short, fmt in LINE:
-            v = metrics.get(key)
-            if v is not None and not (isinstance(v, float) and math.isnan(v)):
-                parts.append(f"{short} {fmt.format(v)}")
-        parts.append(f"eta {_fmt_duration(eta)}")
-        echo(" | ".join(parts))
+        eta = (time.time() - self.t0) / max(step + 1 - self.start, 1) * (self.total - step - 1)  # this run's pace
+        shown = [f"{short} {fmt.format(clean[key])}" for key, short, fmt in LINE if clean.get(key) is not None]
+        echo(" | ".join([f"step {step + 1}/{self.total}", *shown, f"eta {_fmt_duration(eta)}"]))
 
     def _append(self, line: str) -> None:
         """One whole line, or none: a write that fails (a full disk) is cut back off and raised as LogError."""
@@ -129,15 +123,14 @@ class ProgressLine:
     Between lines it only adds and reads the clock. Calls recorded before (`skip`) count as done but not in the rate."""
 
     def __init__(self, label: str, problems: int, samples: int, budget: int, *, hint: str = "", stream=None,
-                 tty: bool | None = None, clock=None, tty_every: float = 0.5, plain_every: float = 30.0,
-                 measure_s: float = 5.0, warn_s: float = 1800.0):
+                 clock=None):
         self.label, self.problems, self.samples, self.budget, self.hint = label, problems, samples, budget, hint
         self.done_problems = self.done_samples = 0  # by finished calls (and recorded ones)
         self.stream = stream if stream is not None else sys.stderr
-        self.tty = tty if tty is not None else self.stream.isatty()
+        self.tty = self.stream.isatty()
         self.clock = clock or monotonic
-        self.every = tty_every if self.tty else plain_every
-        self.measure_s, self.warn_s = measure_s, warn_s
+        self.every = 0.5 if self.tty else 30.0  # seconds between lines
+        self.measure_s, self.warn_s = 5.0, 1800.0  # the rate measured over this long; a worst case above this is warned
         self.t0 = self.clock()
         self.gen_t0: float | None = None  # when this run's first generate call started
         self.first_at: float | None = None  # the sampler's first report, and the tokens counted by then
@@ -203,15 +196,12 @@ class ProgressLine:
             parts.append(f"{_fmt_rate(rate)} tok/s")
         parts.append(f"{_fmt_duration(now - self.t0)} elapsed")
         left = self.samples - self.done_samples  # samples of the calls still to finish
-        if left <= 0:
-            pass
-        elif rate <= 0:
+        if left > 0 and rate <= 0:
             parts.append("eta ?")
-        elif self.calls_samples:
-            mean = self.calls_tokens / self.calls_samples
-            parts.append(f"eta {_fmt_duration(max(0.0, left * mean - self.call_tokens) / rate)}")
-        else:
-            parts.append(f"eta <= {_fmt_duration(max(0.0, left * self.budget - self.call_tokens) / rate)}")
+        elif left > 0:  # at the mean length of the calls done, else at most the budget each
+            mean = self.calls_tokens / self.calls_samples if self.calls_samples else self.budget
+            bound = "" if self.calls_samples else "<= "
+            parts.append(f"eta {bound}{_fmt_duration(max(0.0, left * mean - self.call_tokens) / rate)}")
         return f"{self.label}: " + ", ".join(parts + ([note] if note else []))
 
     def rate(self, now: float) -> float:

@@ -1,11 +1,7 @@
 """Token log-probs under the lm_head: the kernel every training step runs (`chunked_logprobs`), which computes what
 model.reference_logprobs computes in plain autograd without the (positions, vocab) fp32 logits ever existing at
-once. tests/test_model.py holds them equal, values and gradients.
-
-The idea: logits = lm_head(h) / temperature in fp32, log p(target) = log_softmax(logits)[target], and the
-entropy of the softmax as a metric (no gradient). At a 150k vocabulary and 16k positions the fp32 logits are
-10 GB, and autograd keeps them (and their softmax) for backward, so the kernel goes a chunk of positions at a
-time and writes its own backward (`_HeadLogprobs` says why and how).
+once: at a 150k vocabulary and 16k positions they are 10 GB, which autograd keeps (with their softmax) for backward.
+tests/test_model.py holds the two equal, values and gradients; `_HeadLogprobs` says how.
 """
 
 from __future__ import annotations

@@ -129,12 +129,8 @@ class BaseModel:
 def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """Every adapter as a full CPU tensor, gathered from its FSDP shards (a collective: every rank calls
     it; all ranks get the tensors)."""
-    out = {}
-    for name, p in model.named_parameters():
-        if is_adapter(name):
-            t = p.full_tensor() if hasattr(p, "full_tensor") else p.data
-            out[name] = t.detach().cpu().clone()
-    return out
+    return {name: (p.full_tensor() if hasattr(p, "full_tensor") else p.data).detach().cpu().clone()
+            for name, p in model.named_parameters() if is_adapter(name)}
 
 
 def save_adapters(directory: str | Path, state: dict[str, torch.Tensor]) -> None:

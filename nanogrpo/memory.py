@@ -9,6 +9,7 @@ larger of the two; what each holds: docs/throughput.md, 'The memory planner's mo
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -107,10 +108,8 @@ class Plan:
 def micro_batch_tokens(cfg, seqs: int, seq_len: int) -> int:
     """Tokens in the largest micro-batch: padded rows hold micro_batch_size sequences, a packed row
     micro_batch_tokens (a longer sequence gets a row of its own)."""
-    if cfg.micro_batch_tokens > 0:
-        per_row = max(cfg.micro_batch_tokens // seq_len, 1)
-        return min(per_row, seqs) * seq_len
-    return min(cfg.micro_batch_size, seqs) * seq_len
+    per_row = max(cfg.micro_batch_tokens // seq_len, 1) if cfg.micro_batch_tokens > 0 else cfg.micro_batch_size
+    return min(per_row, seqs) * seq_len
 
 
 def plan(cfg, shape: Shape, world: int = 1, device: str = "cpu", prompt_tokens: int = 256,
@@ -122,11 +121,8 @@ def plan(cfg, shape: Shape, world: int = 1, device: str = "cpu", prompt_tokens: 
     b = 2 if (cfg.dtype in ("bfloat16", "float16") or (cfg.dtype == "auto" and gpu)) else 4
     n = completion_tokens or cfg.max_new_tokens
     P, N = shape.params, world
-    if cfg.lora_rank:
-        targets = len(cfg.lora_targets)
-        P_t = shape.layers * targets * cfg.lora_rank * 2 * max(shape.hidden, shape.intermediate)  # an upper bound
-    else:
-        P_t = P
+    lora = shape.layers * len(cfg.lora_targets) * cfg.lora_rank * 2 * max(shape.hidden, shape.intermediate)
+    P_t = lora if cfg.lora_rank else P  # LoRA: an upper bound
     seqs = cfg.prompts_per_step // world * cfg.group_size  # this rank's completions
     seq_len = prompt_tokens + n
     T = micro_batch_tokens(cfg, seqs, seq_len)  # tokens of the largest micro-batch
@@ -193,8 +189,6 @@ def plan(cfg, shape: Shape, world: int = 1, device: str = "cpu", prompt_tokens: 
 
 def device_budget(device: torch.device) -> float:
     """Bytes one process may use: its GPU's memory, or this machine's RAM shared by the node's processes."""
-    import os
-
     if device.type == "cuda":
         return float(torch.cuda.get_device_properties(device).total_memory)
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

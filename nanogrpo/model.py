@@ -1,18 +1,16 @@
 """Load an HF causal LM, shard it with FSDP2, and run it: decoder, then token log-probs (nanogrpo/logprobs.py).
 
-`Policy` wraps the HF model so that one FSDP root forward computes the decoder and the chunked
-lm_head + log-softmax: calling the submodules from outside the root would skip FSDP's all-gather of
-the root's parameters (embeddings, final norm, lm_head).
+`Policy` wraps the HF model so that one FSDP root forward computes the decoder and the chunked lm_head +
+log-softmax: calling the submodules from outside the root would skip FSDP's all-gather of the root's parameters
+(embeddings, final norm, lm_head).
 
-Attention in the trainer (`attention`, `pick_attention`): flash_attention_2 on GPU with flash-attn installed (varlen
-kernels), else `SEGMENT_SDPA`: torch's causal SDPA, one call per sequence of a packed row, never a (T, T) mask
-(transformers' "sdpa" built one, costing the square of the row: docs/throughput.md). tests/test_packing.py pins
-packed == padded and tests/test_model.py pins SEGMENT_SDPA == transformers' sdpa.
+Attention in the trainer (`pick_attention`): flash_attention_2 (varlen kernels) or `SEGMENT_SDPA`: torch's causal
+SDPA, one call per sequence of a packed row, never a (T, T) mask (transformers' "sdpa" built one, costing the square
+of the row: docs/throughput.md). tests/test_packing.py pins packed == padded and tests/test_model.py pins
+SEGMENT_SDPA == transformers' sdpa.
 
-The policy stays in eval mode: no dropout, so the trainer's log-probs are the sampler's
-(dropout would make the ratio to the sampler's log-probs random). Activation checkpointing is
-therefore ours (`_recomputed`), not transformers' `gradient_checkpointing_enable`, which only acts
-in train mode.
+The policy stays in eval mode: no dropout, so the trainer's log-probs are the sampler's. Activation checkpointing is
+therefore ours (`_recomputed`), not transformers' `gradient_checkpointing_enable`, which only acts in train mode.
 """
 
 from __future__ import annotations
@@ -275,22 +273,20 @@ def wrap_policy(hf: nn.Module, dtype: torch.dtype, chunk_size: int, activation_c
                 lm_head_fp32: bool = False) -> Policy:
     """An HF model (already on its device) as a sharded Policy.
 
-    Parameters stay fp32 (the optimizer's master copy); compute runs in `dtype` (bf16 / fp16, on GPU and
-    CPU alike) with fp32 gradient reduction: FSDP2 all-gathers the parameters in `dtype` and reduce-scatters
-    the gradients in fp32 (checked under gloo: tests/test_precision.py, docs/precision.md). `lm_head_fp32`:
-    the lm_head matmul in fp32 (fp32_head). `compile` compiles each decoder layer's forward (the layer object stays,
-    so FSDP's hooks run outside the graph and parameter names stay the HF ones). Resharding and prefetch, and why:
-    docs/throughput.md, 'FSDP2 settings'."""
+    Parameters stay fp32 (the optimizer's master copy); compute runs in `dtype` (bf16 / fp16, on GPU and CPU alike)
+    with fp32 gradient reduction: FSDP2 all-gathers the parameters in `dtype` and reduce-scatters the gradients in
+    fp32 (checked under gloo: tests/test_precision.py, docs/precision.md). `compile` compiles each decoder layer's
+    forward (the layer object stays, so FSDP's hooks run outside the graph and parameter names stay the HF ones).
+    Resharding and prefetch, and why: docs/throughput.md, 'FSDP2 settings'."""
     hf.config.use_cache = False
+    mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype != torch.float32 else MixedPrecisionPolicy()
     for layer in hf.model.layers:
         if compile:
             layer.forward = torch.compile(layer.forward)
         if activation_checkpointing:
             layer.forward = _recomputed(layer.forward)
-    policy = Policy(hf, chunk_size, lm_head_fp32).eval()  # no dropout: see the module docstring
-    mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype != torch.float32 else MixedPrecisionPolicy()
-    for layer in hf.model.layers:
         fully_shard(layer, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+    policy = Policy(hf, chunk_size, lm_head_fp32).eval()  # no dropout: see the module docstring
     fully_shard(policy, mp_policy=mp)
     if not trainable:
         policy.requires_grad_(False)
@@ -327,8 +323,4 @@ def iter_full_params(policy: Policy) -> Iterator[tuple[str, torch.Tensor]]:
 
 def full_state_dict_cpu(policy: Policy) -> dict[str, torch.Tensor]:
     """The whole model as full CPU tensors (rank 0 keeps them; other ranks get an empty dict)."""
-    out = {}
-    for name, t in iter_full_params(policy):
-        if dist.is_main():
-            out[name] = t.cpu().clone()
-    return out
+    return {name: t.cpu().clone() for name, t in iter_full_params(policy) if dist.is_main()}  # every rank gathers

@@ -8,8 +8,7 @@ queues step t + 1 + k on the copy, which the thread syncs into the sampler just 
 on updating its own, and on FSDP the gather is a collective only the main thread may run.
 
 The thread runs nothing collective, reads the prompt stream only inside its jobs (in step order), and on a CPU gets
-half the intra-op threads (`split_threads`: two phases on two cores with two threads each run 6x slower). `drain`
-before an evaluation or a checkpoint: the sampler then holds the newest weights, and `state` saves the queued steps.
+half the intra-op threads (`split_threads`: two phases on two cores with two threads each run 6x slower).
 """
 
 from __future__ import annotations

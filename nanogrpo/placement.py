@@ -3,12 +3,9 @@
 Trainer rank r gets its rollouts from sampler rank r % s, with rank r's prompt stream and seeds, on pipeline.py's
 schedule: a split run equals the colocated one bit for bit (docs/grpo.md, "Placement"). dist.init gives each side its
 own default group and two gloo groups over every rank between them (dist.SPLIT):
-- to_samplers: `Start` from each trainer rank first; after an update whose weights some sampled step or evaluation
-  will use, trainer rank 0 sends each sampler rank `Weights` (the version, names, shapes and fingerprints: the
-  sampler side's check covers the wire as well as its own copy), then the tensors (gathered one at a time,
-  copied: the trainer goes on updating its own). `Stop` when the trainers' loop ends, however it ends.
-- to_trainers: `Rollouts` to the trainer they are for; `Evals` from sampler rank 0 to trainer rank 0; `End` after
-  the stop.
+- to_samplers: `Start`; after an update whose weights some sampled step or evaluation will use, `Weights` (their
+  fingerprints: the sampler side's check covers the wire as well as its own copy), then the tensors; `Stop`.
+- to_trainers: `Rollouts`, `Evals`, `End` (each message's class says who sends it to whom, and when).
 Every send is asynchronous and waited for only at the end (a trainer waits for its previous weights' send before
 the next), so neither side waits on the other in a cycle. The sampler side runs the sampler check (its findings
 travel with the batch; the trainers rule on them), measures the gap (checks.sampled_gap) and runs the evaluations.
@@ -58,7 +55,7 @@ class Evals:  # sampler rank 0 to trainer rank 0: the evaluations of the weights
     metrics: dict
 
 
-class Stop:  # the trainers' loop is over (however it ended)
+class Stop:  # trainer rank 0 to every sampler rank: the trainers' loop is over (however it ended)
     pass
 
 
@@ -96,9 +93,8 @@ class Remote:
     this rank's sampler rank; `evaluations(version)` brings the sampler side's evaluation of that version."""
 
     def __init__(self, cfg, start: int, dtype: torch.dtype, due, stream, weights, pending: list):
-        """Tells this rank's sampler rank where it starts (the step, the checkpoint's queued steps, its prompt stream's
-        position), then sends the weights of `start` (every trainer rank runs the gather). due(version): whether the
-        run evaluates those weights (None: no evaluations)."""
+        """Sends this rank's sampler rank its `Start`, then the weights of `start` (every trainer rank runs the
+        gather). due(version): whether the run evaluates those weights (None: no evaluations)."""
         self.split, self.dtype, self.due = dist.SPLIT, dtype, due
         self.ahead, self.end = cfg.async_steps, cfg.steps
         self.src = self.split.trainers + self.split.rank % self.split.samplers
@@ -122,7 +118,7 @@ class Remote:
             for _ in weights:  # the gather is a collective: every trainer rank runs it, one tensor at a time
                 pass
             return
-        copies = [(name, t.detach().to("cpu", copy=True)) for name, t in weights]
+        copies = [(name, t.detach().to("cpu", copy=True)) for name, t in weights]  # the trainer updates its own
         wait(self.sends)  # the previous version's: one copy of the weights in flight at most
         head = Weights(version, [(name, tuple(t.shape), t.dtype) for name, t in copies],
                        {name: fingerprint(t.to(self.dtype)) for name, t in copies})
@@ -173,14 +169,14 @@ class Remote:
 
 def serve(cfg, worker, streams: dict, evaluations, due) -> dict:
     """The sampler side's whole run, for each trainer rank in `streams` (rank -> its prompt stream, placed where the
-    trainer's stands by its Start): `worker` (rollout.Worker) samples each step with the weights its version needs; `evaluations` (a function of the version, or None) on the versions `due`
-    says the run evaluates. Returns the evaluations, as train.run does."""
+    trainer's stands by its Start): `worker` (rollout.Worker) samples each step with the weights its version needs,
+    `evaluations(version)` (or None) runs on the versions `due` says. Returns the evaluations, as train.run does."""
     split, ahead, results, sends = dist.SPLIT, cfg.async_steps, {}, []
     device = unwrap(worker.sampler).device
     for rank, stream in streams.items():  # where each trainer starts: a fresh run, or a checkpoint's step and queue
         begin = recv_object(split.to_samplers, rank)
         stream.load_state_dict(begin.data)
-    start, first = begin.step, begin.step + begin.queued  # a checkpoint's queued steps are trained from the checkpoint: sampling goes on after them
+    start, first = begin.step, begin.step + begin.queued  # queued steps are trained from the checkpoint, not sampled
 
     def evaluate(version: int) -> None:
         got = evaluations(version)
@@ -188,32 +184,31 @@ def serve(cfg, worker, streams: dict, evaluations, due) -> dict:
         if dist.rank() == 0:
             sends.extend(send_object(split.to_trainers, Evals(version, got), 0))
 
-    def receive():
-        """The next version the trainers send, synced into the sampler: (version, tensors), or None at the stop."""
+    held, weights = start, None  # the version the sampler holds, and its tensors
+
+    def receive() -> bool:
+        """The next version the trainers send, synced into the sampler as (held, weights); False at the stop."""
+        nonlocal held, weights
         head = recv_object(split.to_samplers, 0)
         if isinstance(head, Stop):
-            return None
+            return False
         tensors = [(name, torch.empty(shape, dtype=dtype)) for name, shape, dtype in head.spec]
         for _, t in tensors:
             split.to_samplers.recv([t], 0, 0).wait()
-        tensors = [(name, t.to(device)) for name, t in tensors]  # the gap's forward runs on the sampler's device
-        worker.sampler.sync_weights(tensors, head.prints)  # checked against what the trainer sent: the wire too
-        return head.version, tensors
+        weights = [(name, t.to(device)) for name, t in tensors]  # the gap's forward runs on the sampler's device
+        worker.sampler.sync_weights(weights, head.prints)  # checked against what the trainer sent: the wire too
+        held = head.version
+        return True
 
-    got = receive()  # the trainers' weights of `start`, not what this rank loaded: checked from the first step on
-    stopped = got is None
-    held, weights = got if got else (start, None)  # the version the sampler holds, and its tensors
+    stopped = not receive()  # the trainers' weights of `start`, not this rank's own: checked from the first step on
     if evaluations and start == 0 and not stopped:
         evaluate(0)
     for step in range(first, cfg.steps):
         version = max(start, step - ahead)
         while held < version and not stopped:
-            got = receive()
-            stopped = got is None
-            if got:
-                (held, weights) = got
-                if evaluations and due(held):
-                    evaluate(held)
+            stopped = not receive()
+            if not stopped and evaluations and due(held):
+                evaluate(held)
         if stopped:
             break
         # drop the sends that are done (and their buffers): a long run would otherwise keep every batch it sent
@@ -223,10 +218,9 @@ def serve(cfg, worker, streams: dict, evaluations, due) -> dict:
             batch.problems = worker.sampler.take_findings()  # the sampler check's: the trainers rule on them
             sends.extend(send_object(split.to_trainers, Rollouts(step, batch, stream.state_dict()), rank))
     while not stopped:  # versions for the evaluations after the last step sampled, until the trainers stop
-        got = receive()
-        stopped = got is None
-        if got and evaluations and due(got[0]):
-            evaluate(got[0])
+        stopped = not receive()
+        if not stopped and evaluations and due(held):
+            evaluate(held)
     for rank in streams:
         sends.extend(send_object(split.to_trainers, End(), rank))
     wait(sends)

@@ -60,10 +60,8 @@ class Scoring:
         parts = {"accuracy": batch.verdicts}
         for name, _, fn in self.terms:
             parts.setdefault(name, reward_values(name, fn(batch), batch.rows))
-        total = []
-        for i in range(len(batch.rows)):
-            terms = [parts[n][i] for n, _, _ in self.terms]
-            total.append(None if None in terms else sum(w * t for (_, w, _), t in zip(self.terms, terms)))
+        values = [[parts[n][i] for n, _, _ in self.terms] for i in range(len(batch.rows))]  # per completion
+        total = [None if None in v else sum(w * t for (_, w, _), t in zip(self.terms, v)) for v in values]
         return reward_total(total, parts, self.terms, batch.rows), parts
 
 
@@ -112,11 +110,6 @@ def judge(verdict: Callable, completions: list[str], rows: list[dict], key: str 
     return reward_values(name, caller(name, verdict, key)(completions, rows), rows, key)
 
 
-# What a user's function may raise that the run itself handles: a stop signal is the run's (saved, exit 75), not the
-# reward's. Anything else, SystemExit included, is the reward's fault, named.
-RUN_SIGNALS = (KeyboardInterrupt,)
-
-
 def caller(name: str, fn: Callable, key: str = "config key 'rewards':") -> Callable:
     """fn's call, (completions, rows) -> its values, decided once: a reward that names TRL's `prompts` (one ported from
     TRL) is called TRL's way, every argument by keyword, `prompts` being each row's `problem` (the statement shown to
@@ -128,7 +121,7 @@ def caller(name: str, fn: Callable, key: str = "config key 'rewards':") -> Calla
         args, kwargs = arguments(trl, completions, rows)
         try:
             return fn(*args, **kwargs)
-        except RUN_SIGNALS:
+        except KeyboardInterrupt:  # a stop signal is the run's (saved, exit 75), not the reward's
             raise
         except BaseException as e:  # SystemExit too: a reward that exits would end the run with its code, unsaid
             raise RewardError(f"{key} reward {name!r} raised {type(e).__name__}: {str(e)[:200]} (a reward returns "

@@ -3,8 +3,7 @@ computes, read plainly (`reference_generate`).
 
 The trainer asks a sampler for `n` completions of each prompt (`generate`), pushes its weights after every update
 (`sync_weights`), and lends it the device between (`sleep` / `wake`). The two samplers: nanogrpo/torch_sampler.py
-and nanogrpo/vllm_sampler.py. `reference_generate` is what the PyTorch one computes, in a few plain lines
-(tests/test_sampler.py holds the fast one to it token for token), so a reader reads this one.
+and nanogrpo/vllm_sampler.py.
 
 Sampling: each token's log-prob is log_softmax(logits / temperature) at that token, computed before top-p
 truncation: the quantity the trainer recomputes. Greedy (temperature == 0) reports log_softmax(logits) at the
@@ -137,10 +136,8 @@ def unwrap(sampler):
 def reference_generate(model, tokenizer, prompts: list[list[int]], n: int,
                        params: SamplingParams) -> list[list[Completion]]:
     """What `TorchSampler.generate` computes, read plainly: one sample and one token at a time, each token from a
-    forward over the whole sequence (no cache, no batch), drawn by inverting the CDF at that sample's uniform
-    number (`uniforms`: keyed by the seed, prompt i * n + sample j, and the token's index). nanogrpo/torch_sampler.py
-    is how the same tokens come fast; tests/test_sampler.py holds TorchSampler to this, token for token.
-    Needs `params.seed` when temperature > 0."""
+    forward over the whole sequence (no cache, no batch), drawn with the uniform of stream prompt i * n + sample j.
+    tests/test_sampler.py holds TorchSampler to this, token for token. Needs `params.seed` when temperature > 0."""
     eos = eos_ids(tokenizer, model.generation_config.eos_token_id, model.config.eos_token_id)
     decode = functools.partial(tokenizer.decode, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     out = []
@@ -180,12 +177,10 @@ def _pick(logits: torch.Tensor, temperature: float, top_p: float, u: float) -> t
 
 # ---- the random stream ----
 
-_MASK64 = (1 << 64) - 1
-
 
 def _signed(c: int) -> int:
     """A 64-bit constant as torch's int64 holds it (two's complement)."""
-    c &= _MASK64
+    c &= (1 << 64) - 1
     return c - (1 << 64) if c >> 63 else c
 
 

@@ -1,11 +1,9 @@
 """Shaping rewards: the open-r1 / TRL / DAPO / Kimi 1.5 terms added to a verifier's reward (`rewards = [...]`).
 
-Each is a pure function of one completion (and, for `cosine` and `length`, the verifier's verdict) that
-never raises and reads the text in linear time. rewards.Scoring weighs them with `reward_weights`;
-each is logged as `reward/NAME`. Definitions, and where they differ from the published code on purpose: docs/grpo.md,
-'Shaping rewards: the definitions'.
-
-Correctness (`cosine`, `length`) is the run's verifier, already computed: None there gives None here.
+Each is a pure function of one completion (and, for `cosine` and `length`, the run's verifier's verdict, already
+computed: None there gives None here) that never raises and reads the text in linear time. rewards.Scoring weighs them
+with `reward_weights`; each is logged as `reward/NAME`. Definitions, and where they differ from the published code on
+purpose: docs/grpo.md, 'Shaping rewards: the definitions'.
 """
 
 from __future__ import annotations

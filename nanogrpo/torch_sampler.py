@@ -1,20 +1,14 @@
 """The PyTorch sampler (`TorchSampler`): batched sampling from an HF causal LM with a KV cache written in place.
 
 It computes what nanogrpo/sampler.py's `reference_generate` states in a few plain lines (read that first;
-tests/test_sampler.py holds the two equal token for token): this file is how the same tokens come fast. It is
-over 500 lines because it is one engine read as one: the decode loop, its cache, the attention that reads the
-cache, the sampling kernels and the CPU GEMMs. It holds its own plain (unsharded) copy of the model, so every rank
-generates on its own with no collectives; the trainer pushes new weights with `sync_weights`. Its speed against
-what the machine allows (the roofline) is measured by scripts/bench/bench_sampler.py: docs/throughput.md.
+tests/test_sampler.py holds the two equal token for token): this file is how the same tokens come fast. It holds its
+own plain (unsharded) copy of the model, so every rank generates on its own with no collectives; the trainer pushes
+new weights with `sync_weights`. How one `generate` call runs (continuous batching, the model's own decoder layers with
+attention through `KV_ATTENTION`) and its speed against the roofline (scripts/bench/bench_sampler.py):
+docs/throughput.md, 'How the PyTorch sampler runs'.
 
-How one `generate` call runs (continuous batching over `slots` rows, a KV cache written in place, the model's
-own decoder layers with attention through `KV_ATTENTION`): docs/throughput.md, 'How the PyTorch sampler runs'.
-
-Sampling (nanogrpo/sampler.py says what is drawn): one uniform per row from the counter-based stream, and
-`sample_next` inverts the CDF in two levels (torch.multinomial cost 48 ms a step: docs/throughput.md). The log-probs
-come from the decode's kernels (~5e-7 per token from the trainer's in fp32; `exact_logprobs` recomputes them in the
-trainer). Asked (SamplingParams.moments), it also sums the checks' calibration statistic from the same logits
-(logprobs.logp_moments). `lm_head_fp32` computes the logits in fp32 from bf16 / fp16 weights, as the trainer does.
+The log-probs come from the decode's kernels (~5e-7 per token from the trainer's in fp32; `exact_logprobs`
+recomputes them in the trainer).
 """
 
 from __future__ import annotations
@@ -52,7 +46,8 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float, u: torch
     The draw inverts the CDF in two levels, so no pass over the vocabulary is a cumulative sum: the mass of each
     block of _BLOCK tokens (float64), the block the draw falls in, then the CDF inside that block. Top-p ranks
     only the top _TOP_K tokens (torch.topk) unless the nucleus reaches past them. About 3 passes over (B, V)
-    where log_softmax + a float64 cumsum took 6 (or a full sort): 18 -> 2 ms a step at 64 x 49,152."""
+    where log_softmax + a float64 cumsum took 6 (or a full sort): 18 -> 2 ms a step at 64 x 49,152
+    (torch.multinomial: 48 ms)."""
     if temperature == 0:
         tokens = logits.argmax(dim=-1)  # (B,)
         return tokens, logits.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
@@ -293,8 +288,7 @@ class TorchSampler:
         # Padding is never attended to (right-padded prefill, masked decode), so the pad id only has to be a valid index.
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
-        attn = self.model.model.layers[0].self_attn
-        self.kv_heads, self.head_dim = cfg.num_key_value_heads, attn.head_dim
+        self.kv_heads, self.head_dim = cfg.num_key_value_heads, self.model.model.layers[0].self_attn.head_dim
         # oneDNN's GEMMs for the fp32 linears on CPU (cpu_gemms); lm_head_fp32's head keeps its own forward
         self.onednn = self.device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
         self.used: Used | None = None  # the last generate call's prompts and settings (nanogrpo/checks)
@@ -320,8 +314,7 @@ class TorchSampler:
         pos = torch.arange(width).expand(len(prompts), width)  # (U, T)
         last = torch.tensor([len(p) - 1 for p in prompts])
         cache = _PrefillCache(len(self.model.model.layers))
-        dev = self.device
-        return self._forward(ids.to(dev), pos.to(dev), cache, None, last.to(dev)), cache
+        return self._forward(ids.to(self.device), pos.to(self.device), cache, None, last.to(self.device)), cache
 
     # ---- generation ----
 
@@ -341,8 +334,7 @@ class TorchSampler:
         dev, max_new = self.device, params.max_new_tokens
         longest = max(len(p) for p in prompts)
         slots = min(self.max_batch_size, n * len(prompts))
-        cfg = self.model.config
-        cache = KVCache(cfg.num_hidden_layers, slots, self.kv_heads, self.head_dim, longest + max_new,
+        cache = KVCache(self.model.config.num_hidden_layers, slots, self.kv_heads, self.head_dim, longest + max_new,
                         self.model.dtype, dev)
 
         # Waiting work, longest prompts first (similar lengths prefill together): (prompt, first sample, count).
@@ -396,8 +388,6 @@ class TorchSampler:
                 done += [rows[s] for s in gone]
                 order = cache.remove(gone)
                 rows = [rows[s] for s in order]
-                if not rows and not queue:
-                    break
                 at = torch.tensor(order, device=dev, dtype=torch.long)
                 tok = tok[at]
             if not rows:

@@ -67,8 +67,7 @@ def contained(what: str, error: type[Exception] = ConfigError, file: Path | None
     (an exception, a `sys.exit()`, which would end the run saying nothing, a KeyboardInterrupt it raises itself) is
     `error` naming `what` and what happened. A Ctrl-C (SIGINT) that really arrives meanwhile still stops the process,
     as anywhere else (`stop_signal`'s signals only note themselves). `file`: the user's file, named in the traceback."""
-    received = []
-    previous = None
+    received, previous = [], None
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         def note(signum, frame):
             received.append(signum)

@@ -39,8 +39,7 @@ def _checkpoint_shapes(model_dir: str) -> dict[str, tuple[int, ...]]:
     shapes = {}
     for f in files:
         with safe_open(str(f), framework="pt") as sf:
-            for name in sf.keys():
-                shapes[name] = tuple(sf.get_slice(name).get_shape())
+            shapes.update({name: tuple(sf.get_slice(name).get_shape()) for name in sf.keys()})
     return shapes
 
 

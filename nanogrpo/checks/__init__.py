@@ -33,9 +33,7 @@ from nanogrpo.sampler import unwrap
 
 
 class Checks:
-    """The run's checks, as the loop reaches them (train.py): `before_update` rules on the rollouts and takes the
-    calibration sums, `statistics` is the step's check metrics (logged with the others), `after_step` stops a run
-    that went wrong. Every rank calls each at the same place: they run collectives."""
+    """The run's checks as the loop reaches them (train.py); every rank calls each at the same place: collectives."""
 
     def __init__(self, cfg, dtype: torch.dtype, policy, pad_id: int, sampler=None, verdict: str = "the task's reward"):
         """`sampler`: the trainer's own (None on a trainer rank of the split placement, whose sampler rank checks its
@@ -94,9 +92,7 @@ class Checks:
         return {**out, "time_checks": self.seconds + time.time() - t0}
 
     def after_step(self, step: int, metrics: dict) -> None:
-        """After step `step` was logged: stop a run whose rewards are all None, whose updates stayed non-finite,
-        whose sampler and trainer drifted apart, or whose sampler draws from another distribution; warn once about a
-        start with no signal at all."""
+        """After step `step` was logged: stop a run that went wrong, or warn once about a start with no signal."""
         self.none_history.append(metrics["none_frac"])
         rewards_alive(self.none_history, self.verdict)
         self.signal.append(metrics["zero_std_frac"])

@@ -34,7 +34,6 @@ class SamplerPolicy(nn.Module):
     lm_head precision. grpo.step calls it like the reference policy, under no_grad."""
 
     def __init__(self, sampler, chunk_size: int, lm_head_fp32: bool, attention: str):
-        """The trainer's forward settings: log-prob chunk, lm_head precision, attention implementation."""
         super().__init__()
         inner = unwrap(sampler)
         model = getattr(inner, "model", None)
@@ -194,22 +193,17 @@ class CheckedSampler:
         passes. Whatever the sampler did not read is read here: it is still the trainer's, and on FSDP every rank must
         run the all-gathers. `prints`: the fingerprints the trainer already took of what it sent (a sampler rank of the
         split placement, nanogrpo/placement.py): they are the expectation, so the wire is checked too."""
-        sampler = self.sampler
         if not self.on:
-            return sampler.sync_weights(weights)
-        if prints is not None:
-            sampler.sync_weights(weights)
-            self.previous, self.expected = self.expected, prints
-            return
-        pushed: dict = {}
+            return self.sampler.sync_weights(weights)
+        pushed = {} if prints is None else prints
 
         def passing():
             for name, t in weights:
                 pushed[name] = fingerprint(t.to(self.dtype))
                 yield name, t
 
-        it = passing()
-        sampler.sync_weights(it)
+        it = passing() if prints is None else weights
+        self.sampler.sync_weights(it)
         for _ in it:
             pass
         self.previous, self.expected = self.expected, pushed

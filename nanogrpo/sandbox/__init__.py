@@ -9,7 +9,7 @@ import dataclasses
 import logging
 
 from .extract import extract_code
-from .judge import JudgeOptions, judge, stdio_match, validate_problem
+from .judge import LANGUAGES, JudgeOptions, judge, stdio_match, validate_problem
 from .pool import SandboxPool, get_pool
 from .types import ExecResult, ExecSpec, InfraError, Limits, SandboxUnavailable, Verdict
 
@@ -33,10 +33,7 @@ def judge_many(codes: list[str | None], problems: list[dict], pool: SandboxPool 
             continue
         items.append((i, code, p))
 
-    async def run(session, item):
-        return await judge(session, item[1], item[2], jopts)
-
-    for (i, _, _), v in zip(items, pool.map(run, items)):
+    for (i, _, _), v in zip(items, pool.map(lambda session, it: judge(session, it[1], it[2], jopts), items)):
         verdicts[i] = v
     return verdicts
 
@@ -44,10 +41,8 @@ def judge_many(codes: list[str | None], problems: list[dict], pool: SandboxPool 
 def code_rewards(completions: list[str], problems: list[dict], **opts) -> list[float | None]:
     """Reward per completion: fraction of tests passed (binary=True: 1/0), None on sandbox failure. The program is
     the completion's last ```<problem language> block."""
-    codes = []
-    for c, p in zip(completions, problems):
-        lang = p.get("language", "python") if isinstance(p, dict) else "python"
-        codes.append(extract_code(c, lang if lang in ("python", "javascript", "cpp") else "python"))
+    langs = [p.get("language", "python") if isinstance(p, dict) else "python" for p in problems]
+    codes = [extract_code(c, lang if lang in LANGUAGES else "python") for c, lang in zip(completions, langs)]
     return [None if v is None else v.reward for v in judge_many(codes, problems, **opts)]
 
 

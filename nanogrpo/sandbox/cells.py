@@ -114,9 +114,6 @@ class ReplayCells:
         self.cfg, self.pool, self.python = tool_cfg, pool, python
         self.seconds = 0.0
 
-    def _cells(self, prior: list[tuple[str, str]], cell: tuple[str, str]) -> list[tuple[str, str]]:
-        return ([("<tools>", self.cfg.tools_source)] if self.cfg.tools_source else []) + prior + [cell]
-
     def _spec(self, cells: list[tuple[str, str]], seed: int):
         cpu = self.cfg.timeout_s * len(cells)  # every replayed cell gets the budget it ran within
         # Each cell is stopped at timeout_s of wall clock: by SIGALRM in the replay, and, for a cell that ignores,
@@ -155,7 +152,7 @@ class ReplayCells:
 
         async def one(session, call):
             key, prior, cell = call
-            cells = self._cells(prior, cell)
+            cells = ([("<tools>", self.cfg.tools_source)] if self.cfg.tools_source else []) + prior + [cell]
             return self._result(await session.exec(self._spec(cells, session_seed(key))), cells)
 
         out = self.pool.map(one, calls)

@@ -9,17 +9,9 @@ import os
 
 from .types import RUNNER_FILES, ExecResult, ExecSpec, InfraError, Overloaded
 
-RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
 REMOTE = "/tmp/nanogrpo"
 _ids = itertools.count()
-
-
-def _sandbox_class():
-    try:
-        from e2b_code_interpreter import AsyncSandbox
-    except ImportError as e:
-        raise InfraError("the e2b backend needs `pip install e2b-code-interpreter`") from e
-    return AsyncSandbox
 
 
 class E2BWorker:
@@ -38,12 +30,17 @@ class E2BWorker:
     async def start(self) -> None:
         if not self.api_key and self.sandbox_class is None:
             raise InfraError("the e2b backend needs E2B_API_KEY")
-        cls = self.sandbox_class or _sandbox_class()
+        cls = self.sandbox_class
+        if cls is None:
+            try:
+                from e2b_code_interpreter import AsyncSandbox as cls
+            except ImportError as e:
+                raise InfraError("the e2b backend needs `pip install e2b-code-interpreter`") from e
         try:
             self.sbx = await cls.create(template=self.template, timeout=self.lifetime_s, api_key=self.api_key,
                                         allow_internet_access=False)
             for name in RUNNER_FILES:
-                with open(os.path.join(os.path.dirname(RUNNER), name)) as f:
+                with open(os.path.join(HERE, name)) as f:
                     await self.sbx.files.write(f"{REMOTE}/{name}", f.read())
         except Exception as e:  # noqa: BLE001  any SDK or network error is infrastructure
             raise InfraError(f"could not create E2B sandbox: {e!r}") from e

@@ -103,11 +103,10 @@ class LocalWorker:
 
     async def start(self) -> None:
         self._err = tempfile.TemporaryFile()
-        sources = {}
+        sources, env = {}, None
         if self.isolation == "bwrap":
             sources = {name: os.open(os.path.join(HERE, name), os.O_RDONLY) for name in RUNNER_FILES}
             argv = bwrap_argv(self.tmp_mb, sources) + [self.python, "-I", "/sandbox/runner.py", "serve", str(self.uid)]
-            env = None
         elif self.isolation == "none":
             self._tmp = tempfile.mkdtemp(prefix="nanogrpo-sbx-")
             os.chmod(self._tmp, 0o755)

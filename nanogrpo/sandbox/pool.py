@@ -38,8 +38,7 @@ class SandboxPool:
         self._loop = asyncio.new_event_loop()
         self._lock = threading.Lock()
         self._free: asyncio.Queue | None = None
-        self._started = False
-        self._closed = False
+        self._started = self._closed = False
         self.isolation = None  # what the start-up probe found
 
     # -- workers ---------------------------------------------------------------------------
@@ -47,11 +46,10 @@ class SandboxPool:
         if self.backend == "local":
             from .local import LocalWorker, bwrap_available
 
-            isolation = self.backend_opts.get("isolation")
-            if isolation is None:
-                isolation = "bwrap" if bwrap_available() else "none"
-            opts = {k: v for k, v in self.backend_opts.items() if k != "isolation"}
-            return LocalWorker(slot, isolation=isolation, **opts)
+            opts = dict(self.backend_opts)
+            if opts.get("isolation") is None:
+                opts["isolation"] = "bwrap" if bwrap_available() else "none"
+            return LocalWorker(slot, **opts)
         if self.backend == "e2b":
             from .e2b import E2BWorker
 
@@ -191,7 +189,6 @@ def get_pool(backend: str = "local", concurrency: int | None = None, **opts) -> 
     """The process-wide pool for these options (started on first use, closed at exit)."""
     key = (backend, concurrency, tuple(sorted(opts.items())))
     if key not in _default:
-        pool = SandboxPool(backend, concurrency, **opts)
-        _default[key] = pool
+        _default[key] = pool = SandboxPool(backend, concurrency, **opts)
         atexit.register(pool.close)
     return _default[key]

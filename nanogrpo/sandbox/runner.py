@@ -1,7 +1,7 @@
 """The in-sandbox executor (stdlib only; runs under the system python3 inside the sandbox).
 
 One long-lived runner per pool slot (the "warm worker") reads length-prefixed JSON requests on stdin and, per
-execution, forks a supervisor (`start_child`) that makes the execution's namespaces (confine.py) and pipe / socket
+execution, forks a supervisor (`Supervised`) that makes the execution's namespaces (confine.py) and pipe / socket
 budget (seccomp.py), then forks the program: non-root uid, rlimits, syscall filter, new session, exec. A
 `python3 -I ...` program is not exec'd: the forked child runs it in this started interpreter (`run_inprocess`).
 What each layer stops: docs/sandbox.md.
@@ -115,7 +115,7 @@ def write_file(cwd, name, text, uid):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "w") as f:
         f.write(text)
-    if os.getuid() == 0 and uid != 0:
+    if confined(uid):
         os.chown(path, uid, uid)
     return path
 
@@ -133,10 +133,7 @@ def remove_tree(path):
         return
     moved = itertools.count()
     try:
-        while True:
-            names = os.listdir(top)
-            if not names:
-                break
+        while names := os.listdir(top):
             for name in names:
                 _remove_entry(top, name, moved)
     finally:
@@ -167,18 +164,13 @@ def _remove_entry(top, name, moved):
 
 
 def set_limits(lim):
-    def rl(kind, v):
-        v = int(v)
-        resource.setrlimit(kind, (v, v))
-
-    cpu = float(lim["cpu_s"])
+    cpu = int(float(lim["cpu_s"]))
     # Soft limit sends SIGXCPU a second after the budget; the hard limit is the backstop.
-    resource.setrlimit(resource.RLIMIT_CPU, (int(cpu) + 1, int(cpu) + 2))
-    rl(resource.RLIMIT_AS, lim["mem_mb"] * 2**20)
-    rl(resource.RLIMIT_FSIZE, lim["fsize_mb"] * 2**20)
-    rl(resource.RLIMIT_NOFILE, lim["nofile"])
-    rl(resource.RLIMIT_NPROC, lim["nproc"])
-    rl(resource.RLIMIT_CORE, 0)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu + 1, cpu + 2))
+    for kind, v in ((resource.RLIMIT_AS, lim["mem_mb"] * 2**20), (resource.RLIMIT_FSIZE, lim["fsize_mb"] * 2**20),
+                    (resource.RLIMIT_NOFILE, lim["nofile"]), (resource.RLIMIT_NPROC, lim["nproc"]),
+                    (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(kind, (int(v), int(v)))
 
 
 def run_exec(req, uid, launcher=None):
@@ -189,7 +181,7 @@ def run_exec(req, uid, launcher=None):
     used = os.path.isdir(cwd)  # by this job's earlier programs
     if not used:
         os.makedirs(cwd, mode=0o700)
-        if os.getuid() == 0 and uid != 0:
+        if confined(uid):
             os.chown(cwd, uid, uid)
     try:
         for name, text in req.get("files", {}).items():
@@ -463,7 +455,6 @@ def waiting_program(uid, sock):
         os._exit(0)
     sock.close()
     try:
-        os.setsid()  # leading its own session
         run_program(json.loads(msg), fds, uid)
     except BaseException as e:  # noqa: BLE001
         report_exec_error(fds[2], e)
@@ -521,7 +512,8 @@ def supervise(pid, budget):
 
 
 def run_program(spec, fds, uid):
-    """Drop to the untrusted uid with its limits and filter, then exec (or run in-process). Never returns."""
+    """A new session, the untrusted uid with its limits and filter, then exec (or run in-process). Never returns."""
+    os.setsid()
     out_w, err_w, exc_w = fds
     stdin_fd = os.open(spec["stdin"], os.O_RDONLY)
     os.dup2(stdin_fd, 0)
@@ -569,7 +561,6 @@ class Direct:
             self.child = os.fork()
             if self.child == 0:
                 try:
-                    os.setsid()
                     run_program(spec, fds, self.uid)
                 except BaseException as e:  # noqa: BLE001
                     report_exec_error(fds[2], e)

@@ -191,12 +191,11 @@ DENY = seccomp_program()  # built once, at import: every execution's process ins
 def install_seccomp() -> bool:
     """Install the deny filter on this process (inherited by its children and across exec). False: no filter
     for this machine."""
-    prog = DENY
-    if prog is None:
+    if DENY is None:
         return False
     if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "no_new_privs")
-    fprog = _SockFprog(len(prog) // 8, prog)
+    fprog = _SockFprog(len(DENY) // 8, DENY)
     if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "seccomp")
     return True

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from nanogrpo import ConfigError, answer, data, files, hub, rewards
+from nanogrpo import ConfigError, answer, data, files, hub, rewards, tasks, usercode
 from nanogrpo.data import MATH_TEMPLATE
 from nanogrpo.tasks import convert, reasoning_gym
 
@@ -263,17 +263,13 @@ def load_task(spec: str, data_dir: str | Path | None = None, limit: int | None =
 def training_task(spec: str, limit: int | None) -> Task:
     """A training task (nanogrpo/tasks: PATH.py:NAME, PREFIX:NAME) as an eval task: its held-out split (else its
     rows), judged by its own reward, prompted as the trainer prompts it."""
-    from nanogrpo import tasks
-
     try:
         task = tasks.get(spec, "--tasks")
     except ConfigError as e:
         raise ValueError(str(e).replace("config key '--tasks': ", "")) from None
     if task.rows is None:
         raise ValueError(f"{spec!r} is a dataset: evaluate it as NAME={spec}")
-    from nanogrpo.usercode import contained
-
-    with contained(f"--tasks {spec}: its rows(...)", ValueError):  # a user's rows() that raises or exits is named
+    with usercode.contained(f"--tasks {spec}: its rows(...)", ValueError):  # a user's rows() raising or exiting: named
         rows = task.rows("test" if task.heldout else "train", limit or 500, 0)
     meta = {"source": spec}
     if reasoning_gym.is_spec(spec):  # what fixes its held-out set, into the results
@@ -303,8 +299,6 @@ def task_metrics(correct: list[list[bool]]) -> dict[str, float]:
     n = len(correct[0])
     if any(len(c) != n for c in correct):
         raise ValueError("task_metrics: every problem needs the same number of samples")
-    out = {}
-    for k in sorted({1, n}):  # pass@1, and pass@n (the rest of the curve is in the samples file)
-        out[f"pass@{k}:n={n}"] = float(np.mean([pass_at_k(n, sum(c), k) for c in correct]))
-    return out
+    # pass@1, and pass@n (the rest of the curve is in the samples file)
+    return {f"pass@{k}:n={n}": float(np.mean([pass_at_k(n, sum(c), k) for c in correct])) for k in sorted({1, n})}
 

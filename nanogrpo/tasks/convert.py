@@ -143,8 +143,7 @@ def from_livecodebench(row: dict, private: bool = True) -> dict:
     if private and row.get("private_test_cases"):
         tests += decode_lcb_private(row["private_test_cases"])
     meta = _loads(row.get("metadata") or "{}")
-    functional = any(t.get("testtype") == "functional" for t in tests)
-    if functional:
+    if any(t.get("testtype") == "functional" for t in tests):
         rows = [{"input": _lcb_call_input(t["input"]), "output": json.dumps(json.loads(t["output"]))} for t in tests]
         mode, fn = "call", meta.get("func_name", "")
     else:

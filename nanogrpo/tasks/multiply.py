@@ -16,10 +16,6 @@ from nanogrpo.tasks.arithmetic import _is_heldout  # the same fixed hash of the 
 LO, HI = 10_000, 99_999
 
 
-def row(a: int, b: int) -> dict:
-    return {"problem": f"{a}*{b}=", "answer": str(a * b)}
-
-
 def multiply_rows(split: str, n: int, seed: int = 0) -> list[dict]:
     """n rows, deterministic in (split, n, seed); test rows are distinct held-out pairs."""
     rng = random.Random(f"multiply-{split}-{seed}" if split == "train" else "multiply-test")
@@ -29,6 +25,6 @@ def multiply_rows(split: str, n: int, seed: int = 0) -> list[dict]:
         if _is_heldout(a, b) != (split == "test") or (split == "test" and (a, b) in seen):
             continue
         seen.add((a, b))
-        rows.append(row(a, b))
+        rows.append({"problem": f"{a}*{b}=", "answer": str(a * b)})
     return rows
 

@@ -11,15 +11,20 @@ as answer.py's MathPool. reasoning_gym is imported only when a spec is used.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import hashlib
 import json
 import os
 import random
+import shutil
 import sys
 import tomllib
+from importlib.metadata import version
 from typing import NamedTuple
+
+from nanogrpo import answer as _answer
 
 PREFIX = "reasoning_gym:"
 PACKAGE = "reasoning-gym==0.1.25"  # the version the lock pins; other versions may make other rows
@@ -133,8 +138,6 @@ def parse(spec: str) -> tuple[Source, ...]:
 @functools.lru_cache(maxsize=256)
 def _dataset(name: str, settings_json: str, seed: int, size: int, spec: str = ""):
     """The RG dataset object (item i comes from Random(seed + i)); its config checked, errors named."""
-    import dataclasses
-
     from reasoning_gym.factory import DATASETS
 
     settings = json.loads(settings_json)
@@ -244,8 +247,6 @@ def task(name: str) -> tuple:
 def heldout_description(spec: str, n: int) -> dict:
     """What fixes a held-out set, for the results: the package, the datasets and settings, the seeds and the size
     (not `partial`: it changes the reward, not the questions, and pass@k counts only 1.0 either way)."""
-    from importlib.metadata import version
-
     datasets = [{k: v for k, v in s._asdict().items() if k != "partial"} for s in parse(spec)]
     return {"reasoning_gym": version("reasoning-gym"), "datasets": datasets, "heldout_seed": HELDOUT_SEED, "size": n,
             "heldout_share": f"questions whose blake2b hash is 0 mod {HELDOUT_QUARTER}"}
@@ -266,9 +267,7 @@ def extract_answer(text: str) -> str | None:
     text, found, pos = str(text), None, 0
     while True:
         start = text.find("<answer>", pos)
-        if start < 0:
-            return found
-        end = text.find("</answer>", start + 8)
+        end = text.find("</answer>", start + 8) if start >= 0 else -1
         if end < 0:
             return found
         found, pos = text[start + 8 : end].strip(), end + 9
@@ -294,14 +293,10 @@ def confined(argv: list[str]) -> list[str]:
     """The worker's command inside bubblewrap where it is installed: the filesystem read-only, no network, its own
     /tmp. Several scorers run the model's text through sympy's parse_expr, which calls eval on it (countdown,
     puzzle24, ...: `__import__('os')...` runs): outside nanogrpo/sandbox/, this is the containment it gets."""
-    import shutil
-
-    from nanogrpo.answer import CHECKOUT
-
     if not shutil.which("bwrap"):
         return argv
     # the worker's own /tmp hides the host's; a checkout or a venv that lives there (a clone in /tmp) is bound back
-    kept = sorted({p for p in (CHECKOUT, sys.prefix) if os.path.realpath(p).startswith("/tmp/")})
+    kept = sorted({p for p in (_answer.CHECKOUT, sys.prefix) if os.path.realpath(p).startswith("/tmp/")})
     return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
             *[a for p in kept for a in ("--ro-bind", os.path.realpath(p), os.path.realpath(p))], "--unshare-all",
             "--die-with-parent", "--new-session", *argv]
@@ -309,8 +304,6 @@ def confined(argv: list[str]) -> list[str]:
 
 def _worker_main() -> None:
     """`python -m nanogrpo.tasks.reasoning_gym --score-worker`: RG's scorer (`_score_item`), over answer.serve_lines."""
-    from nanogrpo.answer import serve_lines
-
     def prepare():
         import resource
 
@@ -321,14 +314,12 @@ def _worker_main() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
-    serve_lines(lambda item: _score_item(*item[:3], from_wire(item[3])), prepare)
+    _answer.serve_lines(lambda item: _score_item(*item[:3], from_wire(item[3])), prepare)
 
 
 def _pool():
     """MathPool's workers and timeout policy (nanogrpo/answer.py), running this module's worker, confined."""
-    from nanogrpo.answer import pool_of
-
-    return pool_of(tuple(confined([sys.executable, "-m", "nanogrpo.tasks.reasoning_gym", "--score-worker"])))
+    return _answer.pool_of(tuple(confined([sys.executable, "-m", "nanogrpo.tasks.reasoning_gym", "--score-worker"])))
 
 
 def score(completions: list[str], reasoning_gym: list | None = None, answer: list | None = None,
