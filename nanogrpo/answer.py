@@ -74,10 +74,13 @@ _END_OF_TURN = re.compile(r"<\|(?:im_end|endoftext|eot_id|end)\|>|</s>|<end_of_t
 @functools.lru_cache(maxsize=8)  # a verdict reads it up to 3 times; a 1 MB text costs ~10 ms a search
 def final_text(completion: str) -> str:
     """The part of a completion that answers: up to its first end-of-turn marker, and after the last `</think>`
-    when a think block closes (a box inside the thinking is a draft, not the answer)."""
+    when a think block closes (a box inside the thinking is a draft, not the answer); nothing when the last `<think>`
+    never closes (cut off while thinking: its last number is no answer)."""
     end = _END_OF_TURN.search(completion)
     completion = completion[: end.start()] if end else completion
     cut = completion.rfind("</think>")
+    if completion.rfind("<think>") > cut:
+        return ""
     return completion if cut < 0 else completion[cut + len("</think>") :]
 
 
@@ -91,9 +94,10 @@ _STATEMENT = re.compile(rf"(?i)(?:(?<![^\W_])(?:answer|final\s+result|(?:option|
                         rf"|{_FOREIGN}(?:\s+finale?)?\s*(?::|(?:ist|lautet|es|est|è|é)\b)"
                         r"|(?<![^\n])(?:final[ \t]*[:,]|ans[.:]|required\s+[a-z]+[ \t]*=)(?=[ \t]*\S)|(?<![^\n])=>"
                         r"|(?:(?<=we )|(?<=i ))claim\s+(?:that\s+)?(?:[a-z]+\s+){0,4}?(?:is|equals|=)(?=\s))[*:：\s]{0,4}")
-# "3, 5, 7 is the final answer.": the answer before the statement, on the text's last line (read with fullmatch)
+# "3, 5, 7 is the final answer.": the answer before the statement, on the text's last line (read with fullmatch); a
+# remark may follow after `;` ("27 is the answer; the next such cube is 216")
 _ANSWER_FIRST = re.compile(r"(?i)[ \t]*(?:(?:so|thus|therefore|hence)\b,?[ \t]*)?(\S[^\n]{0,199}?)[ \t]+is(n't|[ \t]+not)?[ \t]+(?:the|my|our)[ \t]+"
-                           r"(?:final[ \t]+|correct[ \t]+)?answer[ \t]*[.!]?[ \t]*")
+                           r"(?:final[ \t]+|correct[ \t]+)?answer(?:[ \t]*[.!]?[ \t]*|;[^\n]*)")
 _HEADING = re.compile(r"(?i)answer[*: \t]{0,4}\n")  # "### Final Answer" with the answer on the last line
 _HEADING_START = re.compile(r"(?i)(?<![#* \t])[#* \t]*(?:final\s+)?$")  # what may precede "answer" on its line
 _ANCHORS = ("answer", "####", "答案", "option", "choice", "final result", "respuesta", "réponse", "antwort", "risposta",
@@ -107,12 +111,14 @@ _FINAL_STATEMENT = re.compile(rf"(?i)(?:\bfinal\s+answer\b(?:[*\s]{{0,4}}{_VERB}
 # closing bold ends the sentence (`**18**!`), one inside it is a factorial (`**5!**`)
 _VULGAR = str.maketrans({c: f"\\frac{{{n}}}{{{d}}}" for c, (n, d) in zip("½⅓⅔¼¾⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞", [
     (1, 2), (1, 3), (2, 3), (1, 4), (3, 4), (1, 5), (2, 5), (3, 5), (4, 5), (1, 6), (5, 6), (1, 8), (3, 8), (5, 8), (7, 8)])})
-_EXTRACT = _VULGAR | {ord("\u2212"): "-", ord("\u2234"): "\\therefore "}  # `−4` is -4; `∴ x = 5`
+_EXTRACT = _VULGAR | {ord("\u2212"): "-", ord("\u2234"): "\\therefore "} | {  # `−4` is -4; `∴ x = 5`; `２７` is 27 and
+    c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)} | dict.fromkeys([0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF])  # `5\u200b40` 540
 # check marks, emoji and shapes decorate a line (`6 ✓`, `➡️ **7**`); a cross (`✗`, `❌`) rejects what it marks: kept
 _MARKS = re.compile("[\u25a0-\u25ff\u2600-\u2716\u2719-\u274b\u274d\u274f-\u27bf\ufe0f\U0001f300-\U0001faff]")
 _BULLET = re.compile(r"(?m)^[ \t]*(?:[\u2190-\u21ff\u2022\u2023\u2043\u2219\u25e6]|[-*](?=[ \t]))[ \t]*")  # `→ `, `• `, `- `
 _QED = re.compile(r"(?i)(?:\$\s*\\(?:square|blacksquare|Box|qed)\s*\$|\\(?:square|blacksquare|qed)|∎|\bQ\.?E\.?D\.?|"
                   r"\bhence proved\b\.?|\bproved\.?)\s*$")
+_PY_POWER = re.compile(r"(?<=[A-Za-z0-9)])\*\*(?=[A-Za-z0-9(])")  # `x**3 + 3*x`: a power (bold opens after a space)
 _EMPHASIS = re.compile(r"(?<=\S)\*\*!|\*\*|__|`+|</?(?:b|strong|em|u|mark)>")
 # "not 17", "isn't 17", "definitely not 17": a statement that negates states no answer
 _NEGATION = re.compile(r"(?i)(?:n't|'t\b|\s|^)\s*(?:[a-z]+ly\s+)?(?:not|never)\b|^\s*(?:is)?n?'t\b")
@@ -183,7 +189,7 @@ def _clause(text: str, i: int) -> str | None:
     clause = _QUOTES_END.sub("", (window[: end.start()] if end else window).strip(), count=1)
     maybe = (_MAYBE.match(window, end.start()) or _COULD_BE.match(window, end.start())) if end else None
     if maybe and clause:  # "The answer is 11 (possibly 12).": a hedge, the list of its answers
-        return f"{clause}, {maybe.group(1)}"
+        return f"{clause}, {maybe.group(1).replace(',', '')}"
     for _ in range(3):  # `'answer': 18}`, `\underline{\text{Answer} = 64,800}$$`: the brace closes around the statement
         brace = _CLOSING_BRACE.search(clause) if clause.count("}") > clause.count("{") else None
         clause = clause[: brace.start()].rstrip() + brace.group(1) if brace else clause
@@ -194,11 +200,13 @@ def _clause(text: str, i: int) -> str | None:
         return ", ".join(numbers)  # "18, or possibly 20": a hedge, the list of its answers
     if found and quoted and not _has_words(found):  # `"answer": "p - q"`: quoted, an expression is the answer
         return found
-    return found if found and (re.search(r"[\d\\$\u221a\u03c0]|^[A-E]$", found) or _in_words(found)) else None  # `√x`, `π`
+    algebra = found and re.search(r"[A-Za-z]", found) and re.search(r"[-+*/^=]", found) and not _has_words(found)  # `p - q`
+    return found if found and (re.search(r"[\d\\$\u221a\u03c0]|^[A-E]$", found) or algebra or _in_words(found)) else None  # `√x`, `π`
 
 
 _OR_AFTER_BOX = re.compile(r"\$?[?!]*[ \t]*(?:,[ \t]*)?or[ \t]+(?:maybe[ \t]+|possibly[ \t]+|perhaps[ \t]+)?\$?(-?\d+(?:\.\d+)?)(?!\d|\.\d)")
-_COULD_BE = re.compile(r",?\s+but\s+(?:it\s+)?(?:could|might|may)\s+(?:also\s+)?be\s+(-?\d+(?:\.\d+)?)(?!\d|\.\d)")
+_COULD_BE = re.compile(r"(?:,?\s+but\s+(?:it\s+)?(?:could|might|may)\s+(?:also\s+)?be|(?i:\.?\s+alternatively,?))\s+\$?"
+                       r"(-?\d{1,3}(?:,\d{3})+|-?\d+(?:\.\d+)?)(?![\d,]|\.\d)")  # "..., but it could be 12", ". Alternatively, $1,300"
 _MAYBE = re.compile(r"\s\((?:or\s+)?(?:possibly|maybe|perhaps|or)\s+(-?\d+(?:\.\d+)?)\)")
 _ROOT_NUMBER = re.compile(r"(?<![\d.])-?\d*(?:\.\d+)? ?\u221a ?\d+$")  # from a run's start only: linear
 # a doubt the text ends on, after its statement, with no value of its own
@@ -223,6 +231,7 @@ def _worked(clause: str) -> bool:
 _THEREFORE = re.compile(r"^(?:\\(?:therefore|because|implies|Rightarrow|Longrightarrow|q?quad|[,;:! ])\s*|=(?!=)\s*)+")
 _LATEX_LINE_NOT = re.compile(r"[&$]|\\[(\[]|\\(?:begin|end) ?\{(?![pbvBV]?matrix)")  # delimiters, align rows
 # an aside: "(not year 12)", "(2 h 40 min)"; never LaTeX, `(\sqrt{3} + 1)` is math
+_LAST_ASIDE = re.compile(r"(?<=[.!])[ \t]+\([^()\n]{1,400}\)[.!]?[ \t]*$")
 _ASIDE = re.compile(r"\s\((?=[^()\n$\\]{0,200}[A-Za-z]{3})[^()\n$\\]{1,200}\)")
 _EITHER, _OR_WORD = re.compile(r"(?i)\beither\b"), re.compile(r"(?i)\bor\b")
 _NUMBER_OR_NUMBER = re.compile(r"\d\s+or\s+(?:maybe\s+|possibly\s+|perhaps\s+)?-?\d")
@@ -245,13 +254,15 @@ def _working(text: str) -> str | None:
     said = _in_words(both.group(1)) if both else None
     if said is not None:  # "seven hundred and fifty (75)": both, and both must agree
         return said if said == both.group(2) else f"{said}, {both.group(2)}"
-    if (not _has_words(text) and not ("\n" in text and _MATH_DELIMITER.search(text))) or _IN_BASE.fullmatch(text.rstrip(".")):
-        return text if len(text) <= ANSWER_CHARS else None  # `4210 in base 5` is `4210_{5}`; lines of spans: the last
+    lines = "\n" in text and (_MATH_DELIMITER.search(text) or "\\begin" not in text)  # lines of working: the last
+    if (not _has_words(text) and not lines) or _IN_BASE.fullmatch(text.rstrip(".")):
+        return text if len(text) <= ANSWER_CHARS else None  # `4210 in base 5` is `4210_{5}`
     line = text[text.rfind("\n") + 1 :]
     if (len(line) <= 200 and re.search(r"=|\\[A-Za-z]", line) and not _LATEX_LINE_NOT.search(line)
             and not _has_words(line)):
         return _THEREFORE.sub("", line)  # `\therefore x = \frac{3}{2}`: a last line of LaTeX without delimiters
-    aside = _ASIDE.sub("", text).rstrip()  # "So 10 (the other root 90 is rejected).": asides after the answer
+    aside = _ASIDE.sub("", _LAST_ASIDE.sub("", text)).rstrip()  # "So 10 (the other root 90 is rejected).": asides after
+    # the answer; "Thus $x = 5$. (The other candidate, $x = 1$, ...)": a sentence in brackets after it
     text = aside if _DIGIT.search(aside[aside.rfind("\n") + 1 :]) else text
     block = _END_BLOCK.search(text, max(0, len(text) - ANSWER_CHARS))
     if block and not _MATH_DELIMITER.search(text, block.start()):  # a display environment the text ends on, undelimited
@@ -314,7 +325,7 @@ _PARTS = {"half": 2, "halve": 2, "third": 3, "quarter": 4, "fourth": 4, "fifth":
 # what a last sentence says after its answer, the answer being before it: "So Tracy obtained 8 pieces, each 6 inches
 # long, from the 48-inch wire."; "The remainder is 0, since 12 x 167 = 2004"; "There are 8 such squares: 25, 100, ..."
 # (not a result: ", which is 34", ", so 18", ", leaving 17" lead to the answer)
-_DETAIL = re.compile(r",\s+(?:(?:since|because|as|namely|with|each|having|where|while|whereas|given|from|after)\b|"
+_DETAIL = re.compile(r",\s+(?:(?:since|because|as|namely|with|each|having|where|while|whereas|given|from|after|of\s+which)\b|"
                      r"which\b(?!\s+(?:is|are|gives?|equals?|makes?|means)\b)|i\.e\.|e\.g\.)|:\s+(?=-?\d[\d.]*,\s*-?\d)")
 # a number in words in the last line ("Janet makes eighteen dollars every day."): a run of number words
 _NUMBER_WORD = "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))  # the longest first: `seventeen`, not `seven`
@@ -349,7 +360,7 @@ def _in_words(text: str, noun: bool = True) -> str | None:
     return str(sign * (total + part)) if seen else None
 
 
-_CHAIN_CHARS = frozenset("0123456789. +-*/\u00d7\u00f7()=")
+_CHAIN_CHARS = frozenset("0123456789. +-*/^\u00d7\u00f7()=")
 _MONEY = re.compile(r"(?i) ?(?:cents?|dollars?|euros?)\b")
 _SCALE_WORD = re.compile(r"(?i) ?(?:thousand|million|billion|trillion)\b")
 
@@ -432,13 +443,13 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
     bare answer; else the working's result (`_working`). An unclosed box is None; over MAX_ANSWERS is a hedge."""
     raw = final_text(str(completion))[-READ_CHARS:]
     text = raw if raw.isascii() else _MARKS.sub(" ", raw.translate(_EXTRACT))  # ASCII has no marks: 1 MB, ~5 ms less
-    text = _table_answer(_TIMES_X.sub(" * ", _EMPHASIS.sub("", _BULLET.sub("", text))))
+    text = _table_answer(_TIMES_X.sub(" * ", _EMPHASIS.sub("", _PY_POWER.sub("^", _BULLET.sub("", text)))))
     for _ in range(3):  # "... $\blacksquare$", "Hence proved.", "QED": a proof's end mark is no answer
         qed = _QED.search(text, max(0, len(text) - 80))
         text = text[: qed.start()] if qed else text
     found = _answers_in(text, raw)
     if not found or found[0][0] == "hedge":
-        return found
+        return found or _loop(text)  # a loop cut off in its last statement ("... The answer is 27.\n\nThe answer is")
     loop = _loop(text)
     found = loop if loop and found[-1][0] == "statement" else found + loop  # a loop's values, each an answer
     found += [a for a in _claimed(text) if a not in found]  # "We claim the answer is 0. ... Hence \boxed{-1}.": both
@@ -495,6 +506,9 @@ def _answers_in(text: str, raw: str) -> list:
     bare = _THEREFORE.sub("", text.strip())
     if bare and len(bare) <= 200 and "\n" not in bare and not _has_words(bare):
         return [("bare", bare)]
+    letter = _CHOICE.fullmatch(bare[bare.rfind("\n") + 1 :].strip())
+    if letter:  # "... which is a plane.\n\nC": the choice, alone on the last line
+        return [("bare", letter.group(1))]
     tail = text[-ANSWER_CHARS * 10 :]
     number = _last_number(tail)
     if number and _NO_ANSWER.search(tail, number[0]):  # "... so 371. I cannot determine the answer.": none
@@ -558,6 +572,7 @@ def _answer_first(text: str) -> list | None:
     or None; "This is the answer." names none, and "X is not the answer." states none: []."""
     line = text.rstrip()[-ANSWER_CHARS:]
     m = _ANSWER_FIRST.fullmatch(line, line.rfind("\n") + 1)
+    m = None if m and _CORRECTION.search(line, m.end(1)) else m  # "17 is the answer; wait, it's 18": the correction's
     if m and m.group(2):
         return []
     said = m.group(1).rsplit(". ", 1)[-1].strip() if m else ""
@@ -581,10 +596,12 @@ def _boxes(text: str) -> list:
             return out + [("box", None), ("end", len(text))]  # unclosed (or longer than any answer): unreadable
         if end >= 0 and _CORRECTION.search(text, end, m.start()) and _has_words(_CORRECTION.sub("", text[end : m.start()])):
             out = []  # "\boxed{24} Actually, I double counted: \boxed{20}": a stated correction replaces the boxes
-        end = close + 1
         box = ("box", _box_answer(text[m.end() : close]))
-        if not _NEGATED_BOX.search(text, max(0, m.start() - 12), m.start()) and box not in out:
+        if box[1].strip() and not _NEGATED_BOX.search(text, max(0, m.start() - 12), m.start()) and box not in out:
+            if out and _operand(out[-1][1], text[max(end, m.start() - 200) : m.start()]):
+                out.pop()  # "$\boxed{9}$ eggs ... $9 \times 2 = \boxed{18}$": a step the next box's working uses
             out.append(box)
+        end = close + 1
     boxed = list({_spelling(b): b.strip() for _, b in out}.values())  # `(6,31,-1)`, `(6, 31, -1)`: one answer
     values = {_value_of(b) for b in boxed} if len(boxed) > 1 else {None}
     if len(values) == 1 and None not in values:  # one number spelled twice (`15\\frac{39}{40}`, `\\frac{639}{40}`)
@@ -592,6 +609,15 @@ def _boxes(text: str) -> list:
     out = [("box", b) for b in boxed]  # several different boxes: each must be right (`_planned` reads them as one
     # list against a list gold)
     return out + [("end", end)] if out or end >= 0 else []
+
+
+_STEP = re.compile(r"(?:^|[$\n]|\\\(|\. )([^$\n]{1,150}?)=\s*$")  # the expression a box is the result of: `$9 \times 2 = `
+
+
+def _operand(box: str, before: str) -> bool:
+    """The box's content is an operand of the expression whose result the next box is (`before`: the text up to it)."""
+    step = _STEP.search(before)
+    return bool(step) and re.search(rf"(?<![\w.]){re.escape(box.strip())}(?![\w.])", step.group(1)) is not None
 
 
 def _spelling(box: str):
@@ -636,7 +662,8 @@ def _tag_answer(text: str, opened: re.Match) -> list:
 
 _QUESTION = re.compile(r"(?:[^?.\n]|\.\d){1,200}\?(?!\S)")  # the stated clause ends on `?`
 _POINTER = re.compile(r"(?i)(?:in|at|on|above|below|shown|given|from|inside|highlighted|the\s+(?:last|final|one|same))\b")
-_CHECK_LINE = re.compile(r"(?i)\n[ \t]*(?:check|checking|verify|verification|recap|sanity check|double-check)\b[^\n]*\s*$")
+_CHECK_LINE = re.compile(r"(?i)(?:\n|(?<=[.!])[ \t])[#*> \t]*(?:check|checking|verify|verification|recap|sanity check|"
+                         r"double-check)\b[^\n]*\s*$")  # a line or sentence that checks the result: "Sanity check: ..."
 _POSSIBLE = re.compile(r"(?i)\b(?:possible|candidate|potential)\s+answers\b")
 _BELOW = re.compile(r"(?i)[^.\n]{0,40}\b(?:below|following|next)\b")  # "the answer is given below:": after it
 _CODE_END = re.compile(r"```[ \t\n]*$")
@@ -754,7 +781,7 @@ _WRAPPER = (r"\\(?:boxed|fbox|framebox|underline|text|textbf|textit|textrm|textn
             r"mbox|emph|operatorname)\s*\{")
 _WRAPPERS = re.compile(_WRAPPER + r"([^{}]*)\}")
 _WRAPPER_OPEN = re.compile(_WRAPPER)
-_PLAIN_MATH = re.compile(r"(?<![\\A-Za-z])(?:sqrt ?\(([^()]{1,40})\)|pi(?![A-Za-z]))")  # `sqrt(3)/2`, `pi/2`
+_PLAIN_MATH = re.compile(r"(?<![\\A-Za-z])(?:sqrt ?(?:\(([^()]{1,40})\)|(\d+(?![\d.])))|pi(?![A-Za-z]))")  # `sqrt(3)`, `pi/2`
 _UPRIGHT_CONST = re.compile(r"\\(?:mathrm|mathit|operatorname|text)\s*\{\s*([ei])\s*\}")
 # `normalise` makes every run of white space one space first, so a searched rule reads ` ?` where `\s*` would
 # be the same: a `\s*` a search can start inside is quadratic on a long run of spaces.
@@ -825,6 +852,14 @@ _ROWS_ENV = re.compile(r"\\begin ?\{(cases|aligned|align\*?|gathered|gather\*?|a
 _ROW_SKIP = re.compile(r"\\\\\[[\d.]{1,6}(?:pt|em|ex|mm|cm)\]")
 
 
+_COLUMN = re.compile(r"\\begin ?\{([pb])matrix\}([^&$]{0,1000}?)\\end ?\{\1matrix\}")
+
+
+def _column(m: re.Match) -> str:
+    rows = [r.strip() for r in m.group(2).split("\\\\") if r.strip()]
+    return "(" + ", ".join(rows) + ")" if len(rows) > 1 else m.group()
+
+
 def _rows(m: re.Match) -> str:
     if re.search(r"&\s*(?![=<>&]|\\(?:le|ge|leq|geq|ne|approx)\b)\S", m.group(2)):
         return m.group()  # `x + 1 & x < 0`: a piecewise value and its condition, not a list
@@ -847,6 +882,11 @@ def _unwrap(s: str) -> str:
     return s
 
 
+def _latex(s: str) -> str:
+    """Plain math in LaTeX: `sqrt(3)` is `\\sqrt{3}`, `3sqrt13` is `3\\sqrt{13}`, `pi` is `\\pi`."""
+    return _PLAIN_MATH.sub(lambda m: "\\sqrt{" + (m.group(1) or m.group(2)) + "}" if m.group(1) or m.group(2) else "\\pi ", s)
+
+
 def _strip_braces(s: str) -> str:
     """`{x}` -> `x` when the outer braces enclose it all."""
     while s.startswith("{") and s.endswith("}") and closing_brace(s, 1) == len(s) - 1:
@@ -861,14 +901,14 @@ def normalise(text: str) -> Answer:
     s = _SUPERSCRIPT.sub(lambda m: "^{" + m.group().translate(_SUPER_DIGITS) + "}", str(text))
     s = _SUBSCRIPT.sub(lambda m: "_{" + m.group().translate(_SUB_DIGITS) + "}", s)
     dollars = "\\$" in s or _US_DOLLAR.search(s) is not None  # `\$18.90` is money: not 18.90 cents
-    s = _OO.sub(r"\\infty ", _UNION.sub(r"\\cup ", s))
+    s = _OO.sub(r"\\infty ", _UNION.sub(r"\\cup ", s)).replace("+/-", "\\pm ")
     s = _ROOT.sub(lambda m: "\\sqrt{" + m.group(1).strip("()") + "}", s)
     s = _DOUBLED.sub(r"\\", _WHITE.sub(" ", s.translate(_UNICODE)))  # one space: every `\s*` below is short
     s = _IN_BASE.sub(r"\1_{\2}", s)
     s = _ROWS_ENV.sub(_rows, _ROW_SKIP.sub(r"\\\\", s)) if "\\begin" in s else s  # `\begin{cases} p = 6 \\ q = 31`
+    s = _COLUMN.sub(_column, s) if "matrix" in s else s  # a column vector is the tuple of its entries
     s = _E_NOTATION.sub(r"\1 \\times 10^{\2}", _THOUSANDS.sub("", s))
-    s = _PLAIN_MATH.sub(lambda m: "\\sqrt{" + m.group(1) + "}" if m.group(1) else "\\pi ",
-                        _US_DOLLAR.sub(" ", s.replace("\\$", " ")))
+    s = _latex(_US_DOLLAR.sub(" ", s.replace("\\$", " ")))
     s = _SIZED.sub(lambda m: "" if m.group(1) == "." else m.group(1), s)
     s = _DELIMS.sub(" ", s)
     s = _UPRIGHT_CONST.sub(r"\1", s)
@@ -1254,6 +1294,22 @@ def gold_of(answer) -> Gold:
     return Gold(None, norm._replace(core=core), value, bool(_relations(core) & {"=", "\\lt", "\\le", "\\ne"}), names, comma)
 
 
+_HEDGED = re.compile(r"(?i)\b(?:not|never|no|neither|nor|or|either|than|unless|if|but)\b|n't")
+_PREDICATE = r"(?:is|are|was|be|becomes|facing|faces|on)(?: an?| the)? "  # "She is facing east.", "ends on a Wednesday"
+
+
+def _prose_ending(completion: str, prose: str) -> str | None:
+    """Against a prose gold, a completion with no stated answer that ends on it: the last line is the gold's words
+    ("**East**", "An ellipse."), or its last sentence says them plainly ("The function is even.", "No, since 91 = 7
+    x 13."), with no negation, alternative or comparison ("not even", "even or odd", "faster than Evelyn"): the gold."""
+    line = _EMPHASIS.sub("", final_text(str(completion)).strip()[-ANSWER_CHARS:]).rpartition("\n")[2]
+    key = _prose_key(re.split(r"(?<=[.!?])\s+", line.strip())[-1])
+    if key == prose or (prose in ("yes", "no") and key.startswith(prose + ",")) or (
+            not _HEDGED.search(key) and re.search(rf"\b{_PREDICATE}{re.escape(prose)}$", key)):
+        return prose
+    return None
+
+
 def _decimal_commas(text: str, gold_comma: bool) -> str:
     """`d,dd` numbers read as decimal commas: all of them against a decimal-comma gold (`0,125` then means what the
     gold means), else only those whose decimals start with 0 and are not a thousands group (`12,05` is no list)."""
@@ -1288,7 +1344,7 @@ _ATOM = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+|[A-Za-z]|\\[a-zA-Z]+)")
 
 def _written(text: str) -> str:
     """An expression as written, spacing and sizing aside: `\\dfrac{4}{ 9}` and `\\frac49` are one spelling."""
-    s = _AS_WRITTEN.sub("", _unwrap(text)).strip(".,;:")
+    s = _AS_WRITTEN.sub("", _latex(_unwrap(text))).strip(".,;:")
     s = re.sub(r"\\[dtc](frac|binom)(?![a-zA-Z])", r"\\\1", s)
     return _strip_braces(_FRAC_SHORT.sub(lambda m: "\\frac{" + m.group(1).strip("{}") + "}{" + m.group(2).strip("{}") + "}", s))
 
@@ -1542,6 +1598,8 @@ def _planned(completion, answer, numeral_only: bool, problem=None, local: bool =
     if numeral_only and (gold.answer is None or gold.value is None or not _NUMERAL.fullmatch(gold.answer.core)):
         raise _Unreadable
     answers = final_answers(completion)
+    said = _prose_ending(completion, gold.prose) if gold.prose and all(k in ("working", "bare") for k, _ in answers) else None
+    answers = [("statement", said)] if said else answers  # "... slope $3.6$.\n\nEvelyn": the words, for a prose gold
     answers = [a for a in answers if not (gold.asked and a[1] and _restates(a[1], gold.asked))]  # states nothing
     if not answers:
         return 0.0, []

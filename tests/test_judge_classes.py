@@ -8,6 +8,13 @@ from nanogrpo import answer as A
 
 # wrong answers: 0 under both rewards
 WRONG = [
+    # probe 17: a think block never closed answers nothing; a box whose working the next box uses is a step, so the
+    # last box is the answer; "Alternatively, N" after a statement hedges; a remark after "X is the answer;" that
+    # corrects it
+    ("<think>\nLet me count: 14 + 9 = 23. So 23", "23"),
+    ("$\\boxed{41}$ or maybe $41 + 2 = \\boxed{43}$", "41"),
+    ("The total is $2,650. Alternatively, $2,400 if the fee is waived.", "2650"),
+    ("54 is the answer; wait, it's 56.", "54"),
     # probe 15: what a last sentence says after its answer is detail; "X or Y" and "(possibly Y)" hedge
     ("The remainder is 7, since 50 = 7 x 7 + 1 with 1 left over.", "1"),
     ("There are 9 such squares: 0, 36, 144, 324 and 576, since 8 of them are nonzero.", "8"),
@@ -177,6 +184,14 @@ WRONG = [
 ]
 
 WRONG_MATH = [
+    # probe 17: against a prose gold, a last sentence that negates, offers two, or compares states none; a column
+    # vector is its tuple, entry by entry
+    ("The curve is symmetric about the origin.\n\nThe function is not odd.", "\\text{odd}"),
+    ("The curve is symmetric about the origin.\n\nThe function is even or odd.", "\\text{odd}"),
+    ("Her slope is 2.5, the smallest.\n\nMara is slower than Jonah.", "\\text{Jonah}"),
+    ("Check small primes: 91 = 7 x 13.\n\nNo, since 91 = 7 x 13.", "Yes"),
+    ("$\\boxed{\\begin{pmatrix} 2 \\\\ 5 \\end{pmatrix}}$", "\\begin{pmatrix} 2 \\\\ 6 \\end{pmatrix}"),
+    ("Answer: (2, 5)", "\\begin{pmatrix} 2 \\\\ 6 \\end{pmatrix}"),
     ("The roots are $x = 2$ and $x = 7$.", "x=7"),  # spans joined by "and": both are answers (an extraneous root)
     ("\\boxed{a}", "a_1"),  # an indexed name is no base numeral: its letter alone is not it
     ("\\boxed{\\{-3, 2+\\sqrt7\\}}", "\\{2\\pm\\sqrt{7},-3\\}"),
@@ -240,6 +255,19 @@ WRONG_MATH = [
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
 RIGHT = [
+    # probe 17: an earlier box the next box's working uses; an empty box; full-width digits and a zero-width space;
+    # "X is the answer; <remark>"; a check sentence, a detail clause or a sentence in brackets after the answer;
+    # wordless lines of working (the last line); a repetition loop cut off in its last statement
+    ("She has $\\boxed{12}$ apples left.\nAt \\$3 each: $12 \\times 3 = \\boxed{36}$ dollars.", "36"),
+    ("Final answer: $\\boxed{}$\n\nThe answer is 52.", "52"),
+    ("$\\boxed{４２}$", "42"),
+    ("$\\boxed{7\u200b25}$", "725"),
+    ("The integers are 2 and 4.\n\n14 is the answer; the next one is 22.", "14"),
+    ("Summing gives 3 + 5 = 8 pairs. Sanity check: 8 x 2 = 16 shoes.", "8"),
+    ("The cost is 240 dollars in total, of which 75 went to tax.", "240"),
+    ("Thus $y = 9$. (The other root, $y = -4$, fails since $\\sqrt{-4}$ is not real.)", "9"),
+    ("6 \\times 7 = 42\n\n42", "42"),
+    ("We get 61.\nThe answer is 61.\n\nThe answer is 61.\n\nThe answer is 61.\n\nThe answer is 61.\n\nThe answer is", "61"),
     # probe 15: the last sentence's answer before its details; number words when the last sentence has no digit;
     # an "i.e." that restates working is not the answer; HTML bold; a display block below "The answer is"
     ("So Mia baked 12 muffins, each 3 inches wide, from the 36-ounce bag.", "12"),
@@ -457,6 +485,18 @@ RIGHT = [
 ]
 
 RIGHT_MATH_ONLY = [
+    # probe 17: plain-text algebra after a statement (`**` a power), `+/-`, a tuple for a column vector; against a
+    # prose gold, a last line or sentence that says it plainly; a choice letter alone on the last line
+    ("Answer: m - n", "m-n"),
+    ("Answer: y**2 + 4*y - 1", "y^2+4y-1"),
+    ("Answer: 2 +/- sqrt(7)", "2 \\pm \\sqrt{7}"),
+    ("Answer: (3/7, 1/7, 2/7)", "\\begin{pmatrix} 3/7 \\\\ 1/7 \\\\ 2/7 \\end{pmatrix}"),
+    ("The 6th term is 64 = 2^6 (the terms run 2, 4, 8, 16, 32, 64, 128).", "64"),
+    ("So $f(-x) = -f(x)$ for every $x$.\n\nThe function is odd.", "\\text{odd}"),
+    ("After 7 full turns she turns 90 degrees more, from south.\n\n**West**", "\\text{west}"),
+    ("Yes, since 97 has no divisor up to 9.", "Yes"),
+    ("Day 1 is a Friday, so day 5 is a Tuesday.\n\nThe meeting falls on a Tuesday.", "Tuesday"),
+    ("The vertex form shows a single minimum, a parabola.\n\nD", "\\text{(D)}"),
     ("Since $4^x = 2^{2x}$, we need $2x = 5$. The answer is\n\n$$\n\\frac{5}{2}\n$$", "\\frac52"),
     ("$97 = 64 + 32 + 1$.\n\n$97_{10} = 141_8$", "141_8"),  # a chain of one value in two bases
     ("So $g(n) = n$ exactly when $n = 2$ or $n = -3$.", "2, -3"),  # spans joined by "or": the solutions

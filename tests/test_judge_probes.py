@@ -12,7 +12,7 @@ import judge_probes
 # (probe, reward): (right answers not scored 1.0, wrong answers not scored 0.0), after each probe's fixes
 MISSES_AT_MOST = {
     (5, "math"): (2, 0), (5, "number"): (16, 0),
-    (6, "math"): (6, 0), (6, "number"): (4, 0),
+    (6, "math"): (4, 0), (6, "number"): (2, 0),
     (7, "math"): (4, 3), (7, "number"): (3, 3),
     (8, "math"): (1, 1), (8, "number"): (1, 1),
     (9, "math"): (2, 1), (9, "number"): (1, 0),
@@ -20,9 +20,10 @@ MISSES_AT_MOST = {
     (11, "math"): (1, 1), (11, "number"): (1, 0),
     (12, "math"): (0, 0), (12, "number"): (0, 0),
     (13, "math"): (2, 1), (13, "number"): (0, 0),
-    (14, "math"): (14, 22), (14, "number"): (10, 6),
-    (15, "math"): (36, 6), (15, "number"): (17, 4),
-    (16, "math"): (17, 6), (16, "number"): (8, 6),
+    (14, "math"): (13, 22), (14, "number"): (9, 6),
+    (15, "math"): (34, 6), (15, "number"): (17, 4),
+    (16, "math"): (16, 6), (16, "number"): (8, 6),
+    (17, "math"): (39, 0), (17, "number"): (22, 0),
 }
 
 
@@ -41,4 +42,4 @@ def test_no_probe_gets_more_rows_wrong_than_when_it_was_fixed():
 def test_the_probes_are_labelled_rows():
     rows = [r for r in judge_probes.scored_rows() if r["reward"] == "math"]
     assert len(rows) > 3000 and {r["label"] for r in rows} == {0, 1}
-    assert {r["probe"] for r in rows} == {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+    assert {r["probe"] for r in rows} == {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}

@@ -22,6 +22,7 @@ RESTATED = [
     ("Factor $x^2+5x+6$.", "<answer>x^2 + 5x + 6</answer>", "(x+2)(x+3)"),
     ("Rationalize the denominator: $\\frac{1}{\\sqrt{3}}$.", "\\boxed{x = \\frac{1}{\\sqrt{3}}}", "\\frac{\\sqrt{3}}{3}"),
     ("Evaluate $\\left\\lceil \\frac{17}{4} \\right\\rceil$.", "\\boxed{\\lceil\\frac{17}{4}\\rceil}", "5"),
+    ("Simplify $\\sqrt{300}$.", "Answer: sqrt(300)", "10\\sqrt{3}"),  # in plain text (probe 17)
 ]
 
 # (question, completion, gold): right with the question too

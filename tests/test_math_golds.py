@@ -69,7 +69,8 @@ def test_prose_golds_are_words_not_products_of_letters():
         ("forty two", r"\boxed{forty  two}", 1.0),
         ("yes", r"The answer is \boxed{\textbf{yes}}.", 1.0),
         ("yes", r"\boxed{sey}", 0.0),
-        ("yes", "yes", 0.0),  # no box: no answer
+        ("yes", "yes", 1.0),  # a bare word answers a prose gold, as a bare number answers a number gold
+        ("yes", "no", 0.0),
     ])
 
 

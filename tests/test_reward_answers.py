@@ -23,7 +23,8 @@ def test_number_reward_reads_adversarial_boxes_in_linear_time():
 
 @pytest.mark.parametrize("text, gold, want", [
     (THINK_DRAFT, "204", 0.0), (THINK_DRAFT, "205", 1.0),  # the answer is after </think>
-    ("<think>unfinished \\boxed{7}", "7", 1.0),  # no closed block: all of it answers
+    ("<think>unfinished \\boxed{7}", "7", 0.0),  # a think block never closed: cut off while thinking, its box a draft
+    ("<think>done</think> \\boxed{7}", "7", 1.0),
     ("\\boxed{1\\,000}", "1000", 1.0), ("\\boxed{1{,}000}", "1000", 1.0), ("\\boxed{1,\\!000}", "1000", 1.0),
     ("so 1\\,000 apples", "1000", 1.0), ("\\boxed{1\\,000}", "1", 0.0),
     ("\\boxed{18\\%}", "18", 1.0), ("\\boxed{18\\%}", "0.18", 0.0), ("\\boxed{22 * 46 - 844}", "168", 0.0),

@@ -7,9 +7,10 @@ judge, its docs or its tests, each probe against the judge as it then was (docs/
 A row is {"probe", "cls" (the probe's own class number), "answer" (the whole completion), "gold", "label" (1: a
 careful grader accepts the final answer; 0: wrong, a hedge, no answer, a gaming attempt), "ambiguous" (graders
 would disagree: left out of the counts)}; from probe 15 on also "problem" (the question, verbatim from
-data/benchmarks/), which the judge reads as training does. Every row is scored by the math reward, and by the number reward where
-its gold is a number. Once a probe's misses were fixed it is tuning data, not a measure of unseen text: the
-figures a probe found before its fixes are in docs/judge.md; tests/test_judge_probes.py holds the counts after.
+data/benchmarks/; for 46 rows of probe 17, written with the row), which the judge reads as training does. Every row
+is scored by the math reward, and by the number reward where its gold is a number. Once a probe's misses were fixed
+it is tuning data, not a measure of unseen text: the figures a probe found before its fixes are in docs/judge.md;
+tests/test_judge_probes.py holds the counts after.
 """
 from __future__ import annotations
 
