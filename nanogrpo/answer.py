@@ -567,12 +567,16 @@ def _table_answer(text: str) -> str:
     return head + "\n".join(tail)
 
 
+_ALSO = re.compile(r"(?i)\b(?:or|maybe|possibly|perhaps|also|could|might|alternatively)\b")
+
+
 def _answer_first(text: str) -> list | None:
     """The answer of a last line "X is the (final) answer." (X's last sentence, read as a statement's clause is),
     or None; "This is the answer." names none, and "X is not the answer." states none: []."""
     line = text.rstrip()[-ANSWER_CHARS:]
     m = _ANSWER_FIRST.fullmatch(line, line.rfind("\n") + 1)
-    m = None if m and _CORRECTION.search(line, m.end(1)) else m  # "17 is the answer; wait, it's 18": the correction's
+    m = None if m and (_CORRECTION.search(line, m.end(1)) or _ALSO.search(line, m.end(1))) else m  # "17 is the answer;
+    # wait, it's 18", "...; 18 is also possible": the correction's, the hedge's
     if m and m.group(2):
         return []
     said = m.group(1).rsplit(". ", 1)[-1].strip() if m else ""

@@ -15,6 +15,7 @@ WRONG = [
     ("$\\boxed{41}$ or maybe $41 + 2 = \\boxed{43}$", "41"),
     ("The total is $2,650. Alternatively, $2,400 if the fee is waived.", "2650"),
     ("54 is the answer; wait, it's 56.", "54"),
+    ("54 is the answer; 56 is also possible.", "54"),
     # probe 15: what a last sentence says after its answer is detail; "X or Y" and "(possibly Y)" hedge
     ("The remainder is 7, since 50 = 7 x 7 + 1 with 1 left over.", "1"),
     ("There are 9 such squares: 0, 36, 144, 324 and 576, since 8 of them are nonzero.", "8"),
