@@ -24,6 +24,7 @@ MISSES_AT_MOST = {
     (15, "math"): (34, 6), (15, "number"): (17, 4),
     (16, "math"): (16, 6), (16, "number"): (8, 6),
     (17, "math"): (39, 0), (17, "number"): (22, 0),
+    (18, "math"): (10, 0), (18, "number"): (8, 0),  # blind at 13d049a, not tuned on
 }
 
 
@@ -42,4 +43,4 @@ def test_no_probe_gets_more_rows_wrong_than_when_it_was_fixed():
 def test_the_probes_are_labelled_rows():
     rows = [r for r in judge_probes.scored_rows() if r["reward"] == "math"]
     assert len(rows) > 3000 and {r["label"] for r in rows} == {0, 1}
-    assert {r["probe"] for r in rows} == {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}
+    assert {r["probe"] for r in rows} == {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}
