@@ -110,12 +110,14 @@ def loopback_store() -> dist.Store | None:
         if agent is not None:
             SignedStore(agent, token).set(key, str(port))
         return _keep(SignedStore(store, token))
-    port = int(os.environ["MASTER_PORT"])
     if agent is not None:
         agent.wait([key])  # rank 0 wrote the token before it set the port
-        port = int(SignedStore(agent, run_token(run)).get(key))
+        token = run_token(run)
+        port = int(SignedStore(agent, token).get(key))
+    else:
+        port = int(os.environ["MASTER_PORT"])
     store = dist.TCPStore("127.0.0.1", port, world, False)  # connected: rank 0 wrote the token before it listened
-    return _keep(SignedStore(store, run_token(run)))
+    return _keep(SignedStore(store, token if agent is not None else run_token(run)))
 
 
 TOKEN_FILE: Path | None = None  # rank 0's token file, removed by close()

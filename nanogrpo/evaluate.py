@@ -167,9 +167,12 @@ def run_task(task, sampler, tokenizer, n, sampling, context, seed, rank, world, 
     if budget < 1:
         raise ValueError(f"eval {task.name}: the longest prompt ({longest} tokens) fills the context ({context})")
     recorded = recorded or {}
-    done = [all(i in recorded for i in idx) for _, idx in calls]
-    records = {i: recorded[i] for (_, idx), d in zip(calls, done) if d for i in idx}  # problem index -> its n records
-    todo = [call for call, d in zip(calls, done) if not d]
+    todo, records = [], {}  # records: problem index -> its n records
+    for start, idx in calls:
+        if all(i in recorded for i in idx):
+            records.update({i: recorded[i] for i in idx})
+        else:
+            todo.append((start, idx))
     if show is not None:
         show.skip(len(records), n * len(records))
     for start, idx in todo:
