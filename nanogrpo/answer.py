@@ -70,6 +70,11 @@ RULES_S = 0.5  # the rules' share of an item's deadline (they take under 50 ms o
 _END_OF_TURN = re.compile(r"<\|(?:im_end|endoftext|eot_id|end)\|>|</s>|<end_of_turn>|<｜end▁of▁sentence｜>|"
                           r"\n[ \t]*(?:Human|User|USER|Q|Question|Problem):")
 
+# a numbered problem heading (`**Problem 2.**`, `### Question 3:`) after an answer: a few-shot model goes on to
+# problems it invents, each with its own box
+_NEXT_PROBLEM = re.compile(r"\n[ \t]*(?:#{1,4}[ \t]*|\*\*)?(?:Problem|Question|Exercise|Example)[ \t]+\d{1,3}[.:)]")
+_ANSWERED = re.compile(r"(?i)\\boxed|\banswer\b|####")
+
 
 @functools.lru_cache(maxsize=8)  # a verdict reads it up to 3 times; a 1 MB text costs ~10 ms a search
 def final_text(completion: str) -> str:
@@ -81,7 +86,9 @@ def final_text(completion: str) -> str:
     cut = completion.rfind("</think>")
     if completion.rfind("<think>") > cut:
         return ""
-    return completion if cut < 0 else completion[cut + len("</think>") :]
+    completion = completion if cut < 0 else completion[cut + len("</think>") :]
+    new = _NEXT_PROBLEM.search(completion)  # "\boxed{6}\n\n**Problem 2.** Evaluate ...": a problem it invented after
+    return completion[: new.start()] if new and _ANSWERED.search(completion, 0, new.start()) else completion
 
 
 _BOX = re.compile(r"\\(?:boxed|fbox|framebox)\s*\{")
@@ -201,7 +208,7 @@ def _clause(text: str, i: int) -> str | None:
     if found and quoted and not _has_words(found):  # `"answer": "p - q"`: quoted, an expression is the answer
         return found
     algebra = found and re.search(r"[A-Za-z]", found) and re.search(r"[-+*/^=]", found) and not _has_words(found)  # `p - q`
-    return found if found and (re.search(r"[\d\\$\u221a\u03c0]|^[A-E]$", found) or algebra or _in_words(found)) else None  # `√x`, `π`
+    return found if found and (re.search(r"[\d\\$\u221a\u03c0]|^[A-E]$|^\([A-E]\) ", found) or algebra or _in_words(found)) else None  # `√x`, `π`
 
 
 _OR_AFTER_BOX = re.compile(r"\$?[?!]*[ \t]*(?:,[ \t]*)?or[ \t]+(?:maybe[ \t]+|possibly[ \t]+|perhaps[ \t]+)?\$?(-?\d+(?:\.\d+)?)(?!\d|\.\d)")
@@ -247,6 +254,8 @@ def _working(text: str) -> str | None:
     choice, spelled = _CHOICE.fullmatch(text), _in_words(text) if len(text) <= 80 else None
     if choice or spelled:  # "Option (C)" is C; "twenty-one" is 21
         return choice.group(1) if choice else spelled
+    if _CHOICE_NAMED.fullmatch(text):
+        return text.rstrip(".")  # "(E) Hyperbola": the option with its text, its letter against a letter gold
     over = _OVER_WORDS.fullmatch(text)
     if over:  # "14 over 3"
         return f"\\frac{{{over.group(1)}}}{{{over.group(2)}}}"
@@ -277,10 +286,13 @@ def _working(text: str) -> str | None:
         names = {v.partition("=")[0].strip() for v in spans if "=" in v}
         if len(names) <= 1 and (not names or all("=" in v for v in spans)):  # `$x = 1$ or $x = -2$`; not `$a=3$ and $b=4$`
             return ", ".join(spans)
-    if not _DIGIT.search(text, start):  # "Janet makes eighteen dollars every day.": its number in words
-        runs = [m.group() for m in _WORDS_RUN.finditer(text, start) if m.group().lower() != "one"
+    comma = text.rfind(", ", start) + 2  # "Putting 2 in each bag, Jean can fill fourteen bags.": a main clause after
+    if comma < 2 or _DIGIT.search(text, comma) or _MATH_DELIMITER.search(text, comma) or not _SUBJECT.match(text, comma):
+        comma = start  # the working, its subject and verb first (not ", three more than Bob")
+    if not _DIGIT.search(text, comma):  # "Janet makes eighteen dollars every day.": its number in words
+        runs = [m.group() for m in _WORDS_RUN.finditer(text, comma) if m.group().lower() != "one"
                 and re.match(r"[\s-]*([A-Za-z]*)", text[m.end():]).group(1).lower() not in _VALUE_WORDS - {"times"}]
-        said = _in_words(runs[-1], noun=False) if runs else None
+        said = _in_words(runs[-1], noun=False) if runs else _chinese_number(text[comma:])
         if said is not None:
             return said
     span, number = _last_span(text), _last_number(text)
@@ -313,6 +325,7 @@ def _working(text: str) -> str | None:
 
 
 _CHOICE = re.compile(r"(?:[Oo]ption |[Cc]hoice )?\(?([A-E])\)?\.?")
+_CHOICE_NAMED = re.compile(r"\([A-E]\)[ \t]+[A-Za-z][A-Za-z \t-]{0,60}\.?")
 _NUMBER_WORDS = {w: i if i < 20 else 10 * (i - 18) for i, w in enumerate((
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
     "eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety").split())}
@@ -332,6 +345,32 @@ _NUMBER_WORD = "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))  # the lon
 _WORDS_RUN = re.compile(rf"(?i)\b(?:(?:negative|minus)\s+)?(?:(?:{_NUMBER_WORD})(?:[\s-]+(?:and\s+)?(?:{_NUMBER_WORD}|hundred|thousand|million)\b)*)\b")
 # two or more math spans joined by "and" / "or" / commas: "The integers are $-2$ and $1$." answers both
 _SPAN_LIST = re.compile(r"(?:\$[^$\n]{1,80}\$(?:\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+)){1,7}\$[^$\n]{1,80}\$")
+# a clause's subject and verb before its number: two words, the first no conjunction ("and he has three" is a second
+# quantity, "three more than Bob" a comparison)
+_SUBJECT = re.compile(rf"(?i)(?!(?:and|but|or|while|whereas|although|though|plus|minus|{_NUMBER_WORD})\b)[a-z']+[ \t]+"
+                      rf"(?!{_NUMBER_WORD}\b)[a-z']+[ \t]")
+# a number in Chinese numerals before a measure word or the end (`七张`, `答案是四十二`; not `一共`, "in total")
+_CHINESE = re.compile("([零〇一二两三四五六七八九十百千万]{1,12})(?=[个張张只本元块岁天次人位辆条件颗支瓶杯米克页道题头匹棵朵把台层座家双对套盒袋箱包篮名株枚小分秒年月周度]|[。.！!]?$)")
+_CHINESE_DIGITS = {c: i for i, c in enumerate("零一二三四五六七八九")} | {"〇": 0, "两": 2}
+
+
+def _chinese_number(text: str) -> str | None:
+    """The last number in Chinese numerals in `text`, in digits (`四十二` is 42, `两千零五` 2005), else None."""
+    found = None
+    for found in _CHINESE.finditer(text):
+        pass
+    if found is None:
+        return None
+    total = section = digit = 0
+    for c in found.group(1):
+        if c in _CHINESE_DIGITS:
+            digit = _CHINESE_DIGITS[c]
+        elif c == "万":
+            total, section, digit = (total + section + digit) * 10_000, 0, 0
+        else:  # 十 百 千: the digit before it (`十` alone is 10)
+            section += (digit or 1) * {"十": 10, "百": 100, "千": 1000}[c]
+            digit = 0
+    return str(total + section + digit)
 
 
 def _in_words(text: str, noun: bool = True) -> str | None:
@@ -447,7 +486,7 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
     for _ in range(3):  # "... $\blacksquare$", "Hence proved.", "QED": a proof's end mark is no answer
         qed = _QED.search(text, max(0, len(text) - 80))
         text = text[: qed.start()] if qed else text
-    found = _answers_in(text, raw)
+    found = _answers_in(_loop_cut(text), raw)
     if not found or found[0][0] == "hedge":
         return found or _loop(text)  # a loop cut off in its last statement ("... The answer is 27.\n\nThe answer is")
     loop = _loop(text)
@@ -552,6 +591,25 @@ def _loop(text: str) -> list:
     run = run if _CLAUSE_END.search(text, run[-1].end()) else run[:-1]
     clauses = (_clause(text[: after.start()] if after else text, m.end()) for m, after in zip(run, run[1:] + [None]))
     return [("statement", c) for c in dict.fromkeys(clauses) if c is not None]
+
+
+_LOOP_ANCHOR = re.compile(r"(?i)answer|\\boxed|####")
+
+
+def _loop_cut(text: str) -> str:
+    """A text that ends repeating one unit of lines or sentences four times or more, cut off inside the last ("#
+    Answer\n\n540\n\n# Answer\n\n5"): up to the line or sentence of its last answer anchor, so the units before it
+    answer (540, not 5)."""
+    n = len(text)
+    for p in range(2, min(ANSWER_CHARS, n // 4) + 1):
+        if text[n - 1] == text[n - 1 - p] and text[n - 3 * p :] == text[n - 4 * p : n - p]:
+            anchors = list(_LOOP_ANCHOR.finditer(text, n - 2 * p))
+            if not anchors:
+                return text
+            a = anchors[-1].start()
+            cut = max(text.rfind("\n", 0, a), text.rfind(". ", 0, a) + 1) + 1
+            return text[:cut] if cut >= n - 2 * p else text  # a unit of lines or sentences: cut where one starts
+    return text
 
 
 def _table_answer(text: str) -> str:
@@ -661,6 +719,9 @@ def _tag_answer(text: str, opened: re.Match) -> list:
     if fixed or _has_words(inner) or _BOX.search(inner):  # words alone are the answer against a prose gold
         found = fixed or (final_answers(inner) if not _ANSWER_TAG.search(inner) else [("tag", None)])
         return found or ([("tag", inner)] if _is_prose(inner) else [])
+    steps = [[_side_value(v) for v in step.split("=")] for step in inner.split(", ")] if "=" in inner else []
+    if len(steps) > 1 and all(len(sides) > 1 and None not in sides and len(set(sides)) == 1 for sides in steps):
+        return [("tag", inner.rsplit("=", 1)[1].strip())]  # `<answer>4*1.25 = 5, 4 + 5 = 9</answer>`: true steps
     return [("tag", inner)]
 
 

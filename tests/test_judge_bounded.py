@@ -22,7 +22,8 @@ ANCHORED = {"_NAMED": "fullmatch", "_IN_SET": "match", "_BASE": "fullmatch", "_N
             "_FRACTION": "fullmatch", "_CHOICE_LEAD": "match", "_ANSWER_FIRST": "fullmatch",
             "_QUESTION": "match", "_WORDS_THEN_DIGITS": "fullmatch", "_VARIABLE": "fullmatch", "_THEREFORE": "match",
             "_POINTER": "match", "_BELOW": "match", "_OVER_WORDS": "fullmatch", "_CLOSING_BRACE": "search",
-            "_ATOM": "fullmatch", "_MAYBE": "match", "_DISPLAY": "match", "_OR_AFTER_BOX": "match", "_COULD_BE": "match"}
+            "_ATOM": "fullmatch", "_MAYBE": "match", "_DISPLAY": "match", "_OR_AFTER_BOX": "match", "_COULD_BE": "match",
+            "_SUBJECT": "match", "_CHOICE_NAMED": "fullmatch"}
 GOLD_ONLY = {"_SPANS"}  # reads the math spans of a gold or a question (trusted data, 10 * ANSWER_CHARS at most): never policy text
 
 # each a piece of text that defeats some rule when repeated: the names' sums, symbols, separators, units,
@@ -30,7 +31,7 @@ GOLD_ONLY = {"_SPANS"}  # reads the math spans of a gold or a question (trusted 
 UNITS = ["mx+", "ab+", "m\\angle ", "\\angle", "x_1'", "f(x)+", "(x, ", "a", "1", "1,000", "1 000 ", "1\\,", "9.",
          " ", "km ", "km/", " per ", "\\text{cm}", "{", "}", "$", "\\(", "= ", "\\boxed{", "answer is ", "####",
          "\\frac{1}{2}", "a.", "**", "x=1, ", "\\le ", "3\\frac{1}{2}", "1.5\\times10^{3}", "\"'", "ab", "1a", "\\\\le",
-         "<answer>", "not ", "thousand ", "!", "1 in base ", "\\text{ in base }"]
+         "<answer>", "not ", "thousand ", "!", "1 in base ", "\\text{ in base }", "一二", "\n**Problem 2", "(E) ", "he has "]
 TAILS = ["", "=", "!", " x", "}"]
 
 

@@ -182,6 +182,15 @@ WRONG = [
     ("It is either 44 or 14; I can't tell which.", "14"),  # a closing "can't tell" states no answer
     ("The answer is six hundred and forty (64).", "64"),  # words and digits that disagree: both, a hedge
     ("Por lo tanto, la respuesta es 2.500.", "25"),  # in Spanish `2.500` is 2500 (or, read as English, 2.5): never 25
+    # probe 18's rules, the other way: a second quantity or a comparison after the comma is not the clause's
+    # answer; `一共` ("in total") is no number; a false step in a tag; the loop's value, not its cut; the invented
+    # problem's box
+    ("So Lena has 15 stickers, three more than Ana.", "3"),
+    ("So Lena has 15 stickers, and Ana has three.", "3"),
+    ("所以小明一共买了九本书。", "1"),
+    ("<answer>3*2.5 = 7.5, 7.5 + 4 = 11</answer>", "11"),
+    ("So 6*60=360 seconds\n\n" + "# Answer\n\n360\n\n" * 6 + "# Answer\n\n3", "3"),
+    ("$\\boxed{8}$\n\n---\n\n**Problem 2.** Compute $2^5$.\n\n$2^5 = \\boxed{32}$.", "32"),
 ]
 
 WRONG_MATH = [
@@ -252,6 +261,8 @@ WRONG_MATH = [
     ("We compare both sides.\n\\therefore\\; y = \\frac{5}{3}", "\\frac{3}{5}"),  # a last line of LaTeX
     ("Die Antwort ist $\\text{B}$.", "\\text{(C)}"),
     ("\\boxed{2,4,6} or \\boxed{2, 4}", "2, 4, 6"),  # boxes are one list only when each holds one element
+    ("The answer is (D) Parabola.", "\\text{(C)}"),  # the option's letter, not its text
+    ("The answer is (C) or (D) Parabola.", "\\text{(C)}"),
 ]
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
@@ -483,6 +494,15 @@ RIGHT = [
     ("So 12 works. The claim is false.", "12"),  # only "we / I claim" states an answer
     ("Total water = 9 + 8 = 17 liters.\n\nCheck: 30 L total, 17 L water, 13 L other.", "17"),  # a check after it
     ("So we store 84 cubic inches.\n\nRecap of the inputs: 2 boxes, 7 in, 6 in.", "84"),
+    # probe 18: a main clause's number in words after the working's digits; Chinese numerals; true steps in an
+    # answer tag; a loop cut off mid-number; problems the model invented after its answer
+    ("Putting 3 in each box, Omar can fill eleven boxes.", "11"),
+    ("Adding the 5 new puppies, 9 + 6 + 5, the shelter now has twenty dogs.", "20"),
+    ("所以小明一共买了九本书。", "9"),
+    ("答案是三十六。", "36"),
+    ("<answer>3*2.5 = 7.5, 7.5 + 4 = 11.5</answer>", "11.5"),
+    ("So 6*60=360 seconds\n\n" + "# Answer\n\n360\n\n" * 6 + "# Answer\n\n3", "360"),
+    ("$\\boxed{8}$\n\n---\n\n**Problem 2.** Compute $2^5$.\n\n$2^5 = \\boxed{32}$.", "8"),
 ]
 
 RIGHT_MATH_ONLY = [
@@ -492,6 +512,7 @@ RIGHT_MATH_ONLY = [
     ("Answer: y**2 + 4*y - 1", "y^2+4y-1"),
     ("Answer: 2 +/- sqrt(7)", "2 \\pm \\sqrt{7}"),
     ("Answer: (3/7, 1/7, 2/7)", "\\begin{pmatrix} 3/7 \\\\ 1/7 \\\\ 2/7 \\end{pmatrix}"),
+    ("The curve is a parabola.\n\nThe answer is (C) Parabola.", "\\text{(C)}"),  # a letter with its option's text
     ("The 6th term is 64 = 2^6 (the terms run 2, 4, 8, 16, 32, 64, 128).", "64"),
     ("So $f(-x) = -f(x)$ for every $x$.\n\nThe function is odd.", "\\text{odd}"),
     ("After 7 full turns she turns 90 degrees more, from south.\n\n**West**", "\\text{west}"),
