@@ -239,11 +239,14 @@ _THEREFORE = re.compile(r"^(?:\\(?:therefore|because|implies|Rightarrow|Longrigh
 _LATEX_LINE_NOT = re.compile(r"[&$]|\\[(\[]|\\(?:begin|end) ?\{(?![pbvBV]?matrix)")  # delimiters, align rows
 # an aside: "(not year 12)", "(2 h 40 min)"; never LaTeX, `(\sqrt{3} + 1)` is math
 _LAST_ASIDE = re.compile(r"(?<=[.!])[ \t]+\([^()\n]{1,400}\)[.!]?[ \t]*$")
-_ASIDE = re.compile(r"\s\((?=[^()\n$\\]{0,200}[A-Za-z]{3})[^()\n$\\]{1,200}\)")
+_ASIDE = re.compile(r"\s\((?!(?:or|maybe|possibly|perhaps)\b)(?=[^()\n$\\]{0,200}[A-Za-z]{3})[^()\n$\\]{1,200}\)")
+_OR_ASIDE = re.compile(r"\s\((?:or|maybe|possibly|perhaps)\b[^()\n]{0,200}?\d[^()\n]{0,200}\)")  # "x = 83 (or x = 85 if I
+# misread)": a hedge, each number an answer
 _EITHER, _OR_WORD = re.compile(r"(?i)\beither\b"), re.compile(r"(?i)\bor\b")
 _NUMBER_OR_NUMBER = re.compile(r"\d\s+or\s+(?:maybe\s+|possibly\s+|perhaps\s+)?-?\d")
 _LATEX_NUMBER = re.compile(r"-?\\[dt]?frac ?\{[^{}]{1,40}\} ?\{[^{}]{1,40}\}|-?\\sqrt ?\{[^{}]{1,40}\}")
-_OVER_WORDS = re.compile(r"(-?\d+) over (\d+)\.?")
+_OVER_WORDS = re.compile(r"(-?\d+) (?:over|out of) (\d+)\.?")  # "14 over 3", "1 out of 4"
+_OUT_OF = re.compile(r"(?<![\d.])(\d+) out of (\d+)$")
 _WORDS_THEN_DIGITS = re.compile(r"([A-Za-z][A-Za-z \-]{2,100}) \((-?\d+)\)\.?")
 
 
@@ -270,6 +273,8 @@ def _working(text: str) -> str | None:
     if (len(line) <= 200 and re.search(r"=|\\[A-Za-z]", line) and not _LATEX_LINE_NOT.search(line)
             and not _has_words(line)):
         return _THEREFORE.sub("", line)  # `\therefore x = \frac{3}{2}`: a last line of LaTeX without delimiters
+    if len(line) <= 400 and _OR_ASIDE.search(line):
+        return ", ".join(_WORKING_NUMBER.findall(line))
     aside = _ASIDE.sub("", _LAST_ASIDE.sub("", text)).rstrip()  # "So 10 (the other root 90 is rejected).": asides after
     # the answer; "Thus $x = 5$. (The other candidate, $x = 1$, ...)": a sentence in brackets after it
     text = aside if _DIGIT.search(aside[aside.rfind("\n") + 1 :]) else text
@@ -292,7 +297,8 @@ def _working(text: str) -> str | None:
     if not _DIGIT.search(text, comma):  # "Janet makes eighteen dollars every day.": its number in words
         runs = [m.group() for m in _WORDS_RUN.finditer(text, comma) if m.group().lower() != "one"
                 and re.match(r"[\s-]*([A-Za-z]*)", text[m.end():]).group(1).lower() not in _VALUE_WORDS - {"times"}]
-        said = _in_words(runs[-1], noun=False) if runs else _chinese_number(text[comma:])
+        part = runs and _PART_AFTER.match(text, text.rfind(runs[-1], comma) + len(runs[-1]))  # "three-fourths"
+        said = _in_words(runs[-1] + (part.group() if part else ""), noun=False) if runs else _chinese_number(text[comma:])
         if said is not None:
             return said
     span, number = _last_span(text), _last_number(text)
@@ -306,6 +312,9 @@ def _working(text: str) -> str | None:
     numbers = _WORKING_NUMBER.findall(sentence) if hedged else []
     if len(numbers) > 1 and _OR_WORD.search(sentence):  # "either 132 or 127", "after 12 or 13 years": a hedge
         return ", ".join(numbers)
+    out_of = _OUT_OF.search(text, max(0, end - 40), end)
+    if out_of:  # "The probability is 1 out of 4."
+        return f"\\frac{{{out_of.group(1)}}}{{{out_of.group(2)}}}"
     latex = [m for m in _LATEX_NUMBER.finditer(text, max(0, end - 100), end + 2) if m.end() == end + 1]
     if latex:  # "The ratio is \frac{3}{4}.": the fraction, not its last digit
         return latex[0].group()
@@ -325,6 +334,7 @@ def _working(text: str) -> str | None:
 
 
 _CHOICE = re.compile(r"(?:[Oo]ption |[Cc]hoice )?\(?([A-E])\)?\.?")
+_PART_AFTER = re.compile(r"[\s-](?:half|halves|thirds?|quarters?|fourths?|fifths?|sixths?|sevenths?|eighths?|ninths?|tenths?)\b")
 _CHOICE_NAMED = re.compile(r"\([A-E]\)[ \t]+[A-Za-z][A-Za-z \t-]{0,60}\.?")
 _NUMBER_WORDS = {w: i if i < 20 else 10 * (i - 18) for i, w in enumerate((
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
@@ -598,7 +608,7 @@ _LOOP_ANCHOR = re.compile(r"(?i)answer|\\boxed|####")
 
 def _loop_cut(text: str) -> str:
     """A text that ends repeating one unit of lines or sentences four times or more, cut off inside the last ("#
-    Answer\n\n540\n\n# Answer\n\n5"): up to the line or sentence of its last answer anchor, so the units before it
+    Answer\\n\\n540\\n\\n# Answer\\n\\n5"): up to the line or sentence of its last answer anchor, so the units before it
     answer (540, not 5)."""
     n = len(text)
     for p in range(2, min(ANSWER_CHARS, n // 4) + 1):
@@ -647,6 +657,7 @@ def _answer_first(text: str) -> list | None:
 def _boxes(text: str) -> list:
     """The boxes' answers (see `final_answers`), then ("end", where the last one closed); [] when none."""
     out: list = []
+    names: list = []  # each box's `NAME = ` before it, and where it starts
     end = -1
     for k, m in enumerate(_BOX.finditer(text)):
         if m.start() < end:
@@ -660,10 +671,17 @@ def _boxes(text: str) -> list:
             out = []  # "\boxed{24} Actually, I double counted: \boxed{20}": a stated correction replaces the boxes
         box = ("box", _box_answer(text[m.end() : close]))
         if box[1].strip() and not _NEGATED_BOX.search(text, max(0, m.start() - 12), m.start()) and box not in out:
-            if out and _operand(out[-1][1], text[max(end, m.start() - 200) : m.start()]):
+            before = text[max(end, m.start() - 200, 0) : m.start()]
+            if out and _operand(out[-1][1], before):
                 out.pop()  # "$\boxed{9}$ eggs ... $9 \times 2 = \boxed{18}$": a step the next box's working uses
+                names.pop()
+            named = before.rstrip(" \t$")  # `x = $\boxed{..}`: the name before the delimiter
+            step = _STEP.search(named) or _LABEL.search(named)
             out.append(box)
+            names.append((step.group(1).split("=")[0].strip() if step else "", m.start(), end))
         end = close + 1
+    if len(out) > 1 and _parts(text, names):
+        out = out[-1:]  # "$f(-2) = \boxed{2}$, ..., so the sum is $\boxed{\frac{14}{3}}$": the parts, then the answer
     boxed = list({_spelling(b): b.strip() for _, b in out}.values())  # `(6,31,-1)`, `(6, 31, -1)`: one answer
     values = {_value_of(b) for b in boxed} if len(boxed) > 1 else {None}
     if len(values) == 1 and None not in values:  # one number spelled twice (`15\\frac{39}{40}`, `\\frac{639}{40}`)
@@ -671,6 +689,20 @@ def _boxes(text: str) -> list:
     out = [("box", b) for b in boxed]  # several different boxes: each must be right (`_planned` reads them as one
     # list against a list gold)
     return out + [("end", end)] if out or end >= 0 else []
+
+
+_LABEL = re.compile(r"(?:^|\n|\. )[#*> \t]*([A-Za-z][A-Za-z ]{0,40}):\**[ \t]*$")  # "Meters per sprint: $\boxed{60}$"
+_ANSWER_NAME = re.compile(r"(?i)answer|result")  # "Answer: \boxed{9}" names no part
+_CONCLUSION = re.compile(r"(?i)\b(?:so|hence|thus|therefore|total|sum|answer|altogether|overall)\b")
+
+
+def _parts(text: str, names: list) -> bool:
+    """The boxes before the last each box a named quantity (`AP = \\boxed{..}`, `f(-2) = \\boxed{2}`) other than the
+    last box's, and the last comes after a conclusion ("so", "hence", "the sum", "answer"): parts on the way to it.
+    (`x = \\boxed{3}` or `x = \\boxed{5}`: the same name, a hedge; unnamed boxes: candidates, each an answer.)"""
+    last, start, previous_end = names[-1]
+    return bool(_CONCLUSION.search(text, previous_end, start)) and all(
+        name and name != last and re.search(r"[A-Za-z]", name) and not _ANSWER_NAME.search(name) for name, _, _ in names[:-1])
 
 
 _STEP = re.compile(r"(?:^|[$\n]|\\\(|\. )([^$\n]{1,150}?)=\s*$")  # the expression a box is the result of: `$9 \times 2 = `

@@ -191,6 +191,15 @@ WRONG = [
     ("<answer>3*2.5 = 7.5, 7.5 + 4 = 11</answer>", "11"),
     ("So 6*60=360 seconds\n\n" + "# Answer\n\n360\n\n" * 6 + "# Answer\n\n3", "3"),
     ("$\\boxed{8}$\n\n---\n\n**Problem 2.** Compute $2^5$.\n\n$2^5 = \\boxed{32}$.", "32"),
+    # boxes of named parts then a concluded last box: the last answers, and only it (same name twice, or unnamed
+    # candidates: each box is an answer)
+    ("$g(1) = \\boxed{4}$, $g(2) = \\boxed{7}$, so the sum is $\\boxed{11}$.", "4"),
+    ("$g(1) = \\boxed{4}$, $g(2) = \\boxed{7}$, so the sum is $\\boxed{12}$.", "11"),
+    ("$y = \\boxed{6}$, so $y = \\boxed{8}$.", "8"),
+    ("$\\boxed{6}$ and $\\boxed{9}$, so the answer is $\\boxed{9}$.", "9"),
+    ("Answer: $\\boxed{6}$.\nSo the answer: $\\boxed{9}$.", "9"),  # answer labels name no part
+    ("Subtracting 5 from both sides, $y = 41$.\n\ny = 41 (or y = 44 if I misread).", "44"),  # an aside that hedges
+    ("Subtracting 5 from both sides, $y = 41$.\n\ny = 41 (or y = 44 if I misread).", "41"),
 ]
 
 WRONG_MATH = [
@@ -503,6 +512,11 @@ RIGHT = [
     ("<answer>3*2.5 = 7.5, 7.5 + 4 = 11.5</answer>", "11.5"),
     ("So 6*60=360 seconds\n\n" + "# Answer\n\n360\n\n" * 6 + "# Answer\n\n3", "360"),
     ("$\\boxed{8}$\n\n---\n\n**Problem 2.** Compute $2^5$.\n\n$2^5 = \\boxed{32}$.", "8"),
+    ("$g(1) = \\boxed{4}$, $g(2) = \\boxed{7}$, so the sum is $\\boxed{11}$.", "11"),
+    ("We find $BC = \\boxed{\\frac{36}{5}}$, so $p + q = \\boxed{41}$.", "41"),
+    ("Rows: 4 × 2 = $\\boxed{8}$.\nSeats per row: $\\boxed{12}$.\nTotal seats: 8 × 12 = $\\boxed{96}$.", "96"),
+    ("The chance is 3 out of 8.", "\\frac{3}{8}"),
+    ("So the share is $\\frac{2}{5}$.\n\nThe share is two-fifths.", "\\frac{2}{5}"),
 ]
 
 RIGHT_MATH_ONLY = [
