@@ -323,6 +323,9 @@ def _working(text: str) -> str | None:
         return root.group()
     scale = _SCALE_WORD.match(text, end) or _MONEY.match(text, end) or _UNIT_WORD.match(text, end)  # "7 thousand" is
     # 7000; "18.90 cents" is no $18.90; "35 minutes" keeps its unit (the question may ask hours)
+    hours = _HOURS_AND.search(text, max(0, end - len(found) - 30), end - len(found)) if scale else None
+    if hours and _MINUTES.fullmatch(scale.group()):  # "2 hours and 40 minutes": 160 minutes
+        return f"{int(hours.group(1)) * 60 + int(found)} minutes" if found.isdigit() else found + scale.group()
     if scale:
         return found + scale.group()
     start = end - len(found)  # "Therefore 41 = 40": the chain the number ends, so that a false one is seen
@@ -409,6 +412,8 @@ def _in_words(text: str, noun: bool = True) -> str | None:
     return str(sign * (total + part)) if seen else None
 
 
+_HOURS_AND = re.compile(r"(?<![\d.])(\d{1,4}) ?(?:hours?|hrs?|h)\b,? (?:and )?$")
+_MINUTES = re.compile(r"(?i) ?(?:minutes?|mins?)")
 _CHAIN_CHARS = frozenset("0123456789. +-*/^\u00d7\u00f7()=")
 _MONEY = re.compile(r"(?i) ?(?:cents?|dollars?|euros?)\b")
 _SCALE_WORD = re.compile(r"(?i) ?(?:thousand|million|billion|trillion)\b")

@@ -516,6 +516,8 @@ RIGHT = [
     ("We find $BC = \\boxed{\\frac{36}{5}}$, so $p + q = \\boxed{41}$.", "41"),
     ("Rows: 4 × 2 = $\\boxed{8}$.\nSeats per row: $\\boxed{12}$.\nTotal seats: 8 × 12 = $\\boxed{96}$.", "96"),
     ("The chance is 3 out of 8.", "\\frac{3}{8}"),
+    ("Total: 90 + 60 = 150 minutes.\n\nThe trip takes **2 hours and 30 minutes**.", "150"),  # hours and minutes: minutes
+    ("The answer is 1 hour 5 minutes.", "65"),
     ("So the share is $\\frac{2}{5}$.\n\nThe share is two-fifths.", "\\frac{2}{5}"),
 ]
 

@@ -9,7 +9,9 @@ import pytest
 import judge_corpus
 import judge_probes
 
-# (probe, reward): (right answers not scored 1.0, wrong answers not scored 0.0), after each probe's fixes
+# (probe, reward): (right answers not scored 1.0, wrong answers not scored 0.0), after each probe's fixes. Probe 15's
+# writer labelled `Royce takes **4 hours 40 minutes**.` wrong for "how many minutes" (gold 280), probe 17's labelled
+# `It takes **2 hours and 40 minutes**` right for 160: the judge reads both as minutes (280, 160) and pays both
 MISSES_AT_MOST = {
     (5, "math"): (2, 0), (5, "number"): (16, 0),
     (6, "math"): (4, 0), (6, "number"): (2, 0),
@@ -21,9 +23,9 @@ MISSES_AT_MOST = {
     (12, "math"): (0, 0), (12, "number"): (0, 0),
     (13, "math"): (2, 1), (13, "number"): (0, 0),
     (14, "math"): (14, 22), (14, "number"): (10, 6),
-    (15, "math"): (33, 6), (15, "number"): (16, 4),
+    (15, "math"): (32, 7), (15, "number"): (15, 5),  # +1 wrong: `4 hours 40 minutes` (below)
     (16, "math"): (13, 5), (16, "number"): (8, 5),
-    (17, "math"): (35, 0), (17, "number"): (19, 0),
+    (17, "math"): (34, 0), (17, "number"): (18, 0),
     (18, "math"): (3, 0), (18, "number"): (2, 0),  # blind at 13d049a: 10/0 and 8/0
 }
 
