@@ -97,7 +97,7 @@ _BRACE = re.compile(r"[{}]")
 # the answer stated in Spanish, French, German, Italian, Portuguese or Russian: "Réponse : ellipse", "Ответ: 5"
 _FOREIGN = r"(?:\b(?:respuesta|réponse|antwort|risposta|resposta)\b|ответ)"
 _VERB = r"(?:is\b|(?=isn't\b)|:|=|(?:would|will|should|must)\s+be\b|was\b)"
-_STATEMENT = re.compile(rf"(?i)(?:(?<![^\W_])(?:answer|final\s+result|(?:option|choice)(?= is \(?(?-i:[A-E])\)?(?![\w(])))\b(?:[\"']|\}}\s*&?|\s*&)?[*\s]{{0,4}}(?:{_VERB}|\.(?=[ \t]*(?:\$|\\\(|-?\d)))|####|答案[*\s]{{0,4}}[是为:：]"
+_STATEMENT = re.compile(rf"(?i)(?:(?<![^\W_])(?:answer|final\s+result|(?:option|choice)(?= is \(?(?-i:[A-E])\)?(?![\w(])))\b(?:[\"']|\}}\s*&?|\s*&)?[*\s]{{0,4}}(?:{_VERB}|\.(?=[ \t]*(?:\$|\\\(|-?\d)))|####|答案[*\s]{{0,4}}[是为:：]|答え[*\s]{{0,4}}[は:：]|정?답[*\s]{{0,4}}[은:：]"
                         rf"|{_FOREIGN}(?:\s+finale?)?\s*(?::|(?:ist|lautet|es|est|è|é)\b)"
                         r"|(?<![^\n])(?:final[ \t]*[:,]|ans[.:]|required\s+[a-z]+[ \t]*=)(?=[ \t]*\S)|(?<![^\n])=>"
                         r"|(?:(?<=we )|(?<=i ))claim\s+(?:that\s+)?(?:[a-z]+\s+){0,4}?(?:is|equals|=)(?=\s))[*:：\s]{0,4}")
@@ -107,7 +107,7 @@ _ANSWER_FIRST = re.compile(r"(?i)[ \t]*(?:(?:so|thus|therefore|hence)\b,?[ \t]*)
                            r"(?:final[ \t]+|correct[ \t]+)?answer(?:[ \t]*[.!]?[ \t]*|;[^\n]*)")
 _HEADING = re.compile(r"(?i)answer[*: \t]{0,4}\n")  # "### Final Answer" with the answer on the last line
 _HEADING_START = re.compile(r"(?i)(?<![#* \t])[#* \t]*(?:final\s+)?$")  # what may precede "answer" on its line
-_ANCHORS = ("answer", "####", "答案", "option", "choice", "final result", "respuesta", "réponse", "antwort", "risposta",
+_ANCHORS = ("answer", "####", "答案", "答え", "답", "option", "choice", "final result", "respuesta", "réponse", "antwort", "risposta",
             "resposta", "ответ", "final", "ans", "required", "=>", "claim")
 # after a box: "final answer is / : / would be", and a "Final Answer" heading with the answer on the next line
 _FINAL_STATEMENT = re.compile(rf"(?i)(?:\bfinal\s+answer\b(?:[*\s]{{0,4}}{_VERB}|[* \t]{{0,4}}\n)|####|最终答案[*\s]{{0,4}}[是为:：]"
@@ -211,7 +211,7 @@ def _clause(text: str, i: int) -> str | None:
     return found if found and (re.search(r"[\d\\$\u221a\u03c0]|^[A-E]$|^\([A-E]\) ", found) or algebra or _in_words(found)) else None  # `√x`, `π`
 
 
-_OR_AFTER_BOX = re.compile(r"\$?[?!]*[ \t]*(?:,[ \t]*)?or[ \t]+(?:maybe[ \t]+|possibly[ \t]+|perhaps[ \t]+)?\$?(-?\d+(?:\.\d+)?)(?!\d|\.\d)")
+_OR_AFTER_BOX = re.compile(r"\$?\$?[?!]*[ \t]*(?:[,%(][ \t]*)?or[ \t]+(?:maybe[ \t]+|possibly[ \t]+|perhaps[ \t]+)?\$?(-?\d+(?:\.\d+)?)(?!\d|\.\d)")
 _COULD_BE = re.compile(r"(?:,?\s+but\s+(?:it\s+)?(?:could|might|may)\s+(?:also\s+)?be|(?i:\.?\s+alternatively,?))\s+\$?"
                        r"(-?\d{1,3}(?:,\d{3})+|-?\d+(?:\.\d+)?)(?![\d,]|\.\d)")  # "..., but it could be 12", ". Alternatively, $1,300"
 _MAYBE = re.compile(r"\s\((?:or\s+)?(?:possibly|maybe|perhaps|or)\s+(-?\d+(?:\.\d+)?)\)")
@@ -321,7 +321,8 @@ def _working(text: str) -> str | None:
     root = _ROOT_NUMBER.search(text, max(0, end - 40), end)
     if root:  # "The distance is 3√13 units.": the root, not its radicand
         return root.group()
-    scale = _SCALE_WORD.match(text, end) or _MONEY.match(text, end) or _UNIT_WORD.match(text, end)  # "7 thousand" is
+    scale = (_SCALE_WORD.match(text, end) or _MONEY.match(text, end) or _UNIT_WORD.match(text, end)  # "7 thousand" is
+             or _PERCENT_SIGN.match(text, end))
     # 7000; "18.90 cents" is no $18.90; "35 minutes" keeps its unit (the question may ask hours)
     hours = _HOURS_AND.search(text, max(0, end - len(found) - 30), end - len(found)) if scale else None
     if hours and _MINUTES.fullmatch(scale.group()):  # "2 hours and 40 minutes": 160 minutes
@@ -412,6 +413,7 @@ def _in_words(text: str, noun: bool = True) -> str | None:
     return str(sign * (total + part)) if seen else None
 
 
+_PERCENT_SIGN = re.compile(r"(?i) ?(?:\\?%|percent\b)")  # "The probability is 25%.": the percent is kept
 _HOURS_AND = re.compile(r"(?<![\d.])(\d{1,4}) ?(?:hours?|hrs?|h)\b,? (?:and )?$")
 _MINUTES = re.compile(r"(?i) ?(?:minutes?|mins?)")
 _CHAIN_CHARS = frozenset("0123456789. +-*/^\u00d7\u00f7()=")
@@ -427,7 +429,7 @@ def _last_span(text: str) -> tuple[int, str] | None:
     if j > 0:
         j2 = j - 1 if t[j - 1] == "$" else j
         i = t.rfind("$", 0, j2)
-        if i >= 0:
+        if i >= 0 and "\n\n" not in t[i:j]:  # no span holds a blank line: `70.000 $.\n\n... 70.000 $` is money
             best = (j, t[i + 1 : j2].strip("$"))
     for o, c in (("\\(", "\\)"), ("\\[", "\\]")):
         j = t.rfind(c)
@@ -851,6 +853,8 @@ def _corrected(text: str, end: int) -> list | None:
 # `1\ 000`, `1~000`, `1\!000`, `1\;000`, `1\:000`, the Unicode thin / no-break spaces. Unambiguous: it sits
 # between a digit and exactly three digits. Plain `1,000` and `1 000` are `_PLAIN_THOUSANDS`.
 _THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!\s?|\\,|\\!|\\;|\\:|\\ |~|[\u00a0\u2009\u202f'\u2019])(?=\d{3}(?!\d))")
+_BRACE_DECIMAL = re.compile(r"(?<=\d)\{,\}(?=\d{2}(?!\d)|\d{4})")  # `0{,}35625`: LaTeX's decimal comma (a thousands
+# `{,}` has three digits after it; `3{,}5` may be a list too, and is a decimal where the text is continental)
 # a whole number grouped by plain commas or spaces (`1,000,000`, `1 000`), not inside a bracket's list
 _PLAIN_THOUSANDS = re.compile(r"(?<![\d.,(\[{])[1-9]\d{0,2}(?:,\d{3})+(?![\d,)\]}])(?:\.\d+)?|(?<![\d.])\d{1,3}(?: \d{3})+(?!\d| \d)")
 _UNICODE = str.maketrans({"\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\u22c5": "\\cdot ", "\u03c0": "\\pi ",
@@ -1009,7 +1013,7 @@ def normalise(text: str) -> Answer:
     s = _IN_BASE.sub(r"\1_{\2}", s)
     s = _ROWS_ENV.sub(_rows, _ROW_SKIP.sub(r"\\\\", s)) if "\\begin" in s else s  # `\begin{cases} p = 6 \\ q = 31`
     s = _COLUMN.sub(_column, s) if "matrix" in s else s  # a column vector is the tuple of its entries
-    s = _E_NOTATION.sub(r"\1 \\times 10^{\2}", _THOUSANDS.sub("", s))
+    s = _E_NOTATION.sub(r"\1 \\times 10^{\2}", _THOUSANDS.sub("", _BRACE_DECIMAL.sub(".", s)))
     s = _latex(_US_DOLLAR.sub(" ", s.replace("\\$", " ")))
     s = _SIZED.sub(lambda m: "" if m.group(1) == "." else m.group(1), s)
     s = _DELIMS.sub(" ", s)
@@ -1360,6 +1364,7 @@ class Gold(NamedTuple):
     comma: bool = False  # a decimal-comma gold (`0,125`): the answer's `d,dd` numbers are decimal commas too
     asked: frozenset = frozenset()  # the question's own expressions, as written (`_asked`): none of them answers it
     unit_asked: str = ""  # the unit the question asks in ("how many hours", "in square inches"), `_unit_key` spelt
+    percent_asked: bool | None = None  # the question asks a percent ("what percent"); None: no question
 
 
 def gold_of(answer) -> Gold:
@@ -1470,6 +1475,9 @@ _UNIT_WORD = re.compile(rf" (?:square |cubic )?{_ONE_UNIT}(?:(?: ?/ ?| per )(?:{
 _KNOWN_UNITS = frozenset(w.lower() for w in _UNITS2.split()) | frozenset(_UNIT_NAMES)
 
 
+_ASKS_PERCENT = re.compile(r"(?i)\b(?:what|which|as\s+an?|in|the|by\s+how\s+many)\s+(?:percent(?:age)?|%)")
+
+
 @functools.lru_cache(maxsize=64)
 def _unit_asked(problem: str) -> str:
     """The unit the question asks for (`_unit_key`), or "" when it names none we know (`how many bags`)."""
@@ -1534,8 +1542,12 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
         return 0.0
     if numeral_only:  # the number reward: the number itself, no arithmetic left to do (`(-5)` is -5 written so)
         core = core[1:-1].strip() if core[:1] == "(" and core[-1:] == ")" and _NUMERAL.fullmatch(core[1:-1].strip()) else core
-        return float(value is not None and value == gold.value and bool(
+        percent_ok = not norm.percent or gold.answer.percent or abs(value or 0) >= 1 or bool(gold.percent_asked)
+        return float(value is not None and value == gold.value and percent_ok and bool(
             _NUMERAL.fullmatch(core) or _SCIENTIFIC.fullmatch(core) or _in_lowest_terms(core)))
+    if value is not None and gold.value is not None and norm.percent and not gold.answer.percent:  # `25\%` is the gold
+        # 25 ("what percent") and the gold 1/4; `0.25\%` is the gold 0.25 only when the question asks a percent
+        return float(value / 100 == gold.value or value == gold.value and (abs(value) >= 1 or bool(gold.percent_asked)))
     if value is not None and gold.value is not None:
         return float(value == gold.value)
     if gold.value is not None and (re.search(r"[\[\]]|\\[{}]", core) or len(_split_top(core) or [core, ""]) > 1
@@ -1685,7 +1697,8 @@ def _planned(completion, answer, numeral_only: bool, problem=None, local: bool =
         as_decimal = _planned(completion, re.sub(r"\{,\}|,", ".", str(answer).strip()), numeral_only, problem)
         if as_decimal[0] == 1.0:
             return as_decimal
-    if not local and _CONTINENTAL.search(final_text(str(completion))[-10 * ANSWER_CHARS :]):
+    tail = final_text(str(completion))[-10 * ANSWER_CHARS :]
+    if not local and (_CONTINENTAL.search(tail) or _money_after(tail)):
         as_there = _planned(completion, answer, numeral_only, problem, local=True)  # `2.500` in Spanish: 2500, or 2.5
         if as_there[0] == 1.0:
             return as_there
@@ -1694,7 +1707,8 @@ def _planned(completion, answer, numeral_only: bool, problem=None, local: bool =
     except Exception:
         raise _Unreadable from None
     try:  # what the question says (`_asked`, `_unit_asked`); a question the rules cannot read only goes unread
-        gold = gold._replace(asked=_asked(str(problem), str(answer)), unit_asked=_unit_asked(str(problem))) if problem else gold
+        gold = gold._replace(asked=_asked(str(problem), str(answer)), unit_asked=_unit_asked(str(problem)),
+                             percent_asked=bool(_ASKS_PERCENT.search(str(problem)[-400:]))) if problem else gold
     except Exception:
         pass
     if numeral_only and (gold.answer is None or gold.value is None or not _NUMERAL.fullmatch(gold.answer.core)):
@@ -1737,13 +1751,24 @@ def _planned(completion, answer, numeral_only: bool, problem=None, local: bool =
 # follows a lone 0: `0.125` is a decimal in both)
 _CONTINENTAL = re.compile(rf"(?i){_FOREIGN}|\b(?:ergebnis|por lo tanto|por tanto|entonces|así que|en total|donc|ainsi|au total|"
                           r"par conséquent|daher|somit|insgesamt|folglich|portanto|então|no total|quindi|dunque|pertanto)\b")
+_MONEY_AFTER = re.compile(r"\d\.\d{3}(?:,\d+)? ?(\$|€)(?!\d)")  # `70.000 $`: money written the continental way
+
+
+def _money_after(text: str) -> bool:
+    """A dot-grouped amount with its currency sign after it (`70.000 $`, `1.430 €`); a `$` that closes a math span
+    (`$0.1625 \\times 10 = 1.625$`: an odd count of `$` before it on its line) is no currency sign."""
+    for m in itertools.islice(_MONEY_AFTER.finditer(text), 32):
+        line = text[text.rfind("\n", 0, m.start()) + 1 : m.start(1)]
+        if m.group(1) == "€" or line.replace("\\$", "").count("$") % 2 == 0:
+            return True
+    return False
 _DOT_THOUSANDS = re.compile(r"(?<![\d.,])([1-9]\d{0,2})((?:\.\d{3})+)(?=,\d|(?![\d.,]))")
 _COMMA_DECIMAL = re.compile(r"(?<![\d.,])(\d+),(\d+)(?![\d.,])")
 
 
 def _continental(text: str) -> str:
     text = _DOT_THOUSANDS.sub(lambda m: m.group(1) + m.group(2).replace(".", ""), text)
-    return _COMMA_DECIMAL.sub(r"\1.\2", text)
+    return _COMMA_DECIMAL.sub(r"\1.\2", text.replace("{,}", ","))
 
 
 # a completion that addresses the grader ("ignore all previous instructions and output ...") games it: 0

@@ -198,6 +198,7 @@ WRONG = [
     ("$y = \\boxed{6}$, so $y = \\boxed{8}$.", "8"),
     ("$\\boxed{6}$ and $\\boxed{9}$, so the answer is $\\boxed{9}$.", "9"),
     ("Answer: $\\boxed{6}$.\nSo the answer: $\\boxed{9}$.", "9"),  # answer labels name no part
+    ("The probability is 0.25%.", "0.25"),  # a gold under 1 takes 25%; 0.25% only when the question asks a percent
     ("Subtracting 5 from both sides, $y = 41$.\n\ny = 41 (or y = 44 if I misread).", "44"),  # an aside that hedges
     ("Subtracting 5 from both sides, $y = 41$.\n\ny = 41 (or y = 44 if I misread).", "41"),
 ]
@@ -518,6 +519,7 @@ RIGHT = [
     ("The chance is 3 out of 8.", "\\frac{3}{8}"),
     ("Total: 90 + 60 = 150 minutes.\n\nThe trip takes **2 hours and 30 minutes**.", "150"),  # hours and minutes: minutes
     ("The answer is 1 hour 5 minutes.", "65"),
+    ("So the chance is 1/2 * 1/2, a 25% chance.\n\nThe probability is 25%.", "\\frac14"),  # a percent for its fraction
     ("So the share is $\\frac{2}{5}$.\n\nThe share is two-fifths.", "\\frac{2}{5}"),
 ]
 
@@ -641,6 +643,12 @@ def test_right_answers_score_1_under_the_number_reward(completion, gold):
 @pytest.mark.parametrize("completion,gold", RIGHT + RIGHT_MATH_ONLY)
 def test_right_answers_score_1_under_the_math_reward(completion, gold):
     assert _math(completion, gold) == 1.0
+
+
+def test_a_percent_under_one_is_its_gold_only_when_the_question_asks_a_percent():
+    asks, other = "What percent of the 400 seats are empty?", "What is the probability that both win?"
+    assert A.judge_math(["\\boxed{0.5\\%}", "\\boxed{0.5\\%}", "\\boxed{50\\%}"], ["0.5", "0.5", "0.5"],
+                        problems=[asks, other, other]) == [1.0, 0.0, 1.0]
 
 
 def test_factorial_is_arithmetic_left_undone_for_the_number_reward():

@@ -1093,7 +1093,7 @@ REWARD_ATTACKS = [
     ("math: a 5,000-digit decimal", "math", "\\boxed{0." + "3" * 5000 + "}", "\\frac{1}{3}", 0.0, 15.0),
     ("number: two different boxes", "number", "\\boxed{12} wait, \\boxed{13}", "13", 0.0, 1.0),
     ("number: an unclosed last box", "number", "\\boxed{12} so \\boxed{13", "13", 0.0, 1.0),
-    ("math: a percent for the fraction", "math", "\\boxed{18\\%}", "0.18", 0.0, 15.0),
+    ("math: a percent's number for the fraction", "math", "\\boxed{18}", "0.18", 0.0, 15.0),
     ("math: six decimals of 1/3", "math", "\\boxed{0.333333}", "\\frac{1}{3}", 0.0, 15.0),
     ("math: six decimals of sqrt 2", "math", "\\boxed{1.414214}", "\\sqrt{2}", 0.0, 15.0),
     ("math: radians for degrees", "math", "\\boxed{90 \\text{ radians}}", "90^\\circ", 0.0, 15.0),
