@@ -571,11 +571,26 @@ def _answers_in(text: str, raw: str) -> list:
         return []
     if _UNFINISHED.search(tail, max(0, len(tail) - 20)):  # "Now divide by the time to find the speed:": cut off
         return []
-    for _ in range(3):  # "... 15 liters.\n\nCheck: 24 L total, 15 L water": a check after the result is not it
-        check = _CHECK_LINE.search(tail, max(0, len(tail) - ANSWER_CHARS))
-        tail = tail[: check.start()].rstrip() if check and _DIGIT.search(tail, 0, check.start()) else tail
-    found = _working(tail)
+    tail, bold = _unchecked(tail), _bold_ending(_unchecked(raw.rstrip()[-ANSWER_CHARS * 10 :]))
+    found = _working(bold or tail)
     return [("working", found)] if found else []
+
+
+def _unchecked(tail: str) -> str:
+    """`tail` without the checks after its result ("... 15 liters.\n\nCheck: 24 L total, 15 L water"); not one that
+    doubts it ("Let me double-check ... Hmm, wait, that doesn't seem right"): that one is read."""
+    for _ in range(3):
+        check = _CHECK_LINE.search(tail, max(0, len(tail) - ANSWER_CHARS))
+        check = check if check and not _DOUBT.search(tail, check.start()) else None
+        tail = tail[: check.start()].rstrip() if check and _DIGIT.search(tail, 0, check.start()) else tail
+    return tail
+
+
+def _bold_ending(raw: str) -> str | None:
+    """The one bold span with a digit on the text's last line, as written (`They meet **27 miles** from City A.`): what
+    a chat model marks as its result, whatever numbers follow it on that line."""
+    spans = _BOLD.findall(raw, raw.rfind("\n") + 1)
+    return spans[0] if len(spans) == 1 and _DIGIT.search(spans[0]) else None
 
 
 _CLAIM = re.compile(r"(?i)\bwe\s+(claim)\b")
@@ -766,8 +781,9 @@ def _tag_answer(text: str, opened: re.Match) -> list:
 
 _QUESTION = re.compile(r"(?:[^?.\n]|\.\d){1,200}\?(?!\S)")  # the stated clause ends on `?`
 _POINTER = re.compile(r"(?i)(?:in|at|on|above|below|shown|given|from|inside|highlighted|the\s+(?:last|final|one|same))\b")
-_CHECK_LINE = re.compile(r"(?i)(?:\n|(?<=[.!])[ \t])[#*> \t]*(?:check|checking|verify|verification|recap|sanity check|"
-                         r"double-check)\b[^\n]*\s*$")  # a line or sentence that checks the result: "Sanity check: ..."
+_CHECK_LINE = re.compile(r"(?i)(?:\n|(?<=[.!])[ \t])[#*> \t]*(?:(?:we can|let me|let's|let us)[ \t]+)?(?:check|checking|verify|"
+                         r"verification|recap|sanity[ -]check|double-check|note)\b[^\n]*\s*$")  # a line or sentence that checks the result: "Sanity check: ..."
+_BOLD = re.compile(r"\*\*([^*\n]{1,80})\*\*")
 _POSSIBLE = re.compile(r"(?i)\b(?:possible|candidate|potential)\s+answers\b")
 _BELOW = re.compile(r"(?i)[^.\n]{0,40}\b(?:below|following|next)\b")  # "the answer is given below:": after it
 _CODE_END = re.compile(r"```[ \t\n]*$")
@@ -1512,7 +1528,7 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     core = spelled or core  # `\boxed{twenty-seven}`, `$eighteen$`: the number those words are
     if not core or _too_big(core) or (gold.value is not None and _TOWER.search(core) and _side_value(core) is None):
         return 0.0  # nothing, or a power tower / factorial past any gold: refused before math-verify's timeout
-    core = _as_interval(core) if _is_interval(gold.answer.core) else core  # `3 < x \le 4` for the gold `(3, 4]`
+    core = _as_interval(core) if _is_interval(gold.answer.core, core) else core  # `3 < x \le 4` for the gold `(3, 4]`
     parts = _split_top(core) if "\\cup" in gold.answer.core and _ORDER.search(core) else None
     if parts and len(parts) > 1 and all(_ORDER.search(p) for p in parts):  # `x < 2, x > 3` (or): a union gold's parts
         core = " \\cup ".join(_as_interval(p.strip()) for p in parts)
@@ -1545,6 +1561,13 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
         percent_ok = not norm.percent or gold.answer.percent or abs(value or 0) >= 1 or bool(gold.percent_asked)
         return float(value is not None and value == gold.value and percent_ok and bool(
             _NUMERAL.fullmatch(core) or _SCIENTIFIC.fullmatch(core) or _in_lowest_terms(core)))
+    parts = _split_top(core) if value is None and gold.value is not None else None
+    if parts and 1 < len(parts) <= MAX_ANSWERS:  # `\boxed{\tfrac{1}{2} \text{ or } 0.5}`: one value spelled twice
+        try:
+            values = {exact_number(p.strip()) for p in parts}
+        except _TooLong:
+            return 0.0
+        value = values.pop() if len(values) == 1 and None not in values else None
     if value is not None and gold.value is not None and norm.percent and not gold.answer.percent:  # `25\%` is the gold
         # 25 ("what percent") and the gold 1/4; `0.25\%` is the gold 0.25 only when the question asks a percent
         return float(value / 100 == gold.value or value == gold.value and (abs(value) >= 1 or bool(gold.percent_asked)))
@@ -1563,10 +1586,10 @@ _ORDER = re.compile(r"(<=|>=|<|>|\\(?:leqslant|geqslant|leq|geq|le|ge|lt|gt)(?![
 _VARIABLE = re.compile(r"[A-Za-z]|\\(?!infty)[a-zA-Z]+")
 
 
-def _is_interval(core: str) -> bool:
-    """An interval gold: `(3, 4]`, `[-2, \\infty)`; not `(3, 4)`, which is a point as well."""
+def _is_interval(core: str, answer: str = "") -> bool:
+    """An interval gold: `(3, 4]`, `[-2, \\infty)`; `(3, 4)`, a point as well, only against an inequality answer."""
     return (core[:1] in "([" and core[-1:] in ")]" and len(_split_top(core[1:-1]) or []) == 2
-            and (core[0] + core[-1] != "()" or "\\infty" in core))
+            and (core[0] + core[-1] != "()" or "\\infty" in core or _ORDER.search(answer) is not None))
 
 
 def _as_interval(core: str) -> str:
@@ -1732,7 +1755,8 @@ def _planned(completion, answer, numeral_only: bool, problem=None, local: bool =
         if letter and gold.answer is not None and not _CHOICE.fullmatch(gold.answer.core):
             options = _options(str(completion)) if options is None else options
             text = options.get(letter.group(1)) or text  # "(A) 336 (B) 338 ... The answer is (A)": 336
-        if kind == "working" and text and not gold.equation:
+        if kind == "working" and text and not gold.equation and not (
+                gold.answer and _is_interval(gold.answer.core, text)):  # `-\sqrt3 < x < \sqrt3`: whole
             text = _last_side(text)  # working's last result: `12 \\times 14 = 168` -> 168 (`41 = 40` stays false)
         asked, equals, value = (text or "").partition("=")
         if equals and gold.asked and not gold.equation and "=" not in value and _written(asked) in gold.asked and not (

@@ -199,6 +199,9 @@ WRONG = [
     ("$\\boxed{6}$ and $\\boxed{9}$, so the answer is $\\boxed{9}$.", "9"),
     ("Answer: $\\boxed{6}$.\nSo the answer: $\\boxed{9}$.", "9"),  # answer labels name no part
     ("The probability is 0.25%.", "0.25"),  # a gold under 1 takes 25%; 0.25% only when the question asks a percent
+    ("\\boxed{\\tfrac{3}{4} \\text{ or } 0.7}", "0.75"),  # two values: a hedge
+    ("So there are 31.\n\nLet me double-check: hmm, that doesn't seem right, the 6 were counted twice.", "31"),
+    ("**Step 1:** 4 + 5 = 9\n\nSo she has 12 left.", "9"),  # a bold label, not the last line's result
     ("Subtracting 5 from both sides, $y = 41$.\n\ny = 41 (or y = 44 if I misread).", "44"),  # an aside that hedges
     ("Subtracting 5 from both sides, $y = 41$.\n\ny = 41 (or y = 44 if I misread).", "41"),
 ]
@@ -520,6 +523,14 @@ RIGHT = [
     ("Total: 90 + 60 = 150 minutes.\n\nThe trip takes **2 hours and 30 minutes**.", "150"),  # hours and minutes: minutes
     ("The answer is 1 hour 5 minutes.", "65"),
     ("So the chance is 1/2 * 1/2, a 25% chance.\n\nThe probability is 25%.", "\\frac14"),  # a percent for its fraction
+    # a bold result on the last line whatever follows it there; a note or a check after the result; one value spelled
+    # twice in a box; an inequality for an open interval gold
+    ("They walk 4 hours in all.\n\nThey end up **19 miles** from camp, 2 miles past the lake.", "19"),
+    ("**19 miles from camp.** Ana rode 7 × 2 = 14 miles, and 19 - 14 = 5 ✓.", "19"),
+    ("Ben has 31 cards.\n\nNote: had he kept the 6 he traded, he would have 31 + 6 = 37.", "31"),
+    ("So there are 31.\n\nLet me double-check: 25 + 6 = 31, fine.", "31"),
+    ("$$\\boxed{\\tfrac{3}{4} \\text{ or } 0.75}$$", "\\frac34"),
+    ("So it holds for $-\\sqrt{5} < x < \\sqrt{5}$.", "(-\\sqrt{5}, \\sqrt{5})"),
     ("So the share is $\\frac{2}{5}$.\n\nThe share is two-fifths.", "\\frac{2}{5}"),
 ]
 
