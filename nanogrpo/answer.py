@@ -118,8 +118,9 @@ _FINAL_STATEMENT = re.compile(rf"(?i)(?:\bfinal\s+answer\b(?:[*\s]{{0,4}}{_VERB}
 # closing bold ends the sentence (`**18**!`), one inside it is a factorial (`**5!**`)
 _VULGAR = str.maketrans({c: f"\\frac{{{n}}}{{{d}}}" for c, (n, d) in zip("½⅓⅔¼¾⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞", [
     (1, 2), (1, 3), (2, 3), (1, 4), (3, 4), (1, 5), (2, 5), (3, 5), (4, 5), (1, 6), (5, 6), (1, 8), (3, 8), (5, 8), (7, 8)])})
-_EXTRACT = _VULGAR | {ord("\u2212"): "-", ord("\u2234"): "\\therefore "} | {  # `−4` is -4; `∴ x = 5`; `２７` is 27 and
+_EXTRACT = _VULGAR | {ord("\u2212"): "-", ord("\u2234"): "\\therefore ", ord("\u00a2"): " cents"} | {  # `−4` is -4; `∴ x = 5`; `２７` is 27 and
     c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)} | dict.fromkeys([0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF])  # `5\u200b40` 540
+# (`105¢` is 105 cents)
 # check marks, emoji and shapes decorate a line (`6 ✓`, `➡️ **7**`); a cross (`✗`, `❌`) rejects what it marks: kept
 _MARKS = re.compile("[\u25a0-\u25ff\u2600-\u2716\u2719-\u274b\u274d\u274f-\u27bf\ufe0f\U0001f300-\U0001faff]")
 _BULLET = re.compile(r"(?m)^[ \t]*(?:[\u2190-\u21ff\u2022\u2023\u2043\u2219\u25e6]|[-*](?=[ \t]))[ \t]*")  # `→ `, `• `, `- `
@@ -238,6 +239,7 @@ def _worked(clause: str) -> bool:
 _THEREFORE = re.compile(r"^(?:\\(?:therefore|because|implies|Rightarrow|Longrightarrow|q?quad|[,;:! ])\s*|=(?!=)\s*)+")
 _LATEX_LINE_NOT = re.compile(r"[&$]|\\[(\[]|\\(?:begin|end) ?\{(?![pbvBV]?matrix)")  # delimiters, align rows
 # an aside: "(not year 12)", "(2 h 40 min)"; never LaTeX, `(\sqrt{3} + 1)` is math
+_RESTATED = re.compile(r"(?<=[\w%])[ \t]+\((?:that's|that is|i\.e\.,?|=|about|≈)?[ \t]*\\?\$?\d[\d,.]*[ \t]*[A-Za-z]{0,8}\)(?=[.!]?[ \t]*$)")
 _LAST_ASIDE = re.compile(r"(?<=[.!])[ \t]+\([^()\n]{1,400}\)[.!]?[ \t]*$")
 _ASIDE = re.compile(r"\s\((?!(?:or|maybe|possibly|perhaps)\b)(?=[^()\n$\\]{0,200}[A-Za-z]{3})[^()\n$\\]{1,200}\)")
 _OR_ASIDE = re.compile(r"\s\((?:or|maybe|possibly|perhaps)\b[^()\n]{0,200}?\d[^()\n]{0,200}\)")  # "x = 83 (or x = 85 if I
@@ -275,6 +277,7 @@ def _working(text: str) -> str | None:
         return _THEREFORE.sub("", line)  # `\therefore x = \frac{3}{2}`: a last line of LaTeX without delimiters
     if len(line) <= 400 and _OR_ASIDE.search(line):
         return ", ".join(_WORKING_NUMBER.findall(line))
+    text = _RESTATED.sub("", text)  # "7,500 cents (that's $75).": the amount again in another unit
     aside = _ASIDE.sub("", _LAST_ASIDE.sub("", text)).rstrip()  # "So 10 (the other root 90 is rejected).": asides after
     # the answer; "Thus $x = 5$. (The other candidate, $x = 1$, ...)": a sentence in brackets after it
     text = aside if _DIGIT.search(aside[aside.rfind("\n") + 1 :]) else text
@@ -294,9 +297,18 @@ def _working(text: str) -> str | None:
     comma = text.rfind(", ", start) + 2  # "Putting 2 in each bag, Jean can fill fourteen bags.": a main clause after
     if comma < 2 or _DIGIT.search(text, comma) or _MATH_DELIMITER.search(text, comma) or not _SUBJECT.match(text, comma):
         comma = start  # the working, its subject and verb first (not ", three more than Bob")
+    equals = text.rfind("= ", start) + 2  # "35 + 70 = one hundred and five questions": the chain's result in words
+    comma = equals if equals > comma and not _DIGIT.search(text, equals) and _WORDS_RUN.match(text, equals) else comma
+    odds = _WORDS_IN.search(text, comma) if not _DIGIT.search(text, comma) else None
+    if odds:  # "a one in four chance": the fraction
+        top, bottom = (_in_words(g, noun=False) if g.lower() not in ("a", "an") else "1" for g in odds.groups())
+        if top and bottom:
+            return f"\\frac{{{top}}}{{{bottom}}}"
     if not _DIGIT.search(text, comma):  # "Janet makes eighteen dollars every day.": its number in words
-        runs = [m.group() for m in _WORDS_RUN.finditer(text, comma) if m.group().lower() != "one"
-                and re.match(r"[\s-]*([A-Za-z]*)", text[m.end():]).group(1).lower() not in _VALUE_WORDS - {"times"}]
+        runs = [m.group() + (dozen.group() if dozen else "") for m in _WORDS_RUN.finditer(text, comma)
+                if m.group().lower() != "one" and (
+                    (dozen := _DOZEN_AFTER.match(text, m.end())) or re.match(r"[\s-]*([A-Za-z]*)", text[m.end():]).group(
+                        1).lower() not in _VALUE_WORDS - {"times"})]
         part = runs and _PART_AFTER.match(text, text.rfind(runs[-1], comma) + len(runs[-1]))  # "three-fourths"
         said = _in_words(runs[-1] + (part.group() if part else ""), noun=False) if runs else _chinese_number(text[comma:])
         if said is not None:
@@ -359,6 +371,8 @@ _NUMBER_WORD = "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))  # the lon
 _WORDS_RUN = re.compile(rf"(?i)\b(?:(?:negative|minus)\s+)?(?:(?:{_NUMBER_WORD})(?:[\s-]+(?:and\s+)?(?:{_NUMBER_WORD}|hundred|thousand|million)\b)*)\b")
 # two or more math spans joined by "and" / "or" / commas: "The integers are $-2$ and $1$." answers both
 _SPAN_LIST = re.compile(r"(?:\$[^$\n]{1,80}\$(?:\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+)){1,7}\$[^$\n]{1,80}\$")
+_DOZEN_AFTER = re.compile(r"(?i) dozens?\b")  # "seven dozen eggs": dozens, counted as the question asks (`_planned`)
+_WORDS_IN = re.compile(rf"(?i)\b({_NUMBER_WORD}|an?)\s+(?:in|out\s+of)\s+({_NUMBER_WORD})\b")  # "one in four"
 # a clause's subject and verb before its number: two words, the first no conjunction ("and he has three" is a second
 # quantity, "three more than Bob" a comparison)
 _SUBJECT = re.compile(rf"(?i)(?!(?:and|but|or|while|whereas|although|though|plus|minus|{_NUMBER_WORD})\b)[a-z']+[ \t]+"
@@ -397,6 +411,9 @@ def _in_words(text: str, noun: bool = True) -> str | None:
         counted = _in_words(" ".join(words[:-1]), noun=False)
         if counted is not None:
             return counted
+    if len(words) > 1 and words[-1] in ("dozen", "dozens"):  # `seven dozen`, `a dozen`: a count of dozens
+        top = "1" if words[:-1] == ["a"] else _in_words(" ".join(words[:-1]), noun=False)
+        return None if top is None else f"{top} dozen"
     part = _PARTS.get(words[-1].removesuffix("s")) if len(words) > 1 else None
     if part:  # `two thirds`, `a half`: a numerator in words over the part's denominator
         top = "1" if words[:-1] == ["a"] else _in_words(" ".join(words[:-1]))
@@ -418,7 +435,7 @@ _HOURS_AND = re.compile(r"(?<![\d.])(\d{1,4}) ?(?:hours?|hrs?|h)\b,? (?:and )?$"
 _MINUTES = re.compile(r"(?i) ?(?:minutes?|mins?)")
 _CHAIN_CHARS = frozenset("0123456789. +-*/^\u00d7\u00f7()=")
 _MONEY = re.compile(r"(?i) ?(?:cents?|dollars?|euros?)\b")
-_SCALE_WORD = re.compile(r"(?i) ?(?:thousand|million|billion|trillion)\b")
+_SCALE_WORD = re.compile(r"(?i) ?(?:thousand|million|billion|trillion|dozens?)\b")
 
 
 def _last_span(text: str) -> tuple[int, str] | None:
@@ -590,7 +607,7 @@ def _bold_ending(raw: str) -> str | None:
     """The one bold span with a digit on the text's last line, as written (`They meet **27 miles** from City A.`): what
     a chat model marks as its result, whatever numbers follow it on that line."""
     spans = _BOLD.findall(raw, raw.rfind("\n") + 1)
-    return spans[0] if len(spans) == 1 and _DIGIT.search(spans[0]) else None
+    return spans[0] if len(spans) == 1 and (_DIGIT.search(spans[0]) or _in_words(spans[0])) else None
 
 
 _CLAIM = re.compile(r"(?i)\bwe\s+(claim)\b")
@@ -928,9 +945,9 @@ _UNIT_TAIL = re.compile(rf"(?<=[\d}}).])( ?{_UNIT}(?:(?: ?/ ?| per | ){_UNIT}){{
 _VALUE_WORDS = frozenset("squared cubed square cubic dozen dozens score half halves hundred hundreds thousand thousands "
                          "million millions billion billions trillion trillions times twice double triple factorial "
                          "th st nd rd".split())
-_SCALE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)(?:\\[ ,;:]| )?(?:\\(?:text|mbox|mathrm)\s*\{ ?)?(thousand|million|billion|trillion)\b"
+_SCALE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)(?:\\[ ,;:]| )?(?:\\(?:text|mbox|mathrm)\s*\{ ?)?(thousand|million|billion|trillion|dozens?)\b"
                     r"(?: ?\})?", re.I)
-_SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
+_SCALES = {"thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12, "dozen": 12, "dozens": 12}
 _OR = re.compile(r"\\text\s*\{\s*(?:or|and)\s*\}|\\q?quad|(?<![A-Za-z\\])(?:or|and)(?![A-Za-z])|;")
 _COMMAS = re.compile(r" ?,(?: ?,)* ?")
 _PM = re.compile(r"\\(pm|mp)(?![A-Za-z])")
@@ -1122,8 +1139,8 @@ def _repeating(m: re.Match) -> str:
 
 
 def _scaled(m: re.Match) -> str:
-    """`2.5 million` -> `2500000`: a scale word multiplies (exactly: the product of a decimal and a power of 10)."""
-    value = Fraction(m.group(1)) * 10 ** _SCALES[m.group(2).lower()]
+    """`2.5 million` -> `2500000`, `7 dozen` -> `84`: a scale word multiplies (exactly: a decimal times an integer)."""
+    value = Fraction(m.group(1)) * _SCALES[m.group(2).lower()]
     return str(value.numerator) if value.denominator == 1 else m.group()
 
 
@@ -1381,6 +1398,7 @@ class Gold(NamedTuple):
     asked: frozenset = frozenset()  # the question's own expressions, as written (`_asked`): none of them answers it
     unit_asked: str = ""  # the unit the question asks in ("how many hours", "in square inches"), `_unit_key` spelt
     percent_asked: bool | None = None  # the question asks a percent ("what percent"); None: no question
+    dozens: bool = False  # the question asks in dozens ("How many dozens of eggs"): `7 dozen` is 7, not 84
 
 
 def gold_of(answer) -> Gold:
@@ -1491,6 +1509,8 @@ _UNIT_WORD = re.compile(rf" (?:square |cubic )?{_ONE_UNIT}(?:(?: ?/ ?| per )(?:{
 _KNOWN_UNITS = frozenset(w.lower() for w in _UNITS2.split()) | frozenset(_UNIT_NAMES)
 
 
+_ASKS_DOZENS = re.compile(r"(?i)\bhow\s+many\s+dozens?\b|\bin\s+dozens\b")
+_DOZENS = re.compile(r"(?i)(?<=[\d}])\s?(?:\\(?:text|mbox|mathrm)\s*\{\s*)?dozens?\b\}?")
 _ASKS_PERCENT = re.compile(r"(?i)\b(?:what|which|as\s+an?|in|the|by\s+how\s+many)\s+(?:percent(?:age)?|%)")
 
 
@@ -1731,7 +1751,8 @@ def _planned(completion, answer, numeral_only: bool, problem=None, local: bool =
         raise _Unreadable from None
     try:  # what the question says (`_asked`, `_unit_asked`); a question the rules cannot read only goes unread
         gold = gold._replace(asked=_asked(str(problem), str(answer)), unit_asked=_unit_asked(str(problem)),
-                             percent_asked=bool(_ASKS_PERCENT.search(str(problem)[-400:]))) if problem else gold
+                             percent_asked=bool(_ASKS_PERCENT.search(str(problem)[-400:])),
+                             dozens=bool(_ASKS_DOZENS.search(str(problem)[-400:]))) if problem else gold
     except Exception:
         pass
     if numeral_only and (gold.answer is None or gold.value is None or not _NUMERAL.fullmatch(gold.answer.core)):
@@ -1762,6 +1783,7 @@ def _planned(completion, answer, numeral_only: bool, problem=None, local: bool =
         if equals and gold.asked and not gold.equation and "=" not in value and _written(asked) in gold.asked and not (
                 kind == "working" and _UNKNOWN.search(_unwrap(value))):  # working's `E = ...` in unknowns: still working
             text = value  # "Find $f(3)$." answered `f(3) = 8`: the value of what it asks for
+        text = _DOZENS.sub("", text) if text and gold.dozens else text  # "How many dozens": `7 dozen` is 7
         got = _verdict_without_sympy(text, gold, numeral_only)
         if got == 0.0:
             return 0.0, []

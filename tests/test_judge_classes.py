@@ -202,6 +202,8 @@ WRONG = [
     ("\\boxed{\\tfrac{3}{4} \\text{ or } 0.7}", "0.75"),  # two values: a hedge
     ("So there are 31.\n\nLet me double-check: hmm, that doesn't seem right, the 6 were counted twice.", "31"),
     ("**Step 1:** 4 + 5 = 9\n\nSo she has 12 left.", "9"),  # a bold label, not the last line's result
+    ("With 4 per team: 96 ÷ 4 = 24.\n\nThere are 2 dozen teams.", "2"),  # 2 dozen is 24 unless dozens are asked
+    ("So there's a one in six chance of rolling it.", "6"),
     ("Subtracting 5 from both sides, $y = 41$.\n\ny = 41 (or y = 44 if I misread).", "44"),  # an aside that hedges
     ("Subtracting 5 from both sides, $y = 41$.\n\ny = 41 (or y = 44 if I misread).", "41"),
 ]
@@ -531,6 +533,12 @@ RIGHT = [
     ("So there are 31.\n\nLet me double-check: 25 + 6 = 31, fine.", "31"),
     ("$$\\boxed{\\tfrac{3}{4} \\text{ or } 0.75}$$", "\\frac34"),
     ("So it holds for $-\\sqrt{5} < x < \\sqrt{5}$.", "(-\\sqrt{5}, \\sqrt{5})"),
+    # the amount restated in brackets; the cent sign; odds in words; a chain's result in words; dozens multiply
+    ("Total: 3,000 + 1,500 = 4,500 cents (that's $45).", "4500"),
+    ("Total: 40 + 15 = 55¢ ($0.55).", "55"),
+    ("So there's a one in six chance of rolling it.", "\\frac16"),
+    ("Left to do: 41 + 30 = seventy-one pages.", "71"),
+    ("With 4 per team: 96 ÷ 4 = 24.\n\nThere are 2 dozen teams.", "24"),
     ("So the share is $\\frac{2}{5}$.\n\nThe share is two-fifths.", "\\frac{2}{5}"),
 ]
 
@@ -654,6 +662,13 @@ def test_right_answers_score_1_under_the_number_reward(completion, gold):
 @pytest.mark.parametrize("completion,gold", RIGHT + RIGHT_MATH_ONLY)
 def test_right_answers_score_1_under_the_math_reward(completion, gold):
     assert _math(completion, gold) == 1.0
+
+
+def test_dozens_are_counted_as_the_question_asks():
+    dozens, eggs = "How many dozens of eggs will she eat in 4 weeks?", "How many eggs will she eat in 4 weeks?"
+    said = "84 eggs in all, 84 / 12 = 7.\n\nShe will eat **seven dozen** eggs in 4 weeks."
+    assert A.judge_math([said, said, said, said], ["7", "84", "84", "7"], problems=[dozens, dozens, eggs, eggs]) == [
+        1.0, 0.0, 1.0, 0.0]
 
 
 def test_a_percent_under_one_is_its_gold_only_when_the_question_asks_a_percent():
