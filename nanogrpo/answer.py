@@ -74,6 +74,7 @@ _END_OF_TURN = re.compile(r"<\|(?:im_end|endoftext|eot_id|end)\|>|</s>|<end_of_t
 # problems it invents, each with its own box
 _NEXT_PROBLEM = re.compile(r"\n[ \t]*(?:#{1,4}[ \t]*|\*\*)?(?:Problem|Question|Exercise|Example)[ \t]+\d{1,3}[.:)]")
 _ANSWERED = re.compile(r"(?i)\\boxed|\banswer\b|####")
+_HASHES_LINE = re.compile(r"(?m)^[ \t]*#### ?\$?-?\d[\d,]*(?:\.\d+)?[ \t]*$")
 
 
 @functools.lru_cache(maxsize=8)  # a verdict reads it up to 3 times; a 1 MB text costs ~10 ms a search
@@ -88,16 +89,20 @@ def final_text(completion: str) -> str:
         return ""
     completion = completion if cut < 0 else completion[cut + len("</think>") :]
     new = _NEXT_PROBLEM.search(completion)  # "\boxed{6}\n\n**Problem 2.** Evaluate ...": a problem it invented after
-    return completion[: new.start()] if new and _ANSWERED.search(completion, 0, new.start()) else completion
+    completion = completion[: new.start()] if new and _ANSWERED.search(completion, 0, new.start()) else completion
+    hashes = _HASHES_LINE.search(completion)  # "#### 3\n\nJames has 5 apples. ...? ... #### 8": GSM8K's answer line
+    rest = completion[hashes.end() :].split("####")[0] if hashes else ""  # ends it when a new question follows (not a
+    return completion[: hashes.end()] if "?" in rest else completion  # correction: "Corrected: #### 40")
 
 
-_BOX = re.compile(r"\\(?:boxed|fbox|framebox)\s*\{")
+_BOX = re.compile(r"\\(?:boxed|fbox|framebox|box)\s*\{")
+_BARE_BOX = re.compile(r"\\boxed[ \t]+(-?\d+(?:\.\d+)?)(?![\d.,/^_{])")
 _BRACE = re.compile(r"[{}]")
 # "the answer is", "Final answer:", "**Answer:** ", GSM8K's "#### "
 # the answer stated in Spanish, French, German, Italian, Portuguese or Russian: "Réponse : ellipse", "Ответ: 5"
 _FOREIGN = r"(?:\b(?:respuesta|réponse|antwort|risposta|resposta)\b|ответ)"
 _VERB = r"(?:is\b|(?=isn't\b)|:|=|(?:would|will|should|must)\s+be\b|was\b)"
-_STATEMENT = re.compile(rf"(?i)(?:(?<![^\W_])(?:answer|final\s+result|(?:option|choice)(?= is \(?(?-i:[A-E])\)?(?![\w(])))\b(?:[\"']|\}}\s*&?|\s*&)?[*\s]{{0,4}}(?:{_VERB}|\.(?=[ \t]*(?:\$|\\\(|-?\d)))|####|答案[*\s]{{0,4}}[是为:：]|答え[*\s]{{0,4}}[は:：]|정?답[*\s]{{0,4}}[은:：]"
+_STATEMENT = re.compile(rf"(?i)(?:(?<![^\W_])(?:answer|final\s+result|(?:option|choice)(?= is \(?(?-i:[A-E])\)?(?![\w(])))\b(?:[\"']|\}}\s*&?|\s*&)?[*\s]{{0,4}}(?:{_VERB}|\.(?=[ \t]*(?:\$|\\\(|-?\d)))|####|答案[*\s]{{0,4}}[是为:：]|答え[*\s]{{0,4}}[は:：]|정?답[*\s]{{0,4}}[은:：]|(?:الجواب|الإجابة|پاسخ|जवाब|उत्तर)\s*[:：]"
                         rf"|{_FOREIGN}(?:\s+finale?)?\s*(?::|(?:ist|lautet|es|est|è|é)\b)"
                         r"|(?<![^\n])(?:final[ \t]*[:,]|ans[.:]|required\s+[a-z]+[ \t]*=)(?=[ \t]*\S)|(?<![^\n])=>"
                         r"|(?:(?<=we )|(?<=i ))claim\s+(?:that\s+)?(?:[a-z]+\s+){0,4}?(?:is|equals|=)(?=\s))[*:：\s]{0,4}")
@@ -107,7 +112,7 @@ _ANSWER_FIRST = re.compile(r"(?i)[ \t]*(?:(?:so|thus|therefore|hence)\b,?[ \t]*)
                            r"(?:final[ \t]+|correct[ \t]+)?answer(?:[ \t]*[.!]?[ \t]*|;[^\n]*)")
 _HEADING = re.compile(r"(?i)answer[*: \t]{0,4}\n")  # "### Final Answer" with the answer on the last line
 _HEADING_START = re.compile(r"(?i)(?<![#* \t])[#* \t]*(?:final\s+)?$")  # what may precede "answer" on its line
-_ANCHORS = ("answer", "####", "答案", "答え", "답", "option", "choice", "final result", "respuesta", "réponse", "antwort", "risposta",
+_ANCHORS = ("answer", "####", "答案", "答え", "답", "الجواب", "الإجابة", "پاسخ", "जवाब", "उत्तर", "option", "choice", "final result", "respuesta", "réponse", "antwort", "risposta",
             "resposta", "ответ", "final", "ans", "required", "=>", "claim")
 # after a box: "final answer is / : / would be", and a "Final Answer" heading with the answer on the next line
 _FINAL_STATEMENT = re.compile(rf"(?i)(?:\bfinal\s+answer\b(?:[*\s]{{0,4}}{_VERB}|[* \t]{{0,4}}\n)|####|最终答案[*\s]{{0,4}}[是为:：]"
@@ -118,9 +123,10 @@ _FINAL_STATEMENT = re.compile(rf"(?i)(?:\bfinal\s+answer\b(?:[*\s]{{0,4}}{_VERB}
 # closing bold ends the sentence (`**18**!`), one inside it is a factorial (`**5!**`)
 _VULGAR = str.maketrans({c: f"\\frac{{{n}}}{{{d}}}" for c, (n, d) in zip("½⅓⅔¼¾⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞", [
     (1, 2), (1, 3), (2, 3), (1, 4), (3, 4), (1, 5), (2, 5), (3, 5), (4, 5), (1, 6), (5, 6), (1, 8), (3, 8), (5, 8), (7, 8)])})
-_EXTRACT = _VULGAR | {ord("\u2212"): "-", ord("\u2234"): "\\therefore ", ord("\u00a2"): " cents"} | {  # `−4` is -4; `∴ x = 5`; `２７` is 27 and
+_EXTRACT = _VULGAR | {ord("\u2212"): "-", ord("\u2234"): "\\therefore ", ord("\u00a2"): " cents", 0x066B: ".", 0x066C: ","} | {
+    z + k: str(k) for z in (0x0660, 0x06F0, 0x0966) for k in range(10)} | {  # `−4` is -4; `∴ x = 5`; `２７` is 27 and
     c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)} | dict.fromkeys([0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF])  # `5\u200b40` 540
-# (`105¢` is 105 cents)
+# (`105¢` is 105 cents); Arabic-Indic, Persian and Devanagari digits are digits (`٤٫٥` is 4.5, `१८` 18)
 # check marks, emoji and shapes decorate a line (`6 ✓`, `➡️ **7**`); a cross (`✗`, `❌`) rejects what it marks: kept
 _MARKS = re.compile("[\u25a0-\u25ff\u2600-\u2716\u2719-\u274b\u274d\u274f-\u27bf\ufe0f\U0001f300-\U0001faff]")
 _BULLET = re.compile(r"(?m)^[ \t]*(?:[\u2190-\u21ff\u2022\u2023\u2043\u2219\u25e6]|[-*](?=[ \t]))[ \t]*")  # `→ `, `• `, `- `
@@ -150,7 +156,7 @@ _CLAUSE_END = re.compile(r"\n|(?<!\\left)(?<!\\right)\.(?=\s|$)|,\s+(?!or\b)(?=[
                          r"instead\s+of)\b|\s\((?=\s*(?:[A-Za-z]{3,}\b|≈|~|\\approx))|。")  # "20 rather than 21", "30 (not 33)", "5 (since 6 ..)": 20, 30, 5
 _NEGATED_END = re.compile(_CLAUSE_END.pattern + r"|:(?=\s)|\s(?:[\u2014\u2013]|--)\s")  # "isn't 6: it's 7", "not 6 — 7"
 # a number as working writes it (thousands separators in any spelling: `normalise` joins them)
-_WORKING_NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?: \d{3})+(?![\d.,/])|(?<![\w.])-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,'\u2019])\d{3}(?!\d))*"
+_WORKING_NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?:(?:\.\d{3}){2,}(?:,\d+)?|\.\d{3},\d+)(?![\d.,])|(?<![\w.])-?\d{1,3}(?: \d{3})+(?![\d.,/])|(?<![\w.])-?\d+(?:(?:\{,\}|,\\!\s?|\\[,!;: ]|~|[\u00a0\u2009\u202f,'\u2019])\d{3}(?!\d))*"
                              r"(?:\.\d+|,(?:\d\d?|\d{4,})(?![\d,]))?(?:/\d+(?![\d.]))?")  # `3,5` as written: a decimal comma or a list
 _DIGIT = re.compile(r"\d")
 _WORD = re.compile(r"[A-Za-z]{3,}|[^\W\dA-Za-z_]{2,}|\b(?:[Ss]o|[Ii][st]|[Bb][ey]|[Ww]e|[Tt]o|[Oo][fn]|[Aa][tns]|[Ii]f|[Uu]s|[Mm]y)\b")  # prose (any
@@ -324,6 +330,9 @@ def _working(text: str) -> str | None:
     numbers = _WORKING_NUMBER.findall(sentence) if hedged else []
     if len(numbers) > 1 and _OR_WORD.search(sentence):  # "either 132 or 127", "after 12 or 13 years": a hedge
         return ", ".join(numbers)
+    base = [m for m in _IN_BASE.finditer(text, max(0, end - 40), end) if m.end() == end]
+    if base:  # "... $555_{10}$ is 4210 in base 5.": the numeral in its base
+        return base[-1].group().strip()
     out_of = _OUT_OF.search(text, max(0, end - 40), end)
     if out_of:  # "The probability is 1 out of 4."
         return f"\\frac{{{out_of.group(1)}}}{{{out_of.group(2)}}}"
@@ -365,7 +374,7 @@ _PARTS = {"half": 2, "halve": 2, "third": 3, "quarter": 4, "fourth": 4, "fifth":
 # long, from the 48-inch wire."; "The remainder is 0, since 12 x 167 = 2004"; "There are 8 such squares: 25, 100, ..."
 # (not a result: ", which is 34", ", so 18", ", leaving 17" lead to the answer)
 _DETAIL = re.compile(r",\s+(?:(?:since|because|as|namely|with|each|having|where|while|whereas|given|from|after|of\s+which)\b|"
-                     r"which\b(?!\s+(?:is|are|gives?|equals?|makes?|means)\b)|i\.e\.|e\.g\.)|:\s+(?=-?\d[\d.]*,\s*-?\d)")
+                     r"which\b(?!\s+(?:is|are|gives?|equals?|makes?|means|has|have)\b)|i\.e\.|e\.g\.)|:\s+(?=-?\d[\d.]*,\s*-?\d)")
 # a number in words in the last line ("Janet makes eighteen dollars every day."): a run of number words
 _NUMBER_WORD = "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))  # the longest first: `seventeen`, not `seven`
 _WORDS_RUN = re.compile(rf"(?i)\b(?:(?:negative|minus)\s+)?(?:(?:{_NUMBER_WORD})(?:[\s-]+(?:and\s+)?(?:{_NUMBER_WORD}|hundred|thousand|million)\b)*)\b")
@@ -517,6 +526,7 @@ def final_answers(completion: str) -> list[tuple[str, str | None]]:
     raw = final_text(str(completion))[-READ_CHARS:]
     text = raw if raw.isascii() else _MARKS.sub(" ", raw.translate(_EXTRACT))  # ASCII has no marks: 1 MB, ~5 ms less
     text = _table_answer(_TIMES_X.sub(" * ", _EMPHASIS.sub("", _PY_POWER.sub("^", _BULLET.sub("", text)))))
+    text = _BARE_BOX.sub(r"\\boxed{\1}", text)  # `$$\boxed 17$$`: TeX boxes the `1`; the model means 17
     for _ in range(3):  # "... $\blacksquare$", "Hence proved.", "QED": a proof's end mark is no answer
         qed = _QED.search(text, max(0, len(text) - 80))
         text = text[: qed.start()] if qed else text
@@ -574,6 +584,9 @@ def _answers_in(text: str, raw: str) -> list:
         text = text[asked.end() :] if asked else text[last.end() :] if _BELOW.match(text, last.end()) else text[:before]
     if _POSSIBLE.search(text, max(0, len(text) - 600)):
         return []  # "Possible answers: 325.6, 326, ...": candidates, none committed to
+    listed = _OUTPUT_LIST.search(raw)
+    if listed:
+        return [("working", listed.group(1))]  # a program's printed list, the text's end: a list, not its last number
     if _program_ends(raw):
         return []  # a program, never run here, whose output is unknown: no answer (its comments hold numbers)
     bare = _THEREFORE.sub("", text.strip())
@@ -704,6 +717,9 @@ def _boxes(text: str) -> list:
         if len(out) > MAX_ANSWERS or k > 32 * MAX_ANSWERS:  # the same box repeated is one answer (a loop's `\boxed{4}` x 40)
             return [("hedge", None)]
         close = closing_brace(text, m.end())
+        shut = _SHUT.search(text, m.end(), m.end() + ANSWER_CHARS) if close is None else None
+        if shut and not text[shut.end() :].strip(" \t\n.") and _balanced(text[m.end() : shut.start()]):
+            close = shut.start()  # `$\boxed{\frac{14}{3}$` at the end: its math closes, the brace was forgotten
         if close is None:
             return out + [("box", None), ("end", len(text))]  # unclosed (or longer than any answer): unreadable
         if end >= 0 and _CORRECTION.search(text, end, m.start()) and _has_words(_CORRECTION.sub("", text[end : m.start()])):
@@ -751,6 +767,18 @@ def _operand(box: str, before: str) -> bool:
     """The box's content is an operand of the expression whose result the next box is (`before`: the text up to it)."""
     step = _STEP.search(before)
     return bool(step) and re.search(rf"(?<![\w.]){re.escape(box.strip())}(?![\w.])", step.group(1)) is not None
+
+
+_SHUT = re.compile(r"\$\$?|\\\]|\\\)")
+
+
+def _balanced(inner: str) -> bool:
+    depth = 0
+    for c in _BRACE.findall(inner):
+        depth += 1 if c == "{" else -1
+        if depth < 0:
+            return False
+    return depth == 0 and bool(inner.strip())
 
 
 def _spelling(box: str):
@@ -801,8 +829,9 @@ _POINTER = re.compile(r"(?i)(?:in|at|on|above|below|shown|given|from|inside|high
 _CHECK_LINE = re.compile(r"(?i)(?:\n|(?<=[.!])[ \t])[#*> \t]*(?:(?:we can|let me|let's|let us)[ \t]+)?(?:check|checking|verify|"
                          r"verification|recap|sanity[ -]check|double-check|note)\b[^\n]*\s*$")  # a line or sentence that checks the result: "Sanity check: ..."
 _BOLD = re.compile(r"\*\*([^*\n]{1,80})\*\*")
-_POSSIBLE = re.compile(r"(?i)\b(?:possible|candidate|potential)\s+answers\b")
+_POSSIBLE = re.compile(r"(?i)\b(?:possible|candidate|potential)\s+answers\b|\bany\s+of\s+these\b")
 _BELOW = re.compile(r"(?i)[^.\n]{0,40}\b(?:below|following|next)\b")  # "the answer is given below:": after it
+_OUTPUT_LIST = re.compile(r"```output[ \t]*\n[ \t]*(\[[^\[\]\n]{1,400},[^\[\]\n]{1,400}\])[ \t]*\n```[ \t\n]*$")
 _CODE_END = re.compile(r"```[ \t\n]*$")
 _PROGRAM = frozenset("python py python3 sympy sage js javascript ts c cpp c++ java rust go julia matlab r bash sh".split())
 _SPAN_START = re.compile(r"^\$([^$]{1,200})\$|^\\\(([^$]{1,200}?)\\\)")  # `$Even$`: the words in the span
@@ -886,6 +915,7 @@ def _corrected(text: str, end: int) -> list | None:
 # `1\ 000`, `1~000`, `1\!000`, `1\;000`, `1\:000`, the Unicode thin / no-break spaces. Unambiguous: it sits
 # between a digit and exactly three digits. Plain `1,000` and `1 000` are `_PLAIN_THOUSANDS`.
 _THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!\s?|\\,|\\!|\\;|\\:|\\ |~|[\u00a0\u2009\u202f'\u2019])(?=\d{3}(?!\d))")
+_DOTS_GROUPED = re.compile(r"(?<![\d.,])\d{1,3}(?:(?:\.\d{3}){2,}(?:,\d+)?|\.\d{3},\d+)(?![\d.,])")  # only continental
 _BRACE_DECIMAL = re.compile(r"(?<=\d)\{,\}(?=\d{2}(?!\d)|\d{4})")  # `0{,}35625`: LaTeX's decimal comma (a thousands
 # `{,}` has three digits after it; `3{,}5` may be a list too, and is a decimal where the text is continental)
 # a whole number grouped by plain commas or spaces (`1,000,000`, `1 000`), not inside a bracket's list
@@ -1040,12 +1070,16 @@ def normalise(text: str) -> Answer:
     s = _SUPERSCRIPT.sub(lambda m: "^{" + m.group().translate(_SUPER_DIGITS) + "}", str(text))
     s = _SUBSCRIPT.sub(lambda m: "_{" + m.group().translate(_SUB_DIGITS) + "}", s)
     dollars = "\\$" in s or _US_DOLLAR.search(s) is not None  # `\$18.90` is money: not 18.90 cents
-    s = _OO.sub(r"\\infty ", _UNION.sub(r"\\cup ", s)).replace("+/-", "\\pm ")
+    s = _OO.sub(r"\\infty ", _UNION.sub(r"\\cup ", s)).replace("+/-", "\\pm ").replace("\\langle", "(").replace("\\rangle", ")")
     s = _ROOT.sub(lambda m: "\\sqrt{" + m.group(1).strip("()") + "}", s)
     s = _DOUBLED.sub(r"\\", _WHITE.sub(" ", s.translate(_UNICODE)))  # one space: every `\s*` below is short
     s = _IN_BASE.sub(r"\1_{\2}", s)
     s = _ROWS_ENV.sub(_rows, _ROW_SKIP.sub(r"\\\\", s)) if "\\begin" in s else s  # `\begin{cases} p = 6 \\ q = 31`
     s = _COLUMN.sub(_column, s) if "matrix" in s else s  # a column vector is the tuple of its entries
+    said = s.split() if len(s) <= 200 else []
+    s = said[0] if len(said) > 2 and len(set(said)) == 1 and _NUMERAL.fullmatch(said[0]) else s  # "26 26 26 26": one
+    # number said again, not 262,626
+    s = _DOTS_GROUPED.sub(lambda m: m.group().replace(".", "").replace(",", "."), s)  # `1.450.000`, `1.250,00`
     s = _E_NOTATION.sub(r"\1 \\times 10^{\2}", _THOUSANDS.sub("", _BRACE_DECIMAL.sub(".", s)))
     s = _latex(_US_DOLLAR.sub(" ", s.replace("\\$", " ")))
     s = _SIZED.sub(lambda m: "" if m.group(1) == "." else m.group(1), s)
@@ -1219,12 +1253,18 @@ def _names_of(s: str) -> tuple:
 def _last_side(s: str) -> str:
     """An assignment's value: `5 + 5 + 1 = 11` -> `11` (math-verify reads `x = a = b` as `x = b`)."""
     sides = s.split("=")
+    if 2 < len(sides) and "," not in s and not _OR.search(s) and _relations(s) == {"="} and _NAME_SIDE.fullmatch(sides[0].strip()) and all(_UNKNOWN.search(_unwrap(p)) for p in sides[
+            1:-1]) and not _UNKNOWN.search(_unwrap(sides[-1])) and _side_value(sides[-1]) is not None:
+        return sides[-1].strip()  # `s = 2b = 16`, `f_{\\min} = f(15) = 15`: a name, its expression, its value
     if len(sides) < 2 or any(not p.strip() or p[-1:] in "<>!:" or _UNKNOWN.search(_unwrap(p))
                              for p in sides[:-1]) or _UNKNOWN.search(_unwrap(sides[-1])):
         return s  # not a chain of values (`6 = x = 5` names an unknown again)
     values = {_side_value(p) for p in sides}
     return sides[-1].strip() if len(values) == 1 and None not in values else s  # `23 = 22`, `\\sqrt{5} = 2`: kept,
     # its `=` then scores 0 (a chain is its last side only when every side is a number and all are equal)
+
+
+_NAME_SIDE = re.compile(r"[A-Za-z](?:_\{?\\?[A-Za-z0-9]{1,8}\}?)?")  # `s`, `x_1`, `f_{\\min}`
 
 
 _ARITH_TOKEN = re.compile(r"\d+(?:\.\d*)?|\.\d+|\\(?:times|cdot|div)(?![a-zA-Z])|[-+*/^!(){}\[\]×÷]")
@@ -1541,7 +1581,7 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     if gold.prose is not None:
         return float(_prose_key(_unwrap(answer)) == gold.prose)
     norm = normalise(_decimal_commas(answer, gold.comma))
-    core = norm.core if gold.equation and not _IN_SET.match(norm.core) else _last_side(_drop_names(norm.core,
+    core = norm.core if gold.equation and not _IN_SET.match(norm.core) else _last_side(_drop_names(_last_side(norm.core),
                                                                                                    gold.names))
     core = core if gold.equation else _strip_braces(_solved(core))  # `x = {-2}`: -2
     spelled = _in_words(core) if gold.value is not None and core[:1].isalpha() and len(core) <= 80 else None

@@ -204,6 +204,12 @@ WRONG = [
     ("**Step 1:** 4 + 5 = 9\n\nSo she has 12 left.", "9"),  # a bold label, not the last line's result
     ("With 4 per team: 96 ÷ 4 = 24.\n\nThere are 2 dozen teams.", "2"),  # 2 dozen is 24 unless dozens are asked
     ("So there's a one in six chance of rolling it.", "6"),
+    ("Half of 4 is 2, so 4 + 2 = 6.\n#### 6\n\nTom has 3 pens and buys 2. How many pens does he have?\n#### 5", "5"),
+    ("So 4 + 2 = 6.\n#### 6\n\nOn reflection that's wrong. Corrected: #### 8", "6"),  # a correction is read
+    ("\\boxed{44 44 44 44 45}", "44"), ("$\\boxed{7$ more follows here", "7"),
+    ("```python\nprint(sorted(s)[:4])\n```\n```output\n[2, 3, 5, 7]\n```", "7"),  # a printed list, no answer
+    ("Answer (any of these is acceptable): 6, 7, 8", "8"),
+    ("Let a = 3 and b = 4, so c = 2a = 6", "3"),
     ("Subtracting 5 from both sides, $y = 41$.\n\ny = 41 (or y = 44 if I misread).", "44"),  # an aside that hedges
     ("Subtracting 5 from both sides, $y = 41$.\n\ny = 41 (or y = 44 if I misread).", "41"),
 ]
@@ -539,6 +545,18 @@ RIGHT = [
     ("So there's a one in six chance of rolling it.", "\\frac16"),
     ("Left to do: 41 + 30 = seventy-one pages.", "71"),
     ("With 4 per team: 96 ÷ 4 = 24.\n\nThere are 2 dozen teams.", "24"),
+    # other scripts' digits and answer words; `\box`, a box without braces, one whose math closes without its brace;
+    # a number said again; continental grouping; angle-bracket vectors; a name, its expression, its value; GSM8K's
+    # answer line before an invented question; a numeral in its base; `, which has` leads to the result
+    ("الجواب: ٣٧", "37"), ("پاسخ: ۱۲", "12"), ("जवाब: २५ रुपये", "25"), ("$y = ٦٫٥$", "6.5"),
+    ("Each trip is 7 + 7 = 14.\n\n\\box{5}", "5"), ("$$\\boxed 48$$", "48"),
+    ("Sum: $2 + 5 = 7$.\n\n$\\boxed{\\frac{7}{3}$", "\\frac73"),
+    ("The answer is 44 44 44 44 44 44", "44"), ("Resposta: 2.350.000 dólares", "2350000"),
+    ("Respuesta: 3.125,50 euros", "3125.5"), ("\\boxed{\\langle 3, -1, 4 \\rangle}", "(3,-1,4)"),
+    ("Let Ana be a and Ben b = 3a. Then 4a = 48, a = 12.\n\nb = 3a = 36", "36"),
+    ("Half of 4 is 2, so 4 + 2 = 6.\n#### 6\n\nTom has 3 pens and buys 2. How many pens does he have?\n#### 5", "6"),
+    ("Reading the remainders upward, $98_{10}$ is 343 in base 5.", "343_5"),
+    ("So $3^4 \\cdot 10^{6}$ is the number, which has $2 + 6 = 8$ digits.", "8"),
     ("So the share is $\\frac{2}{5}$.\n\nThe share is two-fifths.", "\\frac{2}{5}"),
 ]
 
