@@ -27,6 +27,8 @@ MISSES_AT_MOST = {
     (16, "math"): (10, 5), (16, "number"): (6, 5),
     (17, "math"): (30, 0), (17, "number"): (17, 0),
     (18, "math"): (3, 0), (18, "number"): (2, 0),  # blind at 13d049a: 10/0 and 8/0
+    (19, "math"): (13, 0), (19, "number"): (12, 0),  # blind at 35db192: 32/2 and 27/2
+    (20, "math"): (5, 4), (20, "number"): (4, 1),  # blind at 0a2f75f: 24/6 and 20/3
 }
 
 
@@ -45,4 +47,4 @@ def test_no_probe_gets_more_rows_wrong_than_when_it_was_fixed():
 def test_the_probes_are_labelled_rows():
     rows = [r for r in judge_probes.scored_rows() if r["reward"] == "math"]
     assert len(rows) > 3000 and {r["label"] for r in rows} == {0, 1}
-    assert {r["probe"] for r in rows} == {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}
+    assert {r["probe"] for r in rows} == set(range(5, 21))
