@@ -1539,7 +1539,22 @@ def _asked(problem: str, gold: str) -> frozenset:
         span = next(g for g in m.groups() if g is not None)
         if len(span) <= ANSWER_CHARS:
             found.update(_written(side) for side in [span, *_ASKED_SIDES.split(span)])
-    return frozenset(k for k in found if k and not _ATOM.fullmatch(k)) - {_written(gold)}
+    found |= {_terms(k) for k in found}  # `ab+2a+5b+10` restates "Factor $ab+5b+2a+10$": its terms in another order
+    return frozenset(k for k in found if k and not _ATOM.fullmatch(k)) - {_written(gold), _terms(_written(gold))}
+
+
+def _terms(written: str) -> str | None:
+    """An expression's top-level terms in one order (a key no written text equals), or None for a single term."""
+    terms, depth, term = [], 0, ""
+    for c in written:
+        depth += (c in "({[") - (c in ")}]")
+        if depth == 0 and c in "+-" and term and term[-1] not in "^_":
+            terms.append(term)
+            term = "" if c == "+" else c
+            continue
+        term += c
+    terms = sorted(t if t[:1] == "-" else "+" + t for t in [*terms, term] if t)
+    return "\x00" + "".join(terms) if len(terms) > 1 else None
 
 
 # the unit a question asks its answer in, read from its end: "How many hours a week ...?", "in square inches"
@@ -1567,7 +1582,8 @@ def _unit_asked(problem: str) -> str:
 
 def _restates(answer: str, asked: frozenset) -> bool:
     """The answer (or its last side, `x = \\sqrt{242}`) is one of the question's expressions as written."""
-    return bool(asked) and (_written(answer) in asked or _written(answer.rpartition("=")[2]) in asked)
+    said = (_written(answer), _written(answer.rpartition("=")[2]))
+    return bool(asked) and any(k in asked or _terms(k) in asked for k in said)
 
 
 # ---------------------------------------------------------------- comparison

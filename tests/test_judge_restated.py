@@ -23,11 +23,14 @@ RESTATED = [
     ("Rationalize the denominator: $\\frac{1}{\\sqrt{3}}$.", "\\boxed{x = \\frac{1}{\\sqrt{3}}}", "\\frac{\\sqrt{3}}{3}"),
     ("Evaluate $\\left\\lceil \\frac{17}{4} \\right\\rceil$.", "\\boxed{\\lceil\\frac{17}{4}\\rceil}", "5"),
     ("Simplify $\\sqrt{300}$.", "Answer: sqrt(300)", "10\\sqrt{3}"),  # in plain text (probe 17)
+    ("Factor the expression $xy+3y+4x+12$.", "\\boxed{xy+4x+3y+12}", "(x+3)(y+4)"),  # its terms reordered (probe 20)
 ]
 
 # (question, completion, gold): right with the question too
 KEPT = [
     ("Compute $\\dbinom{9}{3}$.", "\\boxed{84}", "84"),
+    ("Simplify $4x+12+xy+3y$.", "\\boxed{xy+3y+4x+12}", "xy+3y+4x+12"),  # the gold's terms, in any order, answer
+    ("Expand $(x+2)(x+3)$.", "\\boxed{6+5x+x^2}", "x^2+5x+6"),
     ("Simplify $\\sqrt{98}$.", "$\\sqrt{98} = \\sqrt{49 \\cdot 2}$, so \\boxed{7\\sqrt2}", "7\\sqrt{2}"),
     # the question boxed first, then its value: the copy states nothing, the value answers
     ("Evaluate $2^5-3^2$.", "We need $\\boxed{2^5-3^2}$ as written: $32 - 9 = \\boxed{23}$.", "23"),
