@@ -29,6 +29,7 @@ MISSES_AT_MOST = {
     (18, "math"): (3, 0), (18, "number"): (2, 0),  # blind at 13d049a: 10/0 and 8/0
     (19, "math"): (13, 0), (19, "number"): (12, 0),  # blind at 35db192: 32/2 and 27/2
     (20, "math"): (5, 3), (20, "number"): (4, 1),  # blind at 0a2f75f: 24/6 and 20/3
+    (21, "math"): (0, 0), (21, "number"): (0, 0),  # blind at 7e21533 (and at 40b1750): 0/0 and 0/0
 }
 
 
@@ -47,4 +48,4 @@ def test_no_probe_gets_more_rows_wrong_than_when_it_was_fixed():
 def test_the_probes_are_labelled_rows():
     rows = [r for r in judge_probes.scored_rows() if r["reward"] == "math"]
     assert len(rows) > 3000 and {r["label"] for r in rows} == {0, 1}
-    assert {r["probe"] for r in rows} == set(range(5, 21))
+    assert {r["probe"] for r in rows} == set(range(5, 22))
