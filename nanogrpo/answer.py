@@ -195,9 +195,8 @@ def _clause(text: str, i: int) -> str | None:
         end = _CLAUSE_END.search(window)
         follows = _CONNECTIVE.match(window, end.start()) if end else None
         after = _CLAUSE_END.search(window, follows.end()) if follows else None
-        if not follows or not _worked(window[: end.start()]) or not _DIGIT.search(window, follows.end(),
-                                                                                  follows.end() + 200) or \
-                _OPERATION.search(window, follows.end(), after.start() if after else len(window)):
+        if (not follows or not _worked(window[: end.start()]) or not _DIGIT.search(window, follows.end(), follows.end() + 200)
+                or _OPERATION.search(window, follows.end(), after.start() if after else len(window))):
             break  # "42, which is 6 times 7", "12 + 11 = 23, i.e. 11 more than 12": the answer is before it
         window = window[follows.end():]
     clause = _QUOTES_END.sub("", (window[: end.start()] if end else window).strip(), count=1)
@@ -267,8 +266,7 @@ def _working(text: str) -> str | None:
         return choice.group(1) if choice else spelled
     if _CHOICE_NAMED.fullmatch(text):
         return text.rstrip(".")  # "(E) Hyperbola": the option with its text, its letter against a letter gold
-    over = _OVER_WORDS.fullmatch(text)
-    if over:  # "14 over 3"
+    if over := _OVER_WORDS.fullmatch(text):  # "14 over 3"
         return f"\\frac{{{over.group(1)}}}{{{over.group(2)}}}"
     both = _WORDS_THEN_DIGITS.fullmatch(text) if len(text) <= 120 else None
     said = _in_words(both.group(1)) if both else None
@@ -294,7 +292,7 @@ def _working(text: str) -> str | None:
     details = itertools.islice(_DETAIL.finditer(text, start), MAX_ANSWERS)
     cut = next((m.start() for m in details if _DIGIT.search(text, start, m.start())), None)
     text = text[:cut].rstrip() if cut is not None else text  # "8 pieces, each 6 inches long": 8
-    listed = [m for m in itertools.islice(_SPAN_LIST.finditer(text, start), MAX_ANSWERS)]
+    listed = list(itertools.islice(_SPAN_LIST.finditer(text, start), MAX_ANSWERS))
     if listed and not _MATH_DELIMITER.search(text, listed[-1].end()) and not _DIGIT.search(text, listed[-1].end()):
         spans = [v.strip() for v in re.findall(r"\$([^$]+)\$", listed[-1].group())]  # "$-2$ and $1$.": both
         names = {v.partition("=")[0].strip() for v in spans if "=" in v}
@@ -333,8 +331,7 @@ def _working(text: str) -> str | None:
     base = [m for m in _IN_BASE.finditer(text, max(0, end - 40), end) if m.end() == end]
     if base:  # "... $555_{10}$ is 4210 in base 5.": the numeral in its base
         return base[-1].group().strip()
-    out_of = _OUT_OF.search(text, max(0, end - 40), end)
-    if out_of:  # "The probability is 1 out of 4."
+    if out_of := _OUT_OF.search(text, max(0, end - 40), end):  # "The probability is 1 out of 4."
         return f"\\frac{{{out_of.group(1)}}}{{{out_of.group(2)}}}"
     latex = [m for m in _LATEX_NUMBER.finditer(text, max(0, end - 100), end + 2) if m.end() == end + 1]
     if latex:  # "The ratio is \frac{3}{4}.": the fraction, not its last digit
@@ -460,11 +457,8 @@ def _last_span(text: str) -> tuple[int, str] | None:
     for o, c in (("\\(", "\\)"), ("\\[", "\\]")):
         j = t.rfind(c)
         i = t.rfind(o, 0, j) if j >= 0 else -1
-        if i >= 0 and (best is None or j > best[0]):
-            best = (j, t[i + 2 : j])
-    if best is None or not best[1].strip() or len(best[1]) > ANSWER_CHARS:
-        return None
-    return best
+        best = (j, t[i + 2 : j]) if i >= 0 and (best is None or j > best[0]) else best
+    return None if best is None or not best[1].strip() or len(best[1]) > ANSWER_CHARS else best
 
 
 def _last_number(text: str) -> tuple[int, str] | None:
@@ -474,9 +468,8 @@ def _last_number(text: str) -> tuple[int, str] | None:
     if last_digit is None:
         return None
     end = len(text) - last_digit.start()
-    start = max(0, end - 200)
     found = None
-    for found in _WORKING_NUMBER.finditer(text, start, end):
+    for found in _WORKING_NUMBER.finditer(text, max(0, end - 200), end):
         pass
     return None if found is None else (found.end(), found.group())
 
@@ -510,8 +503,7 @@ def _last_statement(text: str) -> re.Match | None:
         j = max(at)
         if j < 0:
             return None
-        m = _STATEMENT.match(text, j) or _heading(text, j)
-        if m:
+        if m := _STATEMENT.match(text, j) or _heading(text, j):
             return m
         k = at.index(j)
         at[k] = lower.rfind(_ANCHORS[k], 0, j)
@@ -560,19 +552,16 @@ def _answers_in(text: str, raw: str) -> list:
                 continue  # "the answer is a=5, b=6, which gives us $5+694=\boxed{699}$": its box is what it states
             if clause is not None and ("statement", clause) not in out:
                 out.append(("statement", clause))
-        other = _OR_AFTER_BOX.match(text, end)
-        if other:  # "most likely \boxed{204}?? or 205": a hedge, both are answers
+        if other := _OR_AFTER_BOX.match(text, end):  # "most likely \boxed{204}?? or 205": a hedge, both are answers
             out.append(("statement", other.group(1)))
         last_line = text[end:].rstrip().rstrip(".")
         last_line = last_line[last_line.rfind("\n") + 1 :].strip() if "\n" in last_line else ""
         if _WORKING_NUMBER.fullmatch(last_line):  # "\boxed{3}.\n\n2": a number alone on the last line answers too
             out.append(("statement", last_line))
         return out
-    tag = _answer_tag(text)
-    if tag is not None:
+    if (tag := _answer_tag(text)) is not None:
         return tag
-    first = _answer_first(text)
-    if first is not None:
+    if (first := _answer_first(text)) is not None:
         return first
     last = _last_statement(text)
     stated = _stated(text, last) if last is not None else None
@@ -584,8 +573,7 @@ def _answers_in(text: str, raw: str) -> list:
         text = text[asked.end() :] if asked else text[last.end() :] if _BELOW.match(text, last.end()) else text[:before]
     if _POSSIBLE.search(text, max(0, len(text) - 600)):
         return []  # "Possible answers: 325.6, 326, ...": candidates, none committed to
-    listed = _OUTPUT_LIST.search(raw)
-    if listed:
+    if listed := _OUTPUT_LIST.search(raw):
         return [("working", listed.group(1))]  # a program's printed list, the text's end: a list, not its last number
     if _program_ends(raw):
         return []  # a program, never run here, whose output is unknown: no answer (its comments hold numbers)
@@ -773,12 +761,8 @@ _SHUT = re.compile(r"\$\$?|\\\]|\\\)")
 
 
 def _balanced(inner: str) -> bool:
-    depth = 0
-    for c in _BRACE.findall(inner):
-        depth += 1 if c == "{" else -1
-        if depth < 0:
-            return False
-    return depth == 0 and bool(inner.strip())
+    """Non-blank text whose braces balance: a `}` after it would close a brace opened before it."""
+    return bool(inner.strip()) and closing_brace(inner + "}", 0, len(inner)) == len(inner)
 
 
 def _spelling(box: str):
@@ -801,9 +785,7 @@ def _answer_tag(text: str) -> list | None:
     """The last answer tag's content of each name (`<answer>`, `<final_answer>`, `<final>`, `<result>`, `<ans>`;
     closed, or open at the end), read as a box is (LaTeX, not its last number); prose in it is read as a completion
     is. Tags of several names each answer (`<answer>2</answer> <final>8</final>` is a hedge). None without a tag."""
-    last = {}
-    for opened in _ANSWER_TAG.finditer(text, max(0, len(text) - 10 * ANSWER_CHARS)):
-        last[opened.group(1).lower()] = opened
+    last = {m.group(1).lower(): m for m in _ANSWER_TAG.finditer(text, max(0, len(text) - 10 * ANSWER_CHARS))}
     if not last:
         return None
     return [a for opened in sorted(last.values(), key=lambda m: m.start()) for a in _tag_answer(text, opened)]
@@ -1038,10 +1020,9 @@ def _rows(m: re.Match) -> str:
 
 def _unwrap(s: str) -> str:
     for _ in range(4):  # `\textbf{\boxed{5}}`: one wrapper per pass, inside out
-        t = _WRAPPERS.sub(r"\1", s)
-        if t == s:
+        s, n = _WRAPPERS.subn(r"\1", s)
+        if not n:
             break
-        s = t
     for _ in range(MAX_ANSWERS):  # `\mathbf{1\frac{4}{5}}`: a wrapper around braces
         m = _WRAPPER_OPEN.search(s)
         close = closing_brace(s, m.end()) if m else None
@@ -1085,13 +1066,9 @@ def normalise(text: str) -> Answer:
     s = _SIZED.sub(lambda m: "" if m.group(1) == "." else m.group(1), s)
     s = _DELIMS.sub(" ", s)
     s = _UPRIGHT_CONST.sub(r"\1", s)
-    angle = ""
-    s, n = _RADIANS.subn(" ", s)
-    if n:
-        angle = "rad"
-    s, n = _DEGREES.subn(" ", s)
-    if n:
-        angle = "deg"
+    s, radians = _RADIANS.subn(" ", s)
+    s, degrees = _DEGREES.subn(" ", s)
+    angle = "deg" if degrees else "rad" if radians else ""
     s, pct = _PERCENT.subn(" ", s)
     s = _SCALE.sub(_scaled, s)
     unit = _TEXT_UNIT.search(s)
@@ -1114,8 +1091,7 @@ def normalise(text: str) -> Answer:
         s, units = s[: unit.start()], unit.group(1) + units
     s = _CJK_UNIT.sub("", s).strip().rstrip(".,;").strip()  # not `!`: `6!` is 720
     s = _strip_braces(s)
-    if s.startswith("+"):
-        s = s[1:].lstrip()
+    s = s[1:].lstrip() if s.startswith("+") else s
     return Answer(s, pct > 0, angle, _unit_key(units or ("dollar" if dollars else "")))
 
 
@@ -1136,10 +1112,8 @@ def _unit_key(units: str) -> str:
         if w in ("square", "cubic"):
             power = "^2" if w == "square" else "^3"
             continue
-        if w == "unit":  # `36 \text{ units}`: no unit named, any gold's unit (`\$36`) fits
-            power = ""
-            continue
-        out.append(w.replace("{", "").replace("}", "") if w[0] == "^" else w + power)
+        if w != "unit":  # `36 \text{ units}`: no unit named, any gold's unit (`\$36`) fits
+            out.append(w.replace("{", "").replace("}", "") if w[0] == "^" else w + power)
         power = ""
     return "".join(out)
 
@@ -1191,17 +1165,13 @@ def _split_top(s: str) -> list[str] | None:
         elif ch == "," and depth == 0:
             parts.append(s[start:i])
             start = i + 1
-    if depth != 0:
-        return None
-    return parts + [s[start:]]
+    return parts + [s[start:]] if depth == 0 else None
 
 
 def _named(s: str) -> tuple[str, str] | None:
     """(name, value) for `name = value` / `name \\in value` whose name is a symbol or a sum of symbols."""
     m = _NAMED.fullmatch(s)
-    if m is None or _NOT_NAMES.search(m.group(1)) or not m.group(2).strip():
-        return None
-    if re.search(r"\([^a-zA-Z]*\)", m.group(1)):
+    if m is None or _NOT_NAMES.search(m.group(1)) or not m.group(2).strip() or re.search(r"\([^a-zA-Z]*\)", m.group(1)):
         return None  # `f(3) = 7` is a value of f, not a name for 7
     return m.group(1).replace(" ", ""), m.group(2).strip()
 
@@ -1451,10 +1421,8 @@ def gold_of(answer) -> Gold:
     if len(s) > 10 * ANSWER_CHARS:
         raise ValueError(f"a gold of {len(s)} characters is no answer")
     boxes = [b for k, b in final_answers(s) if k == "box"] if _BOX.search(s) else []
-    if boxes and None not in boxes:
-        s = ", ".join(boxes)
-    whole = _DELIMITED.fullmatch(s)
-    if whole:
+    s = ", ".join(boxes) if boxes and None not in boxes else s
+    if whole := _DELIMITED.fullmatch(s):
         s = next(g for g in whole.groups() if g is not None).strip()
     elif _MATH_DELIMITER.search(s):  # math in a sentence ("$1$ and $2$"): its spans, as a list
         s = ", ".join(next(g for g in m.groups() if g is not None).strip() for m in _SPANS.finditer(s)) or s
@@ -1597,8 +1565,8 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     if gold.prose is not None:
         return float(_prose_key(_unwrap(answer)) == gold.prose)
     norm = normalise(_decimal_commas(answer, gold.comma))
-    core = norm.core if gold.equation and not _IN_SET.match(norm.core) else _last_side(_drop_names(_last_side(norm.core),
-                                                                                                   gold.names))
+    core = norm.core if gold.equation and not _IN_SET.match(norm.core) else _last_side(
+        _drop_names(_last_side(norm.core), gold.names))
     core = core if gold.equation else _strip_braces(_solved(core))  # `x = {-2}`: -2
     spelled = _in_words(core) if gold.value is not None and core[:1].isalpha() and len(core) <= 80 else None
     core = spelled or core  # `\boxed{twenty-seven}`, `$eighteen$`: the number those words are
@@ -1652,7 +1620,6 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     if gold.value is not None and (re.search(r"[\[\]]|\\[{}]", core) or len(_split_top(core) or [core, ""]) > 1
                                    or _UNKNOWN.search(_unwrap(core)) or set(_COMMAND.findall(core)) - _NUMERIC):
         return 0.0  # nor is an interval, a set, a list, an expression in unknowns (`3xy`) or in other commands
-
     if {_shape(core), _shape(gold.answer.core)} == {"set", "tuple"}:
         return 0.0  # a set is not a tuple (math-verify compares their elements)
     return [core]
@@ -1696,9 +1663,7 @@ def _as_interval(core: str) -> str:
 def _every_side(verdicts: list) -> float | list[str]:
     """A chain of values (no unknown) whose sides arithmetic cannot check is right when every side is the gold:
     0.0 if a side is not, 1.0 if all are, else the sides math-verify must compare."""
-    if 0.0 in verdicts:
-        return 0.0
-    return [c for v in verdicts if isinstance(v, list) for c in v] or 1.0
+    return 0.0 if 0.0 in verdicts else [c for v in verdicts if isinstance(v, list) for c in v] or 1.0
 
 
 def _numeral_in(base: re.Match) -> bool:
@@ -1729,9 +1694,7 @@ def _shape(core: str) -> str | None:
     """"set" for `\\{..\\}`, "tuple" for `(a, b, ..)`, else None."""
     if core.startswith("\\{") and core.endswith("\\}"):
         return "set"
-    if core[:1] == "(" and core[-1:] == ")" and len(_split_top(core[1:-1]) or []) > 1:
-        return "tuple"
-    return None
+    return "tuple" if core[:1] == "(" and core[-1:] == ")" and len(_split_top(core[1:-1]) or []) > 1 else None
 
 
 def _too_big(core: str) -> bool:
@@ -1805,12 +1768,11 @@ def _planned(completion, answer, numeral_only: bool, problem=None, local: bool =
         gold = gold_of(answer)
     except Exception:
         raise _Unreadable from None
-    try:  # what the question says (`_asked`, `_unit_asked`); a question the rules cannot read only goes unread
+    # what the question says (`_asked`, `_unit_asked`); a question the rules cannot read only goes unread
+    with contextlib.suppress(Exception):
         gold = gold._replace(asked=_asked(str(problem), str(answer)), unit_asked=_unit_asked(str(problem)),
                              percent_asked=bool(_ASKS_PERCENT.search(str(problem)[-400:])),
                              dozens=bool(_ASKS_DOZENS.search(str(problem)[-400:]))) if problem else gold
-    except Exception:
-        pass
     if numeral_only and (gold.answer is None or gold.value is None or not _NUMERAL.fullmatch(gold.answer.core)):
         raise _Unreadable
     answers = final_answers(completion)
@@ -1864,6 +1826,8 @@ def _money_after(text: str) -> bool:
         if m.group(1) == "€" or line.replace("\\$", "").count("$") % 2 == 0:
             return True
     return False
+
+
 _DOT_THOUSANDS = re.compile(r"(?<![\d.,])([1-9]\d{0,2})((?:\.\d{3})+)(?=,\d|(?![\d.,]))")
 _COMMA_DECIMAL = re.compile(r"(?<![\d.,])(\d+),(\d+)(?![\d.,])")
 
@@ -1911,8 +1875,7 @@ def judge_number(completion: str, answer: str, problem: str | None = None) -> fl
     A run without tools on "word_problems_large" learned to box the expression instead of computing it in 7 steps
     (sampled accuracy 6% -> 92%): sympy did the arithmetic the task is about (docs/results.md "Tools on a chat model")."""
     try:
-        verdict, _ = _plan(completion, answer, numeral_only=True, problem=problem)
-        return verdict if verdict is not None else 0.0
+        return _plan(completion, answer, numeral_only=True, problem=problem)[0] or 0.0  # None (undecided) scores 0
     except _Unreadable:
         return None
     except Exception:  # rewards never raise; nothing here is infrastructure
@@ -2093,11 +2056,9 @@ class MathPool:
         for i in range(self.n):
             if self.procs[i] is None or self.procs[i].poll() is not None:
                 self._kill(i)
-                try:
+                with contextlib.suppress(Exception):  # no process could be made: those slots stay empty (items -> None)
                     self._start(i)
                     fresh.append(i)
-                except Exception:  # no process could be made: those slots stay empty (items -> None)
-                    pass
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         for i in fresh:
             ready = wait_ready([self.procs[i].stdout], timeout=max(0.0, deadline - time.monotonic()))
@@ -2266,8 +2227,7 @@ def judge_lenient(completions: list[str], answers: list[str],
     math_verify reward would credit. Not a reward: it pays approximations and hedges (docs/judge.md)."""
     if len(completions) != len(answers):
         raise ValueError(f"judge_lenient: {len(completions)} completions but {len(answers)} answers")
-    return _run([["alone", final_text(str(c))[-READ_CHARS:], str(a)] for c, a in zip(completions, answers)],
-                timeout_s)
+    return _run([["alone", final_text(str(c))[-READ_CHARS:], str(a)] for c, a in zip(completions, answers)], timeout_s)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--math-worker"]:
