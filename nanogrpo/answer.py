@@ -264,6 +264,12 @@ def _working(text: str) -> str | None:
     choice, spelled = _CHOICE.fullmatch(text), _in_words(text) if len(text) <= 80 else None
     if choice or spelled:  # "Option (C)" is C; "twenty-one" is 21
         return choice.group(1) if choice else spelled
+    option = _OPTION_END.search(text, max(0, len(text) - 60))
+    if option:  # "That's a hyperbola, option E.": the letter
+        return option.group(1)
+    labelled = _LABELLED.fullmatch(text, text.rfind("\n") + 1)
+    if labelled and _UNKNOWN.search(labelled.group(1)) and not _has_words(labelled.group(1)):
+        return labelled.group(1).strip()  # "Equation of the plane: 5x - 7y + 11z + 4 = 0": the equation after its label
     if _CHOICE_NAMED.fullmatch(text):
         return text.rstrip(".")  # "(E) Hyperbola": the option with its text, its letter against a letter gold
     if over := _OVER_WORDS.fullmatch(text):  # "14 over 3"
@@ -328,6 +334,9 @@ def _working(text: str) -> str | None:
     numbers = _WORKING_NUMBER.findall(sentence) if hedged else []
     if len(numbers) > 1 and _OR_WORD.search(sentence):  # "either 132 or 127", "after 12 or 13 years": a hedge
         return ", ".join(numbers)
+    pair = [m for m in _TUPLE.finditer(text, max(0, end - 200), end + 1) if m.end() == end + 1]
+    if pair:  # "The point is (8, -2).": the tuple, not its last number
+        return pair[-1].group()
     base = [m for m in _IN_BASE.finditer(text, max(0, end - 40), end) if m.end() == end]
     if base:  # "... $555_{10}$ is 4210 in base 5.": the numeral in its base
         return base[-1].group().strip()
@@ -357,6 +366,9 @@ def _working(text: str) -> str | None:
 
 _CHOICE = re.compile(r"(?:[Oo]ption |[Cc]hoice )?\(?([A-E])\)?\.?")
 _PART_AFTER = re.compile(r"[\s-](?:half|halves|thirds?|quarters?|fourths?|fifths?|sixths?|sevenths?|eighths?|ninths?|tenths?)\b")
+_TUPLE = re.compile(r"\(\s*-?[\w.\\/{}]{1,40}(?:\s*,\s*-?[\w.\\/{}]{1,40}){1,7}\s*\)")  # `(8, -2)`
+_OPTION_END = re.compile(r"\b(?:[Oo]ption|[Cc]hoice)\s+\(?([A-E])\)?[.!]?\s*$")
+_LABELLED = re.compile(r"[A-Za-z][A-Za-z ]{0,40}:[ \t]*([^\n:]{1,200}=[^\n:]{1,200})")
 _CHOICE_NAMED = re.compile(r"\([A-E]\)[ \t]+[A-Za-z][A-Za-z \t-]{0,60}\.?")
 _NUMBER_WORDS = {w: i if i < 20 else 10 * (i - 18) for i, w in enumerate((
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
@@ -902,7 +914,7 @@ _BRACE_DECIMAL = re.compile(r"(?<=\d)\{,\}(?=\d{2}(?!\d)|\d{4})")  # `0{,}35625`
 # `{,}` has three digits after it; `3{,}5` may be a list too, and is a decimal where the text is continental)
 # a whole number grouped by plain commas or spaces (`1,000,000`, `1 000`), not inside a bracket's list
 _PLAIN_THOUSANDS = re.compile(r"(?<![\d.,(\[{])[1-9]\d{0,2}(?:,\d{3})+(?![\d,)\]}])(?:\.\d+)?|(?<![\d.])\d{1,3}(?: \d{3})+(?!\d| \d)")
-_UNICODE = str.maketrans({"\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\u22c5": "\\cdot ", "\u03c0": "\\pi ",
+_UNICODE = str.maketrans({"\u27e8": "(", "\u27e9": ")", "\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\u22c5": "\\cdot ", "\u03c0": "\\pi ",
                           "\u221e": "\\infty ", "\u2264": "\\le ", "\u2265": "\\ge ", "\u2260": "\\ne ",
                           "\u2248": "\\approx ", "\u2026": "\\ldots ", "\u00b0": "^\\circ ", "\u2192": "\\to ",
                           "\u221a": "\\sqrt", "\u00a0": " ", "\u2019": "'", "\u00a2": " cents"}) | _VULGAR
@@ -1456,7 +1468,9 @@ def _prose_ending(completion: str, prose: str) -> str | None:
     if key == prose or (prose in ("yes", "no") and key.startswith(prose + ",")) or (
             not _HEDGED.search(key) and re.search(rf"\b{_PREDICATE}{re.escape(prose)}$", key)):
         return prose
-    return None
+    raw = final_text(str(completion)).strip()[-ANSWER_CHARS:].rpartition("\n")[2]
+    bold = _BOLD.findall(raw)  # "That describes an **ellipse** centered at (6, 0).": the word the model marks
+    return prose if len(bold) == 1 and _prose_key(bold[0]) == prose and not _HEDGED.search(_prose_key(raw)) else None
 
 
 def _decimal_commas(text: str, gold_comma: bool) -> str:
@@ -1528,7 +1542,8 @@ def _terms(written: str) -> str | None:
 # the unit a question asks its answer in, read from its end: "How many hours a week ...?", "in square inches"
 _ASKS_UNIT = re.compile(r"(?i)\b(?:how\s+many|in)\s+((?:square\s+|cubic\s+)?[a-z]+(?:\s+per\s+[a-z]+)?)\b")
 _ONE_UNIT = rf"(?:{_UNIT_WORDS})(?:e?s)?(?![A-Za-z])"
-_UNIT_WORD = re.compile(rf" (?:square |cubic )?{_ONE_UNIT}(?:(?: ?/ ?| per )(?:{_ONE_UNIT}|(?:{'|'.join(_UNITS1.split())})(?![A-Za-z]))){{0,2}}")  # `52 kilometers per hour`, `4 in/s`
+_UNIT_WORD = re.compile(rf" (?:square |cubic )?{_ONE_UNIT}(?:(?: ?/ ?| per )(?:{_ONE_UNIT}|(?:{'|'.join(_UNITS1.split())})(?![A-Za-z]))){{0,2}}"
+                        r"(?!(?<= in) [a-z])")  # `52 kilometers per hour`, `4 in/s`; not `$7.00 in total`
 _KNOWN_UNITS = frozenset(w.lower() for w in _UNITS2.split()) | frozenset(_UNIT_NAMES)
 
 

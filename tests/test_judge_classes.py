@@ -210,6 +210,7 @@ WRONG = [
     ("```python\nprint(sorted(s)[:4])\n```\n```output\n[2, 3, 5, 7]\n```", "7"),  # a printed list, no answer
     ("Answer (any of these is acceptable): 6, 7, 8", "8"),
     ("Let a = 3 and b = 4, so c = 2a = 6", "3"),
+    ("So x = 4 and y = -7.\n\nThe point is (4, −7).", "-7"),
     ("Subtracting 5 from both sides, $y = 41$.\n\ny = 41 (or y = 44 if I misread).", "44"),  # an aside that hedges
     ("Subtracting 5 from both sides, $y = 41$.\n\ny = 41 (or y = 44 if I misread).", "41"),
 ]
@@ -284,6 +285,7 @@ WRONG_MATH = [
     ("\\boxed{2,4,6} or \\boxed{2, 4}", "2, 4, 6"),  # boxes are one list only when each holds one element
     ("The answer is (D) Parabola.", "\\text{(C)}"),  # the option's letter, not its text
     ("The answer is (C) or (D) Parabola.", "\\text{(C)}"),
+    ("It is not an **ellipse** but a circle.", "\\text{ellipse}"),
 ]
 
 # right answers: 1.0 under the math reward (number golds under the number reward as well)
@@ -557,6 +559,11 @@ RIGHT = [
     ("Half of 4 is 2, so 4 + 2 = 6.\n#### 6\n\nTom has 3 pens and buys 2. How many pens does he have?\n#### 5", "6"),
     ("Reading the remainders upward, $98_{10}$ is 343 in base 5.", "343_5"),
     ("So $3^4 \\cdot 10^{6}$ is the number, which has $2 + 6 = 8$ digits.", "8"),
+    # "in" before a word is no unit; a tuple in prose; an equation after its label; Unicode angle brackets; an option
+    # letter ending the sentence
+    ("Total: $3.00 + $6.00 = $9.00\n\nShe paid $9.00 in total.", "9"),
+    ("So x = 4 and y = -7.\n\nThe point is (4, −7).", "(4,-7)"),
+    ("**Answer:** ⟨1/3, 2/3, 2/3⟩", "\\left(\\frac13, \\frac23, \\frac23\\right)"),
     ("So the share is $\\frac{2}{5}$.\n\nThe share is two-fifths.", "\\frac{2}{5}"),
 ]
 
@@ -568,6 +575,9 @@ RIGHT_MATH_ONLY = [
     ("Answer: 2 +/- sqrt(7)", "2 \\pm \\sqrt{7}"),
     ("Answer: (3/7, 1/7, 2/7)", "\\begin{pmatrix} 3/7 \\\\ 1/7 \\\\ 2/7 \\end{pmatrix}"),
     ("The curve is a parabola.\n\nThe answer is (C) Parabola.", "\\text{(C)}"),  # a letter with its option's text
+    ("Completing the square gives $x^2 - y^2 = 9$: a hyperbola, option **E**.", "\\text{(E)}"),
+    ("The normal is (2, -1, 3), so D = -5.\n\nEquation of the plane: 2x − y + 3z − 5 = 0", "2x - y + 3z - 5 = 0"),
+    ("Both squares have positive coefficients: an **ellipse** centered at $(4, 0)$.", "\\text{ellipse}"),
     ("The 6th term is 64 = 2^6 (the terms run 2, 4, 8, 16, 32, 64, 128).", "64"),
     ("So $f(-x) = -f(x)$ for every $x$.\n\nThe function is odd.", "\\text{odd}"),
     ("After 7 full turns she turns 90 degrees more, from south.\n\n**West**", "\\text{west}"),

@@ -21,15 +21,16 @@ MISSES_AT_MOST = {
     (10, "math"): (3, 1), (10, "number"): (0, 0),
     (11, "math"): (0, 1), (11, "number"): (0, 0),
     (12, "math"): (0, 0), (12, "number"): (0, 0),
-    (13, "math"): (1, 1), (13, "number"): (0, 0),
+    (13, "math"): (0, 1), (13, "number"): (0, 0),
     (14, "math"): (14, 22), (14, "number"): (10, 6),
-    (15, "math"): (27, 7), (15, "number"): (12, 5),  # +1 wrong: `4 hours 40 minutes` (below)
+    (15, "math"): (26, 7), (15, "number"): (12, 5),  # +1 wrong: `4 hours 40 minutes` (below)
     (16, "math"): (10, 5), (16, "number"): (6, 5),
-    (17, "math"): (30, 0), (17, "number"): (17, 0),
+    (17, "math"): (29, 0), (17, "number"): (17, 0),
     (18, "math"): (3, 0), (18, "number"): (2, 0),  # blind at 13d049a: 10/0 and 8/0
     (19, "math"): (13, 0), (19, "number"): (12, 0),  # blind at 35db192: 32/2 and 27/2
     (20, "math"): (5, 3), (20, "number"): (4, 1),  # blind at 0a2f75f: 24/6 and 20/3
     (21, "math"): (0, 0), (21, "number"): (0, 0),  # blind at 7e21533 (and at 40b1750): 0/0 and 0/0
+    (22, "math"): (4, 2), (22, "number"): (0, 0),  # blind at e47fb8f (and at 40b1750): 10/2 and 1/0
 }
 
 
@@ -48,4 +49,4 @@ def test_no_probe_gets_more_rows_wrong_than_when_it_was_fixed():
 def test_the_probes_are_labelled_rows():
     rows = [r for r in judge_probes.scored_rows() if r["reward"] == "math"]
     assert len(rows) > 3000 and {r["label"] for r in rows} == {0, 1}
-    assert {r["probe"] for r in rows} == set(range(5, 22))
+    assert {r["probe"] for r in rows} == set(range(5, 23))
