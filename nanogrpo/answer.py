@@ -116,8 +116,9 @@ _ANSWER_FIRST = re.compile(r"(?i)[ \t]*(?:(?:so|thus|therefore|hence)\b,?[ \t]*)
                            r"(?:final[ \t]+|correct[ \t]+)?answer(?:[ \t]*[.!]?[ \t]*|;[^\n]*)")
 _HEADING = re.compile(r"(?i)answer[*: \t]{0,4}\n")  # "### Final Answer" with the answer on the last line
 _HEADING_START = re.compile(r"(?i)(?<![#* \t])[#* \t]*(?:final\s+)?$")  # what may precede "answer" on its line
-_ANCHORS = ("answer", "####", "答案", "答え", "답", "الجواب", "الإجابة", "پاسخ", "जवाब", "उत्तर", "option", "choice", "final result", "respuesta", "réponse", "antwort", "risposta",
-            "resposta", "ответ", "final", "ans", "required", "=>", "claim")
+_ANCHORS = ("answer", "####", "答案", "答え", "답", "الجواب", "الإجابة", "پاسخ", "जवाब", "उत्तर", "option", "choice",
+            "final result", "respuesta", "réponse", "antwort", "risposta", "resposta", "ответ", "final", "ans",
+            "required", "=>", "claim")
 # after a box: "final answer is / : / would be", and a "Final Answer" heading with the answer on the next line
 _FINAL_STATEMENT = re.compile(rf"(?i)(?:\bfinal\s+answer\b(?:[*\s]{{0,4}}{_VERB}|[* \t]{{0,4}}\n)|####|最终答案[*\s]{{0,4}}[是为:：]"
                               r"|(?<![^\n])[ \t#>]{0,8}answer[ \t]{0,4}[:：]"
@@ -319,12 +320,14 @@ def _working(text: str) -> str | None:
         if top and bottom:
             return f"\\frac{{{top}}}{{{bottom}}}"
     if not _DIGIT.search(text, comma):  # "Janet makes eighteen dollars every day.": its number in words
-        runs = [m.group() + (dozen.group() if dozen else "") for m in _WORDS_RUN.finditer(text, comma)
-                if m.group().lower() != "one" and (
-                    (dozen := _DOZEN_AFTER.match(text, m.end())) or re.match(r"[\s-]*([A-Za-z]*)", text[m.end():]).group(
-                        1).lower() not in _VALUE_WORDS - {"times"})]
-        part = runs and _PART_AFTER.match(text, text.rfind(runs[-1], comma) + len(runs[-1]))  # "three-fourths"
-        said = _in_words(runs[-1] + (part.group() if part else ""), noun=False) if runs else _chinese_number(text[comma:])
+        run, run_end = "", 0  # the last run of number words: with `dozen` after it, not one a value word changes
+        for m in _WORDS_RUN.finditer(text, comma):  # (`five squared`; `three times` answers 3), nor `one` (an article)
+            dozen = _DOZEN_AFTER.match(text, m.end())
+            changed = _NEXT_WORD.match(text, m.end()).group(1).lower() in _VALUE_WORDS - {"times"}
+            if m.group().lower() != "one" and (dozen or not changed):
+                run, run_end = (m.group() + dozen.group(), dozen.end()) if dozen else (m.group(), m.end())
+        part = _PART_AFTER.match(text, run_end) if run else None  # "three-fourths"
+        said = _in_words(run + (part.group() if part else ""), noun=False) if run else _chinese_number(text[comma:])
         if said is not None:
             return said
     span, number = _last_span(text), _last_number(text)
@@ -338,17 +341,14 @@ def _working(text: str) -> str | None:
     numbers = _WORKING_NUMBER.findall(sentence) if hedged else []
     if len(numbers) > 1 and _OR_WORD.search(sentence):  # "either 132 or 127", "after 12 or 13 years": a hedge
         return ", ".join(numbers)
-    pair = [m for m in _TUPLE.finditer(text, max(0, end - 200), end + 1) if m.end() == end + 1]
-    if pair:  # "The point is (8, -2).": the tuple, not its last number
-        return pair[-1].group()
-    base = [m for m in _IN_BASE.finditer(text, max(0, end - 40), end) if m.end() == end]
-    if base:  # "... $555_{10}$ is 4210 in base 5.": the numeral in its base
-        return base[-1].group().strip()
+    if pair := _ending_at(_TUPLE, text, end + 1, 200):  # "The point is (8, -2).": the tuple, not its last number
+        return pair.group()
+    if base := _ending_at(_IN_BASE, text, end, 40):  # "... $555_{10}$ is 4210 in base 5.": the numeral in its base
+        return base.group().strip()
     if out_of := _OUT_OF.search(text, max(0, end - 40), end):  # "The probability is 1 out of 4."
         return f"\\frac{{{out_of.group(1)}}}{{{out_of.group(2)}}}"
-    latex = [m for m in _LATEX_NUMBER.finditer(text, max(0, end - 100), end + 2) if m.end() == end + 1]
-    if latex:  # "The ratio is \frac{3}{4}.": the fraction, not its last digit
-        return latex[0].group()
+    if latex := _ending_at(_LATEX_NUMBER, text, end + 1, 100):  # "The ratio is \frac{3}{4}.": the fraction, not its
+        return latex.group()  # last digit
     root = _ROOT_NUMBER.search(text, max(0, end - 40), end)
     if root:  # "The distance is 3√13 units.": the root, not its radicand
         return root.group()
@@ -366,6 +366,12 @@ def _working(text: str) -> str | None:
         i -= 1
     chain = text[i:end].strip()
     return chain if "=" in chain and not chain.startswith("=") else found
+
+
+def _ending_at(pattern: re.Pattern, text: str, stop: int, reach: int) -> re.Match | None:
+    """The match of `pattern` that ends exactly at `stop`, looked for in the `reach` characters before it."""
+    found = [m for m in pattern.finditer(text, max(0, stop - reach), stop) if m.end() == stop]
+    return found[-1] if found else None
 
 
 _CHOICE = re.compile(r"(?:[Oo]ption |[Cc]hoice )?\(?([A-E])\)?\.?")
@@ -393,6 +399,7 @@ _NUMBER_WORD = "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))  # the lon
 _WORDS_RUN = re.compile(rf"(?i)\b(?:(?:negative|minus)\s+)?(?:(?:{_NUMBER_WORD})(?:[\s-]+(?:and\s+)?(?:{_NUMBER_WORD}|hundred|thousand|million)\b)*)\b")
 # two or more math spans joined by "and" / "or" / commas: "The integers are $-2$ and $1$." answers both
 _SPAN_LIST = re.compile(r"(?:\$[^$\n]{1,80}\$(?:\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+)){1,7}\$[^$\n]{1,80}\$")
+_NEXT_WORD = re.compile(r"[\s-]*([A-Za-z]*)")
 _DOZEN_AFTER = re.compile(r"(?i) dozens?\b")  # "seven dozen eggs": dozens, counted as the question asks (`_planned`)
 _WORDS_IN = re.compile(rf"(?i)\b({_NUMBER_WORD}|an?)\s+(?:in|out\s+of)\s+({_NUMBER_WORD})\b")  # "one in four"
 # a clause's subject and verb before its number: two words, the first no conjunction ("and he has three" is a second
@@ -825,7 +832,7 @@ def _tag_answer(text: str, opened: re.Match) -> list:
 _QUESTION = re.compile(r"(?:[^?.\n]|\.\d){1,200}\?(?!\S)")  # the stated clause ends on `?`
 _POINTER = re.compile(r"(?i)(?:in|at|on|above|below|shown|given|from|inside|highlighted|the\s+(?:last|final|one|same))\b")
 _CHECK_LINE = re.compile(r"(?i)(?:\n|(?<=[.!])[ \t])[#*> \t]*(?:(?:we can|let me|let's|let us)[ \t]+)?(?:check|checking|verify|"
-                         r"verification|recap|sanity[ -]check|double-check|note)\b[^\n]*\s*$")  # a line or sentence that checks the result: "Sanity check: ..."
+                         r"verification|recap|sanity[ -]check|double-check|note)\b[^\n]*\s*$")  # "Sanity check: ..."
 _BOLD = re.compile(r"\*\*([^*\n]{1,80})\*\*")
 _POSSIBLE = re.compile(r"(?i)\b(?:possible|candidate|potential)\s+answers\b|\bany\s+of\s+these\b")
 _BELOW = re.compile(r"(?i)[^.\n]{0,40}\b(?:below|following|next)\b")  # "the answer is given below:": after it
@@ -918,7 +925,8 @@ _BRACE_DECIMAL = re.compile(r"(?<=\d)\{,\}(?=\d{2}(?!\d)|\d{4})")  # `0{,}35625`
 # `{,}` has three digits after it; `3{,}5` may be a list too, and is a decimal where the text is continental)
 # a whole number grouped by plain commas or spaces (`1,000,000`, `1 000`), not inside a bracket's list
 _PLAIN_THOUSANDS = re.compile(r"(?<![\d.,(\[{])[1-9]\d{0,2}(?:,\d{3})+(?![\d,)\]}])(?:\.\d+)?|(?<![\d.])\d{1,3}(?: \d{3})+(?!\d| \d)")
-_UNICODE = str.maketrans({"\u27e8": "(", "\u27e9": ")", "\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\u22c5": "\\cdot ", "\u03c0": "\\pi ",
+_UNICODE = str.maketrans({"\u27e8": "(", "\u27e9": ")", "\u2212": "-", "\u2013": "-", "\u00d7": "\\times ",
+                          "\u22c5": "\\cdot ", "\u03c0": "\\pi ",
                           "\u221e": "\\infty ", "\u2264": "\\le ", "\u2265": "\\ge ", "\u2260": "\\ne ",
                           "\u2248": "\\approx ", "\u2026": "\\ldots ", "\u00b0": "^\\circ ", "\u2192": "\\to ",
                           "\u221a": "\\sqrt", "\u00a0": " ", "\u2019": "'", "\u00a2": " cents"}) | _VULGAR
@@ -1239,8 +1247,9 @@ def _names_of(s: str) -> tuple:
 def _last_side(s: str) -> str:
     """An assignment's value: `5 + 5 + 1 = 11` -> `11` (math-verify reads `x = a = b` as `x = b`)."""
     sides = s.split("=")
-    if 2 < len(sides) and "," not in s and not _OR.search(s) and _relations(s) == {"="} and _NAME_SIDE.fullmatch(sides[0].strip()) and all(_UNKNOWN.search(_unwrap(p)) for p in sides[
-            1:-1]) and not _UNKNOWN.search(_unwrap(sides[-1])) and _side_value(sides[-1]) is not None:
+    named = 2 < len(sides) and "," not in s and not _OR.search(s) and _relations(s) == {"="}
+    if named and _NAME_SIDE.fullmatch(sides[0].strip()) and all(_UNKNOWN.search(_unwrap(p)) for p in sides[1:-1]) and (
+            not _UNKNOWN.search(_unwrap(sides[-1])) and _side_value(sides[-1]) is not None):
         return sides[-1].strip()  # `s = 2b = 16`, `f_{\\min} = f(15) = 15`: a name, its expression, its value
     if len(sides) < 2 or any(not p.strip() or p[-1:] in "<>!:" or _UNKNOWN.search(_unwrap(p))
                              for p in sides[:-1]) or _UNKNOWN.search(_unwrap(sides[-1])):
@@ -1584,6 +1593,7 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     if gold.prose is not None:
         return float(_prose_key(_unwrap(answer)) == gold.prose)
     norm = normalise(_decimal_commas(answer, gold.comma))
+    # the inner `_last_side` reads `s = 2b = 16` before its name is dropped, the outer `5 + 6 = 11` after it
     core = norm.core if gold.equation and not _IN_SET.match(norm.core) else _last_side(
         _drop_names(_last_side(norm.core), gold.names))
     core = core if gold.equation else _strip_braces(_solved(core))  # `x = {-2}`: -2
@@ -1621,7 +1631,7 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
         return 0.0
     if numeral_only:  # the number reward: the number itself, no arithmetic left to do (`(-5)` is -5 written so)
         core = core[1:-1].strip() if core[:1] == "(" and core[-1:] == ")" and _NUMERAL.fullmatch(core[1:-1].strip()) else core
-        percent_ok = not norm.percent or gold.answer.percent or abs(value or 0) >= 1 or bool(gold.percent_asked)
+        percent_ok = not norm.percent or gold.answer.percent or (value is not None and _percent_is_number(value, gold))
         return float(value is not None and value == gold.value and percent_ok and bool(
             _NUMERAL.fullmatch(core) or _SCIENTIFIC.fullmatch(core) or _in_lowest_terms(core)))
     parts = _split_top(core) if value is None and gold.value is not None else None
@@ -1633,7 +1643,7 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
         value = values.pop() if len(values) == 1 and None not in values else None
     if value is not None and gold.value is not None and norm.percent and not gold.answer.percent:  # `25\%` is the gold
         # 25 ("what percent") and the gold 1/4; `0.25\%` is the gold 0.25 only when the question asks a percent
-        return float(value / 100 == gold.value or value == gold.value and (abs(value) >= 1 or bool(gold.percent_asked)))
+        return float(value / 100 == gold.value or (value == gold.value and _percent_is_number(value, gold)))
     if value is not None and gold.value is not None:
         return float(value == gold.value)
     if gold.value is not None and (re.search(r"[\[\]]|\\[{}]", core) or len(_split_top(core) or [core, ""]) > 1
@@ -1642,6 +1652,12 @@ def _verdict_without_sympy(answer: str | None, gold: Gold, numeral_only: bool) -
     if {_shape(core), _shape(gold.answer.core)} == {"set", "tuple"}:
         return 0.0  # a set is not a tuple (math-verify compares their elements)
     return [core]
+
+
+def _percent_is_number(value: Fraction, gold: Gold) -> bool:
+    """A percent's number stands for a gold without a percent sign ("what percent": `25\\%` is 25) when it is 1 or more,
+    or when the question asks a percent: `0.25\\%` is no probability 0.25."""
+    return abs(value) >= 1 or bool(gold.percent_asked)
 
 
 _ORDER = re.compile(r"(<=|>=|<|>|\\(?:leqslant|geqslant|leq|geq|le|ge|lt|gt)(?![a-zA-Z]))")
